@@ -1,0 +1,146 @@
+/* dsv4.h — DeepSeek-V4-Flash: configuration, bound weights, per-sequence state, forward pass.
+ *
+ * The model (mk_model) is immutable after loading: the validated config, the mmapped checkpoint
+ * and, per layer, mk_wmat views into it, plus RoPE tables. A sequence (mk_seq) owns everything a
+ * forward call mutates: the 128-token window ring of each layer, the compressed KV entries (CSA:
+ * one per 4 tokens plus the indexer's keys; HCA: one per `ratio` tokens), the compressors'
+ * pooling state, and the scratch for the largest call. A fresh sequence starts from clean state
+ * (KV zero, compressor scores -inf), which is what the reference has on a freshly built model.
+ *
+ * The forward pass (dsv4.c) mirrors inference/model.py: one prefill at position 0, then one-token
+ * decodes. Every intermediate tensor has a name ("L2.attn.q", "L2.h") and is passed to an optional
+ * dump hook; discrete decisions (MoE expert choice, indexer top-k) go through an optional decision
+ * hook, which the golden tests use to record them or force the reference's choices.
+ * Spec: ../shared/docs/model-dsv4.md.
+ */
+#ifndef MK_MODELS_DSV4_H
+#define MK_MODELS_DSV4_H
+
+#include "io/safetensors.h"
+#include "minke.h"
+#include "ops/ops.h"
+
+#define DSV4_MAX_LAYERS 128
+
+typedef struct {
+    int vocab, dim, n_layers, n_hash, n_mtp;
+    int n_heads, head_dim, rope_dim, q_lora, o_groups, o_lora;
+    int moe_inter, n_experts, n_act, n_shared;
+    float route_scale, swiglu_limit;
+    int window;
+    int compress_ratio[DSV4_MAX_LAYERS + 4]; /* n_layers + n_mtp entries */
+    double rope_theta, compress_rope_theta, rope_factor, beta_fast, beta_slow;
+    int original_seq_len;
+    int index_heads, index_head_dim, index_topk;
+    int hc, hc_iters;
+    float hc_eps, norm_eps;
+    int fp8;        /* quantization_config: FP8 weights with 128x128 e8m0 block scales */
+    int expert_fp4; /* routed experts stored as packed FP4 */
+    int bos, eos;
+} dsv4_config;
+
+/* Compressor of one layer (attention: D = head_dim; indexer: D = index_head_dim). */
+typedef struct {
+    int ratio, coff, D;
+    mk_wmat wkv, wgate;   /* [coff*D, dim], bf16 in the checkpoint, computed in fp32 */
+    const float *ape;     /* [ratio, coff*D] */
+    const uint16_t *norm; /* [D] */
+} dsv4_compressor;
+
+typedef struct {
+    mk_wmat w1, w2, w3;
+} dsv4_expert;
+
+typedef struct {
+    int ratio;
+    const uint16_t *attn_norm, *ffn_norm;
+    const float *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
+    const float *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+    /* attention */
+    mk_wmat wq_a, wq_b, wkv, wo_a, wo_b;
+    const uint16_t *q_norm, *kv_norm;
+    const float *attn_sink;
+    dsv4_compressor cmp;      /* ratio > 0 */
+    dsv4_compressor idx_cmp;  /* ratio == 4 */
+    mk_wmat idx_wq_b, idx_wproj;
+    /* MoE */
+    mk_wmat gate;             /* [E, dim] bf16, computed in fp32 */
+    const float *gate_bias;   /* [E] or NULL (hash layer) */
+    const int64_t *tid2eid;   /* [vocab, n_act] or NULL */
+    dsv4_expert shared;
+    dsv4_expert *experts;     /* [E] */
+    /* MTP only */
+    mk_wmat e_proj, h_proj;
+    const uint16_t *enorm, *hnorm, *norm;
+    const float *hc_head_fn, *hc_head_base, *hc_head_scale;
+    mk_rope_table *rope;      /* the table of this layer's attention */
+} dsv4_layer;
+
+struct mk_model {
+    dsv4_config cfg;
+    mk_st *st;
+    char dir[1024];
+    int max_seq_len;
+    mk_pool *pool;
+    const uint16_t *embed;  /* [vocab, dim] bf16 */
+    mk_wmat head;           /* [vocab, dim] bf16, computed in fp32 */
+    const uint16_t *norm;
+    const float *hc_head_fn, *hc_head_base, *hc_head_scale;
+    dsv4_layer layers[DSV4_MAX_LAYERS];
+    dsv4_layer mtp;         /* mtp.0 (layer id n_layers) */
+    mk_rope_table rope_plain, rope_yarn;
+    void **owned;           /* aligned copies of tensors the file stores misaligned */
+    int n_owned, cap_owned;
+    size_t owned_bytes;
+};
+
+/* Hooks: optional, for tests and debugging. */
+typedef struct {
+    void *ctx;
+    /* Every named intermediate tensor, e.g. "L2.attn.q" [n_tok, n_heads, head_dim]. */
+    void (*dump)(void *ctx, const char *name, const float *data, int ndim, const int64_t *shape);
+    /* MoE selection of a score-routed layer: idx [n_tok, k] (reference order), margin [n_tok]
+     * (k-th minus (k+1)-th biased score). The hook may overwrite idx (forced decisions). */
+    void (*moe)(void *ctx, int layer, int n_tok, int k, int32_t *idx, const float *margin);
+    /* Indexer top-k of a CSA layer for token t of the call: sel [k] compressed-entry indices
+     * (-1 = none), in score order; scores [n_scores] the bf16 index scores of the visible
+     * entries (for near-tie checks). The hook may overwrite sel. */
+    void (*indexer)(void *ctx, int layer, int t, int n_tok, int k, int32_t *sel, const float *scores,
+                    int n_scores);
+} dsv4_hooks;
+
+/* Per-layer mutable state of one sequence. */
+typedef struct {
+    float *win;        /* [window, head_dim] ring: position p at slot p % window */
+    float *ckv;        /* [max_len / ratio, head_dim] compressed entries */
+    float *kv_state;   /* [coff*ratio, coff*head_dim] compressor pooling state */
+    float *sc_state;
+    float *ikv;        /* [max_len / 4, index_head_dim] indexer keys (CSA) */
+    float *ikv_state, *isc_state;
+    int n_ckv, n_ikv;  /* compressed entries written */
+} dsv4_layer_state;
+
+struct mk_seq {
+    mk_model *m;
+    int max_len, pos;
+    int mtp_pos;                    /* position of the MTP layer's own stream */
+    int max_tok;                    /* tokens per call the scratch is sized for */
+    dsv4_layer_state ls[DSV4_MAX_LAYERS + 1]; /* + MTP */
+    float *arena;                   /* one allocation for all state above */
+    size_t arena_floats;
+    float *scratch;                 /* per-call scratch (grown for long prefills only) */
+    size_t scratch_floats;
+    float *h_last;                  /* [max_tok, hc, dim] final mHC stream of the last call */
+    int n_last, cap_last;
+    int32_t *ids_last;
+    dsv4_hooks hooks;
+};
+
+int dsv4_config_parse(const char *path, dsv4_config *c, mk_err *err);
+int dsv4_bind(mk_model *m, mk_err *err);
+/* MTP forward: h_main [n, hc, dim] (the main model's final stream for the prompt), ids [n]
+ * (the next tokens), logits [vocab] of the last position. Uses the MTP layer's own state. */
+int dsv4_mtp_forward(mk_seq *s, const float *h_main, const int32_t *ids, int n, float *logits,
+                     mk_err *err);
+
+#endif
