@@ -751,8 +751,21 @@ def build_config(a):
     return c
 
 
+def tune_malloc():
+    """Keep freed chunk buffers in the heap instead of mmap/munmap-ing them each time: the page
+    faults otherwise dominate and serialize the worker threads (glibc only; harmless elsewhere)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1 << 31)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv=None):
     a = parse_args(argv)
+    tune_malloc()
     c = build_config(a)
     n_blocks = c["layers"] + 1
     expert_elems = n_blocks * c["experts"] * 3 * c["moe_inter"] * c["hidden"]

@@ -1,0 +1,273 @@
+/* main.c — the `minke` command line: subcommands dispatch to their own functions.
+ *
+ *   minke logits --model DIR --tokens 0,5,7,... --prefill S [--out F.safetensors] [--dump DIR]
+ *                [--force-decisions GOLDEN.safetensors] [--threads N] [--top K]
+ *   minke info --model DIR
+ *
+ * Options are declared once per subcommand in a table (name, argument, help) that produces the
+ * help text and rejects unknown options with a message naming them.
+ */
+#include "io/st_write.h"
+#include "models/dsv4.h"
+#include "models/dsv4_golden.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    const char *name; /* "--model" */
+    const char *arg;  /* argument placeholder, NULL for a flag */
+    const char *help;
+    const char *value;
+} opt_t;
+
+static int parse_opts(const char *cmd, int argc, char **argv, opt_t *opts, int nopts) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+        int found = 0;
+        for (int k = 0; k < nopts; k++) {
+            if (strcmp(argv[i], opts[k].name)) continue;
+            found = 1;
+            if (opts[k].arg) {
+                if (i + 1 >= argc) {
+                    fprintf(stderr, "minke %s: option %s needs a value (%s)\n", cmd, opts[k].name, opts[k].arg);
+                    return -1;
+                }
+                opts[k].value = argv[++i];
+            } else {
+                opts[k].value = "1";
+            }
+        }
+        if (!found) {
+            fprintf(stderr, "minke %s: unknown option '%s' (see minke %s --help)\n", cmd, argv[i], cmd);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void print_help2(const char *cmd, const char *usage, const opt_t *opts, int nopts) {
+    printf("usage: minke %s %s\n\noptions:\n", cmd, usage);
+    for (int k = 0; k < nopts; k++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s", opts[k].name, opts[k].arg ? " " : "", opts[k].arg ? opts[k].arg : "");
+        printf("  %-32s %s\n", left, opts[k].help);
+    }
+}
+
+static int parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "minke %s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- minke logits -------------------------------------------------------------------------- */
+
+typedef struct {
+    mk_stw *dump;
+    dsv4_golden *g;
+    dsv4_hooks gh;
+} cli_hooks;
+
+static void cli_dump(void *ctx, const char *name, const float *data, int ndim, const int64_t *shape) {
+    cli_hooks *h = ctx;
+    if (h->dump) mk_stw_add(h->dump, name, MK_DT_F32, ndim, shape, data);
+}
+static void cli_moe(void *ctx, int layer, int n_tok, int k, int32_t *idx, const float *margin) {
+    cli_hooks *h = ctx;
+    if (h->g) h->gh.moe(h->gh.ctx, layer, n_tok, k, idx, margin);
+}
+static void cli_idx(void *ctx, int layer, int t, int n_tok, int k, int32_t *sel, const float *sc, int ns) {
+    cli_hooks *h = ctx;
+    if (h->g) h->gh.indexer(h->gh.ctx, layer, t, n_tok, k, sel, sc, ns);
+}
+
+static int cmd_logits(int argc, char **argv) {
+    opt_t o[] = {
+        {"--model", "DIR", "checkpoint directory (config.json + safetensors)", NULL},
+        {"--tokens", "IDS", "comma-separated token ids", NULL},
+        {"--prefill", "S", "run the first S tokens as one prefill, the rest as one-token decodes (default: all)", NULL},
+        {"--out", "FILE", "write every call's logits to FILE.safetensors ('logits', f32 [calls, vocab])", NULL},
+        {"--dump", "DIR", "write every named intermediate tensor of call c to DIR/call<c>.safetensors", NULL},
+        {"--force-decisions", "GOLDEN", "use the reference's expert and indexer choices from a golden file", NULL},
+        {"--threads", "N", "CPU threads (default: all cores)", NULL},
+        {"--top", "K", "top logits printed per call (default 5)", NULL},
+    };
+    int n = (int)(sizeof o / sizeof o[0]);
+    int pr = parse_opts("logits", argc, argv, o, n);
+    if (pr) {
+        if (pr > 0) print_help2("logits", "--model DIR --tokens IDS [options]", o, n);
+        return pr > 0 ? 0 : 2;
+    }
+    if (!o[0].value || !o[1].value) {
+        fprintf(stderr, "minke logits: --model and --tokens are required (see minke logits --help)\n");
+        return 2;
+    }
+    /* tokens */
+    int cap = 1024, ntok = 0;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)cap);
+    for (const char *p = o[1].value; *p;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 0x7fffffff) {
+            fprintf(stderr, "minke logits: --tokens: '%s' is not a comma-separated list of token ids\n", o[1].value);
+            free(tok);
+            return 2;
+        }
+        if (ntok == cap) { cap *= 2; tok = realloc(tok, sizeof(int32_t) * (size_t)cap); }
+        tok[ntok++] = (int32_t)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) {
+            fprintf(stderr, "minke logits: --tokens: unexpected character '%c' in '%s'\n", *p, o[1].value);
+            free(tok);
+            return 2;
+        }
+    }
+    if (!ntok) { fprintf(stderr, "minke logits: --tokens is empty\n"); free(tok); return 2; }
+    long S = ntok, threads = 0, top = 5;
+    if ((o[2].value && parse_int("logits", "--prefill", o[2].value, 1, ntok, &S)) ||
+        (o[6].value && parse_int("logits", "--threads", o[6].value, 1, 1024, &threads)) ||
+        (o[7].value && parse_int("logits", "--top", o[7].value, 1, 100, &top))) {
+        free(tok);
+        return 2;
+    }
+    mk_err err = {0};
+    mk_model *m;
+    mk_model_options mo = {.n_threads = (int)threads, .max_seq_len = ntok + 16 > 4096 ? ntok + 16 : 4096};
+    if (mk_model_load(o[0].value, &mo, &m, &err)) {
+        fprintf(stderr, "minke logits: %s\n", err.msg);
+        free(tok);
+        return 1;
+    }
+    int rc = 1;
+    mk_seq *s = NULL;
+    cli_hooks ch = {0};
+    mk_stw *outw = NULL;
+    float *all = NULL, *lg = NULL;
+    int vocab = mk_model_vocab_size(m);
+    int n_calls = 1 + (ntok - (int)S);
+    if (mk_seq_create(m, ntok + 1, &s, &err)) goto done;
+    if (o[4].value) {
+        if (mkdir(o[4].value, 0755) && errno != EEXIST) {
+            fprintf(stderr, "minke logits: --dump: cannot create directory %s\n", o[4].value);
+            goto done;
+        }
+        ch.dump = mk_stw_create();
+        s->hooks.dump = cli_dump;
+    }
+    if (o[5].value) {
+        int j = dsv4_golden_find_prompt(o[5].value, tok, ntok, &err);
+        if (j < 0) {
+            if (j == -1) snprintf(err.msg, sizeof err.msg, "%s: no recorded prompt starts with these tokens", o[5].value);
+            goto done;
+        }
+        if (dsv4_golden_open(o[5].value, j, m->cfg.n_layers, &ch.g, &err)) goto done;
+        dsv4_golden_set_window(ch.g, m->cfg.window);
+        dsv4_golden_hooks(ch.g, 1, &ch.gh);
+        s->hooks.moe = cli_moe;
+        s->hooks.indexer = cli_idx;
+        fprintf(stderr, "minke logits: forcing the reference's decisions of prompt p%d\n", j);
+    }
+    s->hooks.ctx = &ch;
+    all = malloc(sizeof(float) * (size_t)n_calls * vocab);
+    if (!all) { snprintf(err.msg, sizeof err.msg, "out of memory"); goto done; }
+    for (int c = 0; c < n_calls; c++) {
+        int pos = c == 0 ? 0 : (int)S + c - 1, cnt = c == 0 ? (int)S : 1;
+        lg = all + (size_t)c * vocab;
+        if (ch.g) dsv4_golden_set_call(ch.g, c);
+        if (mk_seq_forward(s, tok + pos, cnt, lg, &err)) goto done;
+        printf("call %d (%s, positions %d..%d): top", c, c ? "decode" : "prefill", pos, pos + cnt - 1);
+        int32_t best[100];
+        for (int k = 0; k < top; k++) best[k] = -1;
+        for (int i = 0; i < vocab; i++) {
+            int p = (int)top;
+            while (p > 0 && (best[p - 1] < 0 || lg[best[p - 1]] < lg[i])) p--;
+            if (p >= top) continue;
+            for (int t = (int)top - 1; t > p; t--) best[t] = best[t - 1];
+            best[p] = i;
+        }
+        for (int k = 0; k < top && k < vocab; k++) printf(" %d:%.4f", best[k], lg[best[k]]);
+        printf("\n");
+        if (ch.dump) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/call%03d.safetensors", o[4].value, c);
+            if (mk_stw_write(ch.dump, path, &err)) goto done;
+            mk_stw_clear(ch.dump);
+        }
+    }
+    if (o[3].value) {
+        outw = mk_stw_create();
+        int64_t sh[2] = {n_calls, vocab};
+        mk_stw_add(outw, "logits", MK_DT_F32, 2, sh, all);
+        if (mk_stw_write(outw, o[3].value, &err)) goto done;
+    }
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "minke logits: %s\n", err.msg);
+    mk_stw_free(outw);
+    mk_stw_free(ch.dump);
+    dsv4_golden_free(ch.g);
+    free(all);
+    mk_seq_free(s);
+    mk_model_free(m);
+    free(tok);
+    return rc;
+}
+
+/* ---- minke info ---------------------------------------------------------------------------- */
+
+static int cmd_info(int argc, char **argv) {
+    opt_t o[] = {{"--model", "DIR", "checkpoint directory", NULL}};
+    int pr = parse_opts("info", argc, argv, o, 1);
+    if (pr) {
+        if (pr > 0) print_help2("info", "--model DIR", o, 1);
+        return pr > 0 ? 0 : 2;
+    }
+    if (!o[0].value) { fprintf(stderr, "minke info: --model is required\n"); return 2; }
+    mk_err err = {0};
+    mk_model *m;
+    mk_model_options mo = {.n_threads = 1, .max_seq_len = 4096};
+    if (mk_model_load(o[0].value, &mo, &m, &err)) {
+        fprintf(stderr, "minke info: %s\n", err.msg);
+        return 1;
+    }
+    mk_model_print_info(m, stdout);
+    mk_model_free(m);
+    return 0;
+}
+
+static void usage(void) {
+    printf("minke %s — exact DeepSeek-V4 inference in C\n\n"
+           "usage: minke <command> [options]\n\n"
+           "commands:\n"
+           "  logits   run tokens through the model (prefill + decodes), print/write logits, dump tensors\n"
+           "  info     print a checkpoint's architecture, parameter counts and memory needs\n"
+           "  help     this text; `minke <command> --help` for a command's options\n",
+           MK_VERSION);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("minke %s\n", MK_VERSION);
+        return 0;
+    }
+    if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
+    fprintf(stderr, "minke: unknown command '%s' (see minke help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# test_cli.sh — drives `minke` the way a user does: `info`, `logits` with --out/--dump and
+# --force-decisions on a golden case, and the CLI's error messages for bad input.
+# Usage: tests/cli/test_cli.sh build/minke
+set -euo pipefail
+MINKE=${1:-build/minke}
+D=tests/data/dsv4/v4-tiny-wide
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# read p2's fed tokens from the golden with the Python standard library only
+TOKS=$(python3 - "$D/golden.safetensors" <<'PY'
+import array, json, struct, sys
+f = open(sys.argv[1], 'rb'); n = struct.unpack('<Q', f.read(8))[0]; h = json.loads(f.read(n))
+e = h['p2.tokens']; f.seek(8 + n + e['data_offsets'][0]); a = array.array('q')
+a.frombytes(f.read(e['data_offsets'][1] - e['data_offsets'][0])); print(','.join(map(str, a)))
+PY
+)
+S=3   # p2's prompt length (README of the case)
+
+"$MINKE" info --model "$D" > "$TMP/info.txt"
+grep -q "deepseek_v4" "$TMP/info.txt" || fail "info does not name the architecture"
+grep -q "parameters by dtype" "$TMP/info.txt" || fail "info has no parameter counts"
+
+"$MINKE" logits --model "$D" --tokens "$TOKS" --prefill $S --out "$TMP/l.safetensors" --dump "$TMP/dump" \
+  --force-decisions "$D/golden.safetensors" --threads 2 > "$TMP/logits.txt"
+# teacher forcing: the argmax of call c is the token fed at position S+c, and the written logits
+# match the golden's within the case's forced tolerance (0.056 rel L2)
+python3 - "$TMP/l.safetensors" "$D/golden.safetensors" "$TOKS" $S <<'PY'
+import array, json, math, struct, sys
+def load(path, name):
+    f = open(path, 'rb'); n = struct.unpack('<Q', f.read(8))[0]; h = json.loads(f.read(n)); e = h[name]
+    f.seek(8 + n + e['data_offsets'][0]); a = array.array('f' if e['dtype'] == 'F32' else 'q')
+    a.frombytes(f.read(e['data_offsets'][1] - e['data_offsets'][0])); return a, e['shape']
+mine, sh = load(sys.argv[1], 'logits'); ref, rsh = load(sys.argv[2], 'p2.logits')
+toks = [int(t) for t in sys.argv[3].split(',')]; S = int(sys.argv[4])
+assert sh == rsh, (sh, rsh)
+calls, V = sh
+for c in range(calls):
+    m = mine[c*V:(c+1)*V]; r = ref[c*V:(c+1)*V]
+    l2 = math.sqrt(sum((a-b)**2 for a, b in zip(m, r)) / sum(b*b for b in r))
+    assert l2 < 0.056, f"call {c}: rel L2 {l2}"
+    if c < calls - 1:
+        am = max(range(V), key=lambda i: m[i])
+        assert am == toks[S + c], f"call {c}: argmax {am}, fed {toks[S + c]}"
+print(f"cli: logits of {calls} calls match the golden")
+PY
+[ "$(ls "$TMP/dump" | wc -l)" -eq 13 ] || fail "expected one dump file per call (13)"
+python3 - "$TMP/dump/call000.safetensors" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], 'rb'); n = struct.unpack('<Q', f.read(8))[0]; h = json.loads(f.read(n))
+for k in ['L0.attn.q', 'L1.attn.kv', 'L2.moe.out', 'L3.h', 'out.logits', 'L1.idx.q']:
+    assert k in h, f"dump lacks {k}: {sorted(h)[:20]}"
+PY
+
+# bad input: clear messages, no crash
+expect_err() { # expected-exit-code expected-substring command...
+  local code=$1 pat=$2; shift 2
+  set +e; "$@" > "$TMP/out" 2> "$TMP/err"; local rc=$?; set -e
+  [ $rc -eq "$code" ] || fail "$*: exit $rc, expected $code ($(cat "$TMP/err"))"
+  grep -q -- "$pat" "$TMP/err" || fail "$*: stderr lacks '$pat': $(cat "$TMP/err")"
+}
+expect_err 2 "required" "$MINKE" logits --model "$D"
+expect_err 2 "unknown option '--bogus'" "$MINKE" logits --model "$D" --tokens 1 --bogus
+expect_err 2 "not a comma-separated" "$MINKE" logits --model "$D" --tokens 1,x
+expect_err 2 "--prefill expects" "$MINKE" logits --model "$D" --tokens 1,2 --prefill 5
+expect_err 1 "outside the vocabulary" "$MINKE" logits --model "$D" --tokens 1,99999
+expect_err 1 "config.json" "$MINKE" info --model "$TMP/nonexistent"
+expect_err 2 "unknown command" "$MINKE" frobnicate
+echo "cli tests passed"
