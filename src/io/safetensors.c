@@ -353,7 +353,9 @@ static int parse_file(mk_st *st, const uint8_t *buf, size_t len, const char *fna
     json_error_t je;
     json_t *root = json_loadb((const char *)buf + 8, (size_t)hl, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return mk_fail(err, MK_EFORMAT, "%s: invalid JSON header at line %d column %d: %s", fname,
+        return mk_fail(err, MK_EFORMAT, "%s: %s at line %d column %d: %s", fname,
+                       strstr(je.text, "duplicate") ? "duplicate tensor name in JSON header"
+                                                    : "invalid JSON header",
                        je.line, je.column, je.text);
     int rc = MK_OK;
     if (!json_is_object(root)) {
@@ -374,8 +376,9 @@ static int parse_file(mk_st *st, const uint8_t *buf, size_t len, const char *fna
 
     /* Ranges must not overlap: sort by start, compare with the furthest end so far. Empty tensors
      * own no bytes and may sit anywhere inside the data section. */
-    mk_st_tensor *t = st->t + first;
     size_t n = st->n - first;
+    if (!n) goto out;
+    mk_st_tensor *t = st->t + first;
     if (n > 1) qsort(t, n, sizeof *t, cmp_data);
     const uint8_t *hi = base;
     size_t hi_i = 0;

@@ -76,9 +76,12 @@ int dsv4_config_parse(const char *path, dsv4_config *c, mk_err *err) {
     memset(c, 0, sizeof *c);
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
+    if (!root) {
+        if (json_error_code(&je) == json_error_cannot_open_file)
+            return mk_fail(err, MK_EIO, "%s: cannot open (is this a checkpoint directory?)", path);
         return mk_fail(err, MK_EFORMAT, "%s: invalid JSON at line %d column %d: %s", path, je.line,
                        je.column, je.text);
+    }
     cfg_reader r = {root, path, err};
     int rc = MK_OK;
     double d;

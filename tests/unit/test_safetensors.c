@@ -489,9 +489,12 @@ Test(safetensors, golden_v4_tiny_fp8) {
     cr_assert_eq(t->shape[0], 512);
     cr_assert_eq(t->shape[1], 3);
     cr_assert_eq(t->nbytes, 512 * 3 * 8);
-    /* expert ids are small non-negative integers */
-    const int64_t *ids = t->data;
-    for (int i = 0; i < 512 * 3; i++) cr_assert(ids[i] >= 0 && ids[i] < 4096, "tid2eid[%d] = %lld", i, (long long)ids[i]);
+    /* expert ids are small non-negative integers (memcpy: safetensors data need not be aligned) */
+    for (int i = 0; i < 512 * 3; i++) {
+        int64_t id;
+        memcpy(&id, (const uint8_t *)t->data + 8 * i, 8);
+        cr_assert(id >= 0 && id < 4096, "tid2eid[%d] = %lld", i, (long long)id);
+    }
     t = mk_st_find(st, "layers.1.attn.wq_a.weight");
     cr_assert(t);
     cr_assert_eq(t->dtype, MK_DT_F8_E4M3);

@@ -1,9 +1,709 @@
-/* gemm.c — mk_linear, the hot op of decode: dispatches to the fastest path for the weight kind
- * and spreads output features over the thread pool. (Scalar for now: calls the reference.) */
+/* gemm.c — mk_linear, the hot op of decode: y[m, n] = x[m, k] @ W^T for every weight kind, spread
+ * over the thread pool by output feature (each thread streams its own contiguous slice of W).
+ *
+ * Decode is a stream of GEMVs (m = 1) over weights far larger than the caches, so the kernels are
+ * built to keep up with memory: the weight bytes are turned into fp32 with a handful of integer
+ * ops per 8 values and no table lookups or conversion instructions, and the next weights are
+ * prefetched a couple of KiB ahead. Prefill (m > 1) decodes each 128-wide block of 4 weight rows
+ * once into an L1 buffer and reuses it for all activation rows (a 4 x 2 register tile).
+ *
+ * Numerics: the result is the reference's (gemm_ref.c) up to fp32 reassociation. Products of an
+ * e4m3 activation and an e4m3 / e2m1 weight are exact in fp32, and all scales are powers of two,
+ * so the only differences are the order in which the per-block dots and the block sums are added.
+ *
+ *   FP8 weights, m = 1. The byte s.eeee.mmm is moved to f32 bits s<<31 | eeee.mmm<<20, which is the
+ *     weight times 2^-120 exactly; e4m3 subnormals (e = 0) land on f32 subnormals with the same
+ *     meaning, so no special case is needed. To keep products and sums normal the activations are
+ *     stored pre-multiplied by 2^118 (|q| <= 448 < 2^9, so q * 2^118 < 2^127); the block dot is
+ *     then the true dot times 2^-2 and the 4 is folded into the block scale. (This relies on
+ *     subnormal inputs not being flushed: with MXCSR.DAZ set, mk_linear takes the scalar path.)
+ *   FP4 weights, m = 1. Nibble s.ee.m goes to s<<31 | ee.m<<22: the e2m1 value times 2^-126 (e = 0
+ *     again lands on the matching subnormal); 2^8 is folded into the per-32 scale.
+ *   BF16: the high half of a 32-bit lane is already an f32; the low half is shifted up.
+ *   Lane order: one 32-byte load gives 8 lanes of 4 (FP8), 8 (FP4) or 2 (BF16) packed values; the
+ *     vector of "value p of every lane" holds elements p, E+p, 2E+p, ... So the activations are
+ *     stored once per call in that permuted order (within each 8E-element chunk), which turns the
+ *     unpacking into shifts and masks and costs nothing per weight.
+ *   Elements after the last full SIMD chunk (k not a multiple of 128 for FP8, of 64 for FP4, of 16
+ *     for BF16, of 8 for F32) keep natural order, are not pre-scaled, and go through the scalar
+ *     code, which is also the whole computation on machines without AVX2.
+ *
+ * Activation quantization (act_quant, per 128 block) is done once per call by an exact
+ * re-implementation of mk_act_quant_block without table lookups: e4m3 round-to-nearest-even is an
+ * integer round of the f32 mantissa to 3 bits for normal values and an add/subtract of 2^14
+ * (whose ulp is the e4m3 subnormal step 2^-9) below 2^-6. Blocks with inf/NaN fall back to
+ * mk_act_quant_block so even their odd semantics match.
+ */
+#include "num/formats.h"
 #include "ops/ops.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MK_HAVE_X86 1
+#define MK_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define MK_HAVE_X86 0
+#endif
+
+#define ROWS_PER_TASK 16 /* rows of W per pool task (a multiple of the 4-row prefill tile) */
+#define PREFETCH 2048    /* bytes of W prefetched ahead of the GEMV kernels */
+#define MTILE 32         /* activation rows per prefill pass over a weight block */
+
+/* ---- scalar helpers (exact) ------------------------------------------------------------- */
+
+static inline float f32_bits(uint32_t u) { return mk_f32_from_bits(u); }
+
+/* e8m0 scale 2^(e-127); e = 0 is the subnormal 2^-127, 255 is NaN. */
+static inline float e8m0(uint8_t e) {
+    uint32_t u = e == 0 ? 0x00400000u : e == 255 ? 0x7fc00000u : (uint32_t)e << 23;
+    return f32_bits(u);
+}
+
+/* Exact e4m3 / e2m1 decoding without tables or subnormal intermediates: (integer significand)
+ * times a normal power of two. */
+static inline float e4m3_val(uint8_t b) {
+    int e = (b >> 3) & 15, m = b & 7;
+    if (e == 15 && m == 7) return NAN;
+    float v = e ? (float)(8 + m) * f32_bits((uint32_t)(e - 10 + 127) << 23)
+                : (float)m * f32_bits((uint32_t)(-9 + 127) << 23);
+    return (b & 0x80) ? -v : v;
+}
+static inline float e2m1_val(uint8_t nib) {
+    static const float t[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    return t[nib & 15];
+}
+
+/* Round finite v, |v| <= 448, to the e4m3 grid, nearest-even: the value of
+ * mk_e4m3_table[mk_f32_to_e4m3(v)]. */
+static inline float e4m3_rne(float v) {
+    uint32_t u = mk_f32_bits(v), sgn = u & 0x80000000u, a = u & 0x7fffffffu;
+    uint32_t r;
+    if (a < 0x3c800000u) { /* below 2^-6: fixed step 2^-9 = ulp(2^14) */
+        r = mk_f32_bits((f32_bits(a) + 16384.0f) - 16384.0f);
+    } else {
+        r = (a + 0x7ffffu + ((a >> 20) & 1u)) & 0xfff00000u;
+    }
+    return f32_bits(r | sgn);
+}
+
+/* mk_act_quant_block, exactly, without the e4m3 table (scalar). Returns the scale. */
+static float quant_block_scalar(const float *x, int n, float *q) {
+    float amax = 0.0f;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (!(a <= FLT_MAX)) bad = 1;
+        amax = fmaxf(amax, a);
+    }
+    if (bad) return mk_act_quant_block(x, n, q);
+    amax = fmaxf(amax, 1e-4f);
+    float s = mk_pow2_ceil(amax * (1.0f / 448.0f));
+    float inv = 1.0f / s; /* s is 2^e with e in [-22, 120]: 1/s is exact and x*inv == x/s */
+    for (int i = 0; i < n; i++) {
+        float v = x[i] * inv;
+        v = fminf(fmaxf(v, -448.0f), 448.0f);
+        q[i] = e4m3_rne(v);
+    }
+    return s;
+}
+
+/* ---- the job ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const mk_wmat *W;
+    const float *x;  /* caller's activations */
+    float *xp;       /* prepared activations [m, k] (in scratch), or x itself for F32 */
+    float *sa;       /* [m, nb] activation scales (FP8 / FP4) */
+    float *y;
+    int m, n, k, nb; /* nb: 128-blocks along k */
+    int kv;          /* [0, kv) is handled by SIMD in permuted order, [kv, k) by scalar code */
+    int E;           /* values per 32-bit lane in the SIMD layout (4 FP8, 8 FP4, 2 BF16, 1 F32) */
+    float pre;       /* pre-scale of quantized activations in [0, kv) (2^118 for m = 1 FP8/FP4) */
+    int simd;        /* 0: scalar, 1: AVX2 */
+    int round;
+} job_t;
+
+/* Contribution of [kv, k) to y[r, j], in the reference's order and rounding structure. With kv = 0
+ * this is the whole scalar mk_linear. */
+static float tail_dot(const job_t *J, int j, int r) {
+    const mk_wmat *W = J->W;
+    int k = J->k, nb = J->nb, kv = J->kv;
+    const float *xr = J->xp + (size_t)r * k;
+    float acc = 0.0f;
+    switch (W->kind) {
+    case MK_W_BF16: {
+        const uint16_t *wr = (const uint16_t *)W->w + (size_t)j * k;
+        for (int i = kv; i < k; i++) acc += xr[i] * mk_bf16_to_f32(wr[i]);
+        break;
+    }
+    case MK_W_F32: {
+        const float *wr = (const float *)W->w + (size_t)j * k;
+        for (int i = kv; i < k; i++) acc += xr[i] * wr[i];
+        break;
+    }
+    case MK_W_FP8: {
+        const uint8_t *wr = (const uint8_t *)W->w + (size_t)j * k;
+        const uint8_t *sr = W->scale + (size_t)(j / 128) * nb;
+        for (int b = kv / 128; b < nb; b++) {
+            float part = 0.0f;
+            int e = (b + 1) * 128 < k ? (b + 1) * 128 : k;
+            for (int i = b * 128; i < e; i++) part += xr[i] * e4m3_val(wr[i]);
+            acc += part * J->sa[(size_t)r * nb + b] * e8m0(sr[b]);
+        }
+        break;
+    }
+    case MK_W_FP8_DQ: {
+        const uint8_t *wr = (const uint8_t *)W->w + (size_t)j * k;
+        const uint8_t *sr = W->scale + (size_t)(j / 128) * nb;
+        for (int b = kv / 128; b < nb; b++) {
+            float sb = e8m0(sr[b]);
+            int e = (b + 1) * 128 < k ? (b + 1) * 128 : k;
+            for (int i = b * 128; i < e; i++) acc += xr[i] * (e4m3_val(wr[i]) * sb);
+        }
+        break;
+    }
+    case MK_W_FP4: {
+        const uint8_t *wr = (const uint8_t *)W->w + (size_t)j * (k / 2);
+        const uint8_t *sr = W->scale + (size_t)j * (k / 32);
+        for (int g = kv / 32; g < k / 32; g++) {
+            float part = 0.0f;
+            for (int i = g * 32; i < g * 32 + 32; i += 2) {
+                uint8_t byte = wr[i / 2];
+                part += xr[i] * e2m1_val(byte & 15);
+                part += xr[i + 1] * e2m1_val(byte >> 4);
+            }
+            acc += part * J->sa[(size_t)r * nb + g / 4] * e8m0(sr[g]);
+        }
+        break;
+    }
+    }
+    return acc;
+}
+
+static inline void store_y(const job_t *J, int r, int j, float v) {
+    J->y[(size_t)r * J->n + j] = J->round ? mk_bf16r(v) : v;
+}
+
+static void scalar_rows(const job_t *J, int j0, int j1) {
+    for (int j = j0; j < j1; j++)
+        for (int r = 0; r < J->m; r++) store_y(J, r, j, tail_dot(J, j, r));
+}
+
+/* dst[c*8E + 8p + i] = src[c*8E + E*i + p] * pre, for the len/(8E) chunks of [0, len). */
+static void permute_chunks(const float *src, float *dst, int len, int E, float pre) {
+    for (int c = 0; c < len; c += 8 * E)
+        for (int p = 0; p < E; p++)
+            for (int i = 0; i < 8; i++) dst[c + 8 * p + i] = src[c + E * i + p] * pre;
+}
+
+#if MK_HAVE_X86
+
+/* ---- AVX2 ---------------------------------------------------------------------------------- */
+
+MK_AVX2 static inline float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+/* quant_block_scalar, 8 lanes at a time; bit-identical. */
+MK_AVX2 static float quant_block_avx2(const float *x, int n, float *q) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 vmax = _mm256_setzero_ps();
+    __m256i bad = _mm256_setzero_si256();
+    int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absm);
+        vmax = _mm256_max_ps(vmax, a);
+        bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_castps_si256(a),
+                                                      _mm256_set1_epi32(0x7f7fffff)));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4);
+    int isbad = !_mm256_testz_si256(bad, bad);
+    for (int i = n8; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (!(a <= FLT_MAX)) isbad = 1;
+        amax = fmaxf(amax, a);
+    }
+    if (isbad) return mk_act_quant_block(x, n, q);
+    amax = fmaxf(amax, 1e-4f);
+    float s = mk_pow2_ceil(amax * (1.0f / 448.0f));
+    float inv = 1.0f / s;
+    const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-448.0f),
+                 hi = _mm256_set1_ps(448.0f), big = _mm256_set1_ps(16384.0f),
+                 tiny = _mm256_set1_ps(0x1p-6f);
+    const __m256i half = _mm256_set1_epi32(0x7ffff), one = _mm256_set1_epi32(1),
+                  keep = _mm256_set1_epi32((int)0xfff00000u);
+    for (int i = 0; i < n8; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
+        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        __m256 a = _mm256_and_ps(v, absm);
+        __m256 sgn = _mm256_andnot_ps(absm, v);
+        __m256 small = _mm256_sub_ps(_mm256_add_ps(a, big), big);
+        __m256i ai = _mm256_castps_si256(a);
+        __m256i rnd = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(ai, 20), one));
+        __m256 norm = _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(ai, rnd), keep));
+        __m256 r = _mm256_blendv_ps(norm, small, _mm256_cmp_ps(a, tiny, _CMP_LT_OQ));
+        _mm256_storeu_ps(q + i, _mm256_or_ps(r, sgn));
+    }
+    for (int i = n8; i < n; i++) {
+        float v = x[i] * inv;
+        v = fminf(fmaxf(v, -448.0f), 448.0f);
+        q[i] = e4m3_rne(v);
+    }
+    return s;
+}
+
+#define FP8_MASK ((int)0x87f00000u) /* sign + e4m3 exponent/mantissa at f32 bits 26..20 */
+#define FP4_MASK ((int)0x81c00000u) /* sign + e2m1 exponent/mantissa at f32 bits 24..22 */
+
+/* The four 8-float vectors of one 32-byte FP8 chunk (element 4i+p in lane i of out[p]), times
+ * 2^-120. */
+#define FP8_DECODE(v, o0, o1, o2, o3)                                                            \
+    do {                                                                                         \
+        const __m256i m_ = _mm256_set1_epi32(FP8_MASK);                                          \
+        o3 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32((v), 4), m_));               \
+        o2 = _mm256_castsi256_ps(                                                                \
+            _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32((v), 8), 4), m_));              \
+        o1 = _mm256_castsi256_ps(                                                                \
+            _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32((v), 16), 4), m_));             \
+        o0 = _mm256_castsi256_ps(                                                                \
+            _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32((v), 24), 4), m_));             \
+    } while (0)
+
+/* The eight 8-float vectors of one 32-byte FP4 chunk (element 8i+p in lane i of o[p]), times
+ * 2^-126. Works on 16-bit halves: a nibble is shifted to the top of its half, sign-extended by 6
+ * so that its e/m bits sit at bits 8..6 of the half (bf16 layout), and the low half is then moved
+ * up. */
+MK_AVX2 static inline void fp4_decode(__m256i v, __m256 o[8]) {
+    const __m256i m = _mm256_set1_epi32(FP4_MASK);
+    __m256i t3 = _mm256_srai_epi16(v, 6);
+    __m256i t2 = _mm256_srai_epi16(_mm256_slli_epi16(v, 4), 6);
+    __m256i t1 = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 6);
+    __m256i t0 = _mm256_srai_epi16(_mm256_slli_epi16(v, 12), 6);
+    o[7] = _mm256_castsi256_ps(_mm256_and_si256(t3, m));
+    o[6] = _mm256_castsi256_ps(_mm256_and_si256(t2, m));
+    o[5] = _mm256_castsi256_ps(_mm256_and_si256(t1, m));
+    o[4] = _mm256_castsi256_ps(_mm256_and_si256(t0, m));
+    o[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t3, 16), m));
+    o[2] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t2, 16), m));
+    o[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t1, 16), m));
+    o[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t0, 16), m));
+}
+
+/* Per-lane scale of a 64-element FP4 chunk: lanes 0-3 hold group 2c, lanes 4-7 group 2c+1. */
+MK_AVX2 static inline __m256 fp4_scale2(float c0, float c1) {
+    return _mm256_blend_ps(_mm256_set1_ps(c0), _mm256_set1_ps(c1), 0xf0);
+}
+
+/* -- GEMV kernels (m = 1) -- */
+
+/* FP8 (dq = 0): pre-scaled quantized activations, block scale sa * sb * 4.
+ * FP8_DQ (dq = 1): raw activations (any magnitude), so the decoded weights are first brought back
+ * to their true values (times 2^120, exact) and the block dot is scaled by sb alone. */
+MK_AVX2 static inline __attribute__((always_inline)) void gemv_fp8_impl(const job_t *J, int j0,
+                                                                        int j1, const int dq) {
+    const int k = J->k, nb = J->nb, nbf = J->kv / 128;
+    const __m256 up = _mm256_set1_ps(0x1p120f);
+    const float *x = J->xp, *sa = J->sa;
+    for (int j = j0; j < j1; j++) {
+        const uint8_t *wr = (const uint8_t *)J->W->w + (size_t)j * k;
+        const uint8_t *sr = J->W->scale + (size_t)(j / 128) * nb;
+        __m256 acc = _mm256_setzero_ps();
+        for (int b = 0; b < nbf; b++) {
+            const uint8_t *wb = wr + b * 128;
+            const float *xb = x + b * 128;
+            _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int t = 0; t < 128; t += 32) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(wb + t));
+                __m256 e0, e1, e2, e3;
+                FP8_DECODE(v, e0, e1, e2, e3);
+                if (dq) {
+                    e0 = _mm256_mul_ps(e0, up);
+                    e1 = _mm256_mul_ps(e1, up);
+                    e2 = _mm256_mul_ps(e2, up);
+                    e3 = _mm256_mul_ps(e3, up);
+                }
+                a0 = _mm256_fmadd_ps(e0, _mm256_loadu_ps(xb + t), a0);
+                a1 = _mm256_fmadd_ps(e1, _mm256_loadu_ps(xb + t + 8), a1);
+                a2 = _mm256_fmadd_ps(e2, _mm256_loadu_ps(xb + t + 16), a2);
+                a3 = _mm256_fmadd_ps(e3, _mm256_loadu_ps(xb + t + 24), a3);
+            }
+            float c = dq ? e8m0(sr[b]) : sa[b] * e8m0(sr[b]) * 4.0f; /* 4 = 2^120 / 2^118 */
+            __m256 part = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+            acc = _mm256_fmadd_ps(part, _mm256_set1_ps(c), acc);
+        }
+        float v = hsum8(acc);
+        if (J->kv < k) v += tail_dot(J, j, 0);
+        store_y(J, 0, j, v);
+    }
+}
+MK_AVX2 static void gemv_fp8(const job_t *J, int j0, int j1) { gemv_fp8_impl(J, j0, j1, 0); }
+MK_AVX2 static void gemv_fp8_dq(const job_t *J, int j0, int j1) { gemv_fp8_impl(J, j0, j1, 1); }
+
+MK_AVX2 static void gemv_fp4(const job_t *J, int j0, int j1) {
+    const int k = J->k, nc = J->kv / 64;
+    const float *x = J->xp, *sa = J->sa;
+    for (int j = j0; j < j1; j++) {
+        const uint8_t *wr = (const uint8_t *)J->W->w + (size_t)j * (k / 2);
+        const uint8_t *sr = J->W->scale + (size_t)j * (k / 32);
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        int c = 0;
+        for (; c + 2 <= nc; c += 2) { /* one 128 block: one activation scale */
+            _mm_prefetch((const char *)wr + 32 * c + PREFETCH, _MM_HINT_T0);
+            float s = sa[c / 2] * 256.0f; /* 256 = 2^126 / 2^118 */
+            __m256 o[8], p[2];
+            for (int h = 0; h < 2; h++) {
+                const float *xb = x + 64 * (c + h);
+                fp4_decode(_mm256_loadu_si256((const __m256i *)(wr + 32 * (c + h))), o);
+                __m256 pa = _mm256_mul_ps(o[0], _mm256_loadu_ps(xb));
+                __m256 pb = _mm256_mul_ps(o[1], _mm256_loadu_ps(xb + 8));
+                pa = _mm256_fmadd_ps(o[2], _mm256_loadu_ps(xb + 16), pa);
+                pb = _mm256_fmadd_ps(o[3], _mm256_loadu_ps(xb + 24), pb);
+                pa = _mm256_fmadd_ps(o[4], _mm256_loadu_ps(xb + 32), pa);
+                pb = _mm256_fmadd_ps(o[5], _mm256_loadu_ps(xb + 40), pb);
+                pa = _mm256_fmadd_ps(o[6], _mm256_loadu_ps(xb + 48), pa);
+                pb = _mm256_fmadd_ps(o[7], _mm256_loadu_ps(xb + 56), pb);
+                p[h] = _mm256_add_ps(pa, pb);
+            }
+            acc0 = _mm256_fmadd_ps(p[0], fp4_scale2(s * e8m0(sr[2 * c]), s * e8m0(sr[2 * c + 1])),
+                                   acc0);
+            acc1 = _mm256_fmadd_ps(
+                p[1], fp4_scale2(s * e8m0(sr[2 * c + 2]), s * e8m0(sr[2 * c + 3])), acc1);
+        }
+        if (c < nc) { /* k % 128 == 64 or 96: a last 64 chunk in a partial block */
+            const float *xb = x + 64 * c;
+            float s = sa[c / 2] * 256.0f;
+            __m256 o[8];
+            fp4_decode(_mm256_loadu_si256((const __m256i *)(wr + 32 * c)), o);
+            __m256 pa = _mm256_setzero_ps();
+            for (int p = 0; p < 8; p++) pa = _mm256_fmadd_ps(o[p], _mm256_loadu_ps(xb + 8 * p), pa);
+            acc0 = _mm256_fmadd_ps(pa, fp4_scale2(s * e8m0(sr[2 * c]), s * e8m0(sr[2 * c + 1])),
+                                   acc0);
+        }
+        float v = hsum8(_mm256_add_ps(acc0, acc1));
+        if (J->kv < k) v += tail_dot(J, j, 0);
+        store_y(J, 0, j, v);
+    }
+}
+
+MK_AVX2 static void gemv_bf16(const job_t *J, int j0, int j1) {
+    const int k = J->k, nc = J->kv / 16;
+    const float *x = J->xp;
+    const __m256i hm = _mm256_set1_epi32((int)0xffff0000u);
+    for (int j = j0; j < j1; j++) {
+        const uint16_t *wr = (const uint16_t *)J->W->w + (size_t)j * k;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int c = 0;
+        for (; c + 4 <= nc; c += 4) {
+            const uint16_t *w = wr + 16 * c;
+            const float *xb = x + 16 * c;
+            _mm_prefetch((const char *)w + PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)w + PREFETCH + 64, _MM_HINT_T0);
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)w);
+            __m256i v1 = _mm256_loadu_si256((const __m256i *)(w + 16));
+            __m256i v2 = _mm256_loadu_si256((const __m256i *)(w + 32));
+            __m256i v3 = _mm256_loadu_si256((const __m256i *)(w + 48));
+            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)),
+                                 _mm256_loadu_ps(xb), a0);
+            a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v0, hm)),
+                                 _mm256_loadu_ps(xb + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)),
+                                 _mm256_loadu_ps(xb + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v1, hm)),
+                                 _mm256_loadu_ps(xb + 24), a3);
+            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v2, 16)),
+                                 _mm256_loadu_ps(xb + 32), a0);
+            a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v2, hm)),
+                                 _mm256_loadu_ps(xb + 40), a1);
+            a2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v3, 16)),
+                                 _mm256_loadu_ps(xb + 48), a2);
+            a3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v3, hm)),
+                                 _mm256_loadu_ps(xb + 56), a3);
+        }
+        for (; c < nc; c++) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)(wr + 16 * c));
+            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)),
+                                 _mm256_loadu_ps(x + 16 * c), a0);
+            a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v0, hm)),
+                                 _mm256_loadu_ps(x + 16 * c + 8), a1);
+        }
+        float v = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        if (J->kv < k) v += tail_dot(J, j, 0);
+        store_y(J, 0, j, v);
+    }
+}
+
+MK_AVX2 static void gemv_f32(const job_t *J, int j0, int j1) {
+    const int k = J->k, kv = J->kv;
+    const float *x = J->xp;
+    for (int j = j0; j < j1; j++) {
+        const float *wr = (const float *)J->W->w + (size_t)j * k;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int i = 0;
+        for (; i + 32 <= kv; i += 32) {
+            _mm_prefetch((const char *)(wr + i) + PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)(wr + i) + PREFETCH + 64, _MM_HINT_T0);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+        }
+        for (; i < kv; i += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), a0);
+        float v = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        if (kv < k) v += tail_dot(J, j, 0);
+        store_y(J, 0, j, v);
+    }
+}
+
+/* -- prefill (m > 1): decode a 4-row x 128 block of W once, use it for every activation row -- */
+
+/* Decode elements [b*128, b*128 + len) of row j into out[len] (permuted order, true values, FP4
+ * with its per-32 scale applied; FP8 without its block scale). */
+MK_AVX2 static void decode_block(const job_t *J, int j, int b, int len, float *out) {
+    const int k = J->k;
+    switch (J->W->kind) {
+    case MK_W_FP8:
+    case MK_W_FP8_DQ: {
+        const uint8_t *w = (const uint8_t *)J->W->w + (size_t)j * k + b * 128;
+        const __m256 up = _mm256_set1_ps(0x1p120f);
+        for (int t = 0; t < len; t += 32) {
+            __m256 e0, e1, e2, e3;
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + t));
+            FP8_DECODE(v, e0, e1, e2, e3);
+            _mm256_store_ps(out + t, _mm256_mul_ps(e0, up));
+            _mm256_store_ps(out + t + 8, _mm256_mul_ps(e1, up));
+            _mm256_store_ps(out + t + 16, _mm256_mul_ps(e2, up));
+            _mm256_store_ps(out + t + 24, _mm256_mul_ps(e3, up));
+        }
+        break;
+    }
+    case MK_W_FP4: {
+        const uint8_t *w = (const uint8_t *)J->W->w + (size_t)j * (k / 2) + b * 64;
+        const uint8_t *sr = J->W->scale + (size_t)j * (k / 32) + b * 4;
+        const __m256 up = _mm256_set1_ps(0x1p126f);
+        for (int t = 0; t < len; t += 64) {
+            __m256 o[8];
+            fp4_decode(_mm256_loadu_si256((const __m256i *)(w + t / 2)), o);
+            /* two multiplies: w * 2^126 is the exact e2m1 value, then times the e8m0 scale
+             * (exact unless the product leaves the normal range, as it would in the reference) */
+            __m256 sc = fp4_scale2(e8m0(sr[t / 32]), e8m0(sr[t / 32 + 1]));
+            for (int p = 0; p < 8; p++)
+                _mm256_store_ps(out + t + 8 * p, _mm256_mul_ps(_mm256_mul_ps(o[p], up), sc));
+        }
+        break;
+    }
+    case MK_W_BF16: {
+        const uint16_t *w = (const uint16_t *)J->W->w + (size_t)j * k + b * 128;
+        const __m256i hm = _mm256_set1_epi32((int)0xffff0000u);
+        for (int t = 0; t < len; t += 16) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + t));
+            _mm256_store_ps(out + t, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+            _mm256_store_ps(out + t + 8, _mm256_castsi256_ps(_mm256_and_si256(v, hm)));
+        }
+        break;
+    }
+    case MK_W_F32: break; /* read in place */
+    }
+}
+
+MK_AVX2 static void prefill_rows(const job_t *J, int j0, int j1) {
+    const int k = J->k, nb = J->nb, m = J->m, kv = J->kv;
+    const int nblk = (kv + 127) / 128;
+    const mk_wkind kind = J->W->kind;
+    _Alignas(32) float wb[4][128];
+    _Alignas(32) float tot[MTILE][4][8];
+    for (int jg = j0; jg < j1; jg += 4) {
+        int nr = j1 - jg < 4 ? j1 - jg : 4;
+        for (int r0 = 0; r0 < m; r0 += MTILE) {
+            int mt = m - r0 < MTILE ? m - r0 : MTILE;
+            memset(tot, 0, sizeof(float) * 32 * (size_t)mt);
+            for (int b = 0; b < nblk; b++) {
+                int len = kv - b * 128 < 128 ? kv - b * 128 : 128;
+                const float *wp[4];
+                for (int i = 0; i < 4; i++) {
+                    int j = jg + (i < nr ? i : nr - 1); /* pad with a repeat of the last row */
+                    if (kind == MK_W_F32) {
+                        wp[i] = (const float *)J->W->w + (size_t)j * k + b * 128;
+                    } else {
+                        if (i < nr) decode_block(J, j, b, len, wb[i]);
+                        wp[i] = i < nr ? wb[i] : wb[nr - 1];
+                    }
+                }
+                float wsc[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* FP8 weight block scale per row */
+                if (kind == MK_W_FP8 || kind == MK_W_FP8_DQ)
+                    for (int i = 0; i < 4; i++) {
+                        int j = jg + (i < nr ? i : nr - 1);
+                        wsc[i] = e8m0(J->W->scale[(size_t)(j / 128) * nb + b]);
+                    }
+                int quant = kind == MK_W_FP8 || kind == MK_W_FP4;
+                int r = 0;
+                for (; r + 2 <= mt; r += 2) {
+                    const float *x0 = J->xp + (size_t)(r0 + r) * k + b * 128, *x1 = x0 + k;
+                    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+                           c21 = c00, c30 = c00, c31 = c00;
+                    for (int t = 0; t < len; t += 8) {
+                        __m256 xa = _mm256_loadu_ps(x0 + t), xb = _mm256_loadu_ps(x1 + t);
+                        __m256 w0 = _mm256_loadu_ps(wp[0] + t), w1 = _mm256_loadu_ps(wp[1] + t);
+                        __m256 w2 = _mm256_loadu_ps(wp[2] + t), w3 = _mm256_loadu_ps(wp[3] + t);
+                        c00 = _mm256_fmadd_ps(w0, xa, c00);
+                        c01 = _mm256_fmadd_ps(w0, xb, c01);
+                        c10 = _mm256_fmadd_ps(w1, xa, c10);
+                        c11 = _mm256_fmadd_ps(w1, xb, c11);
+                        c20 = _mm256_fmadd_ps(w2, xa, c20);
+                        c21 = _mm256_fmadd_ps(w2, xb, c21);
+                        c30 = _mm256_fmadd_ps(w3, xa, c30);
+                        c31 = _mm256_fmadd_ps(w3, xb, c31);
+                    }
+                    __m256 c[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+                    for (int h = 0; h < 2; h++) {
+                        float s = quant ? J->sa[(size_t)(r0 + r + h) * nb + b] : 1.0f;
+                        for (int i = 0; i < 4; i++) {
+                            float *tp = tot[r + h][i];
+                            _mm256_store_ps(tp, _mm256_fmadd_ps(c[i][h], _mm256_set1_ps(s * wsc[i]),
+                                                                _mm256_load_ps(tp)));
+                        }
+                    }
+                }
+                if (r < mt) {
+                    const float *x0 = J->xp + (size_t)(r0 + r) * k + b * 128;
+                    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+                    for (int t = 0; t < len; t += 8) {
+                        __m256 xa = _mm256_loadu_ps(x0 + t);
+                        c0 = _mm256_fmadd_ps(_mm256_loadu_ps(wp[0] + t), xa, c0);
+                        c1 = _mm256_fmadd_ps(_mm256_loadu_ps(wp[1] + t), xa, c1);
+                        c2 = _mm256_fmadd_ps(_mm256_loadu_ps(wp[2] + t), xa, c2);
+                        c3 = _mm256_fmadd_ps(_mm256_loadu_ps(wp[3] + t), xa, c3);
+                    }
+                    __m256 c[4] = {c0, c1, c2, c3};
+                    float s = quant ? J->sa[(size_t)(r0 + r) * nb + b] : 1.0f;
+                    for (int i = 0; i < 4; i++) {
+                        float *tp = tot[r][i];
+                        _mm256_store_ps(tp, _mm256_fmadd_ps(c[i], _mm256_set1_ps(s * wsc[i]),
+                                                            _mm256_load_ps(tp)));
+                    }
+                }
+            }
+            for (int r = 0; r < mt; r++)
+                for (int i = 0; i < nr; i++) {
+                    float v = hsum8(_mm256_load_ps(tot[r][i]));
+                    if (kv < k) v += tail_dot(J, jg + i, r0 + r);
+                    store_y(J, r0 + r, jg + i, v);
+                }
+        }
+    }
+}
+
+#endif /* MK_HAVE_X86 */
+
+/* ---- driver ------------------------------------------------------------------------------ */
+
+/* Prepare activation row r: quantize (FP8/FP4) and lay out [0, kv) for the SIMD kernels. */
+static void prep_row(void *ctx, int r, int tid) {
+    (void)tid;
+    const job_t *J = ctx;
+    const int k = J->k, kv = J->kv;
+    const float *xr = J->x + (size_t)r * k;
+    float *dst = J->xp + (size_t)r * k;
+    mk_wkind kind = J->W->kind;
+    if (kind == MK_W_FP8 || kind == MK_W_FP4) {
+        float q[128];
+        for (int b = 0; b < J->nb; b++) {
+            int w = k - b * 128 < 128 ? k - b * 128 : 128;
+            float s;
+#if MK_HAVE_X86
+            if (J->simd) s = quant_block_avx2(xr + b * 128, w, q);
+            else
+#endif
+                s = quant_block_scalar(xr + b * 128, w, q);
+            J->sa[(size_t)r * J->nb + b] = s;
+            /* the part of this block inside [0, kv) is a whole number of SIMD chunks */
+            int in = kv - b * 128;
+            in = in < 0 ? 0 : in > w ? w : in;
+            if (in) permute_chunks(q, dst + b * 128, in, J->E, J->pre);
+            memcpy(dst + b * 128 + in, q + in, sizeof(float) * (size_t)(w - in));
+        }
+    } else if (kind == MK_W_BF16 || kind == MK_W_FP8_DQ) { /* raw activations, permuted */
+        permute_chunks(xr, dst, kv, J->E, 1.0f);
+        memcpy(dst + kv, xr + kv, sizeof(float) * (size_t)(k - kv));
+    }
+}
+
+static void linear_task(void *ctx, int t, int tid) {
+    (void)tid;
+    const job_t *J = ctx;
+    int j0 = t * ROWS_PER_TASK, j1 = j0 + ROWS_PER_TASK < J->n ? j0 + ROWS_PER_TASK : J->n;
+#if MK_HAVE_X86
+    if (J->simd) {
+        if (J->m > 1) { prefill_rows(J, j0, j1); return; }
+        switch (J->W->kind) {
+        case MK_W_FP8: gemv_fp8(J, j0, j1); return;
+        case MK_W_FP8_DQ: gemv_fp8_dq(J, j0, j1); return;
+        case MK_W_FP4: gemv_fp4(J, j0, j1); return;
+        case MK_W_BF16: gemv_bf16(J, j0, j1); return;
+        case MK_W_F32: gemv_f32(J, j0, j1); return;
+        }
+    }
+#endif
+    scalar_rows(J, j0, j1);
+}
+
+static int have_simd(void) {
+#if MK_HAVE_X86
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    /* the FP8 / FP4 decodes pass e4m3 / e2m1 subnormals as f32 subnormals: not with DAZ */
+    if (_mm_getcsr() & 0x0040) return 0;
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 void mk_linear(mk_pool *pool, const mk_wmat *W, const float *x, int m, float *y, int round_bf16,
                float *scratch) {
-    (void)pool;
-    mk_linear_ref(W, x, m, y, round_bf16, scratch);
+    job_t J;
+    memset(&J, 0, sizeof J);
+    J.W = W;
+    J.x = x;
+    J.y = y;
+    J.m = m;
+    J.n = W->n;
+    J.k = W->k;
+    J.nb = (W->k + 127) / 128;
+    J.round = round_bf16;
+    J.simd = have_simd();
+    J.pre = 1.0f;
+    if (m <= 0 || J.n <= 0) return;
+    switch (W->kind) {
+    case MK_W_FP8:
+    case MK_W_FP8_DQ: J.E = 4; J.kv = J.k / 128 * 128; break;
+    case MK_W_FP4: J.E = 8; J.kv = J.k / 64 * 64; break;
+    case MK_W_BF16: J.E = 2; J.kv = J.k / 16 * 16; break;
+    case MK_W_F32: J.E = 1; J.kv = J.k / 8 * 8; break;
+    }
+    if (!J.simd) J.kv = 0;
+    if (m == 1 && (W->kind == MK_W_FP8 || W->kind == MK_W_FP4)) J.pre = 0x1p118f;
+    if (W->kind == MK_W_F32) {
+        J.xp = (float *)x; /* used in place, never written */
+    } else {
+        J.xp = scratch;
+        J.sa = scratch + (size_t)m * J.k;
+        if ((W->kind == MK_W_BF16 || W->kind == MK_W_FP8_DQ) && !J.simd) J.xp = (float *)x;
+        else mk_pool_run(pool, m, prep_row, &J);
+    }
+    int ntask = (J.n + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    mk_pool_run(pool, ntask, linear_task, &J);
 }
