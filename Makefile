@@ -57,7 +57,7 @@ bench: $(BUILD)/minke $(BENCH_BIN)
 	bash bench/run_cpu.sh $(BUILD)
 
 asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	        LDLIBS="-ljansson -lpthread -lm -fsanitize=address,undefined" test
 
 FUZZ_TIME ?= 60

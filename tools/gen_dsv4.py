@@ -32,9 +32,10 @@ Value distributions (variance notation N(mean, var), matching the golden checkpo
     `--expert-init fast` (default for big checkpoints, see `auto`): Gaussian sampling and
     quantization of billions of expert weights is too slow for a quick benchmark, so the packed
     bytes are drawn i.i.d. from the code distribution that the exact path produces (each nibble
-    from 8 random bits through a 256-entry inverse-CDF table; the code distribution is measured
-    once by quantizing simulated Gaussian blocks whose std is spread over an octave), and each
-    per-32 scale is 2^a or 2^(a+1), mixed so that the dequantized variance is exactly 1/in.
+    from 8 random bits: 7 through a 128-entry inverse-CDF table of the magnitude, 1 for the sign;
+    one 65536-entry table lookup per byte; the magnitude distribution is measured once by
+    quantizing simulated Gaussian blocks whose std is spread over an octave), and each per-32
+    scale is 2^a or 2^(a+1), mixed so that the dequantized variance is exactly 1/in.
     For `--dtype bf16` experts the fast path looks values up in a table of 65536 N(0, 1/in)
     samples instead of drawing fresh Gaussians.
   * embed N(0, 1) BF16; head N(0, 1.5^2/dim) BF16; RMSNorm weights 1 + N(0, 0.01) BF16;
@@ -289,19 +290,18 @@ def fp4_fast_tables():
     z = rng.standard_normal((nblk, 32), dtype=np.float32)
     z *= np.exp2(rng.random((nblk, 1), dtype=np.float32))  # std spread over one octave
     packed, _ = fp4_block_quant(z)
-    codes = np.concatenate([packed & 15, packed >> 4]).ravel()
-    p = np.bincount(codes, minlength=16).astype(np.float64)
-    p[0] += p[8]  # -0 and +0: keep a single zero code
-    p[8] = 0
+    mags = np.concatenate([packed & 7, (packed >> 4) & 7]).ravel()
+    p = np.bincount(mags, minlength=8).astype(np.float64)
     p /= p.sum()
-    # 256-bucket inverse CDF (largest remainder rounding)
-    cnt = np.floor(p * 256).astype(np.int64)
-    rem = p * 256 - cnt
-    for i in np.argsort(-rem)[: 256 - cnt.sum()]:
+    # 128-bucket inverse CDF of the magnitude (largest remainder rounding); the 8th bit is the sign
+    cnt = np.floor(p * 128).astype(np.int64)
+    rem = p * 128 - cnt
+    for i in np.argsort(-rem, kind="stable")[: 128 - cnt.sum()]:
         cnt[i] += 1
-    nib = np.repeat(np.arange(16, dtype=np.uint8), cnt)
-    assert nib.size == 256
-    e2 = float((cnt * FP4_VALUES.astype(np.float64) ** 2).sum() / 256)
+    mag = np.repeat(np.arange(8, dtype=np.uint8), cnt)
+    assert mag.size == 128
+    nib = np.concatenate([mag, mag | 8])  # 256 entries: low 7 bits magnitude, bit 7 sign
+    e2 = float((cnt * FP4_VALUES[:8].astype(np.float64) ** 2).sum() / 128)
     idx = np.arange(65536, dtype=np.uint32)
     table = (nib[idx & 255] | (nib[idx >> 8] << 4)).astype(np.uint8)
     _FAST_CACHE["fp4"] = (table, e2)

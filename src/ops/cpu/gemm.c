@@ -367,8 +367,8 @@ MK_AVX2 static void gemv_fp4(const job_t *J, int j0, int j1) {
             for (int h = 0; h < 2; h++) {
                 const float *xb = x + 64 * (c + h);
                 fp4_decode(_mm256_loadu_si256((const __m256i *)(wr + 32 * (c + h))), o);
-                __m256 pa = _mm256_mul_ps(o[0], _mm256_loadu_ps(xb));
-                __m256 pb = _mm256_mul_ps(o[1], _mm256_loadu_ps(xb + 8));
+                __m256 pa = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(xb), _mm256_setzero_ps());
+                __m256 pb = _mm256_fmadd_ps(o[1], _mm256_loadu_ps(xb + 8), _mm256_setzero_ps());
                 pa = _mm256_fmadd_ps(o[2], _mm256_loadu_ps(xb + 16), pa);
                 pb = _mm256_fmadd_ps(o[3], _mm256_loadu_ps(xb + 24), pb);
                 pa = _mm256_fmadd_ps(o[4], _mm256_loadu_ps(xb + 32), pa);
