@@ -23,7 +23,8 @@ all: $(BUILD)/minke
 
 help:
 	@echo "make            build ./build/minke (the CLI) and build/libminke.a"
-	@echo "make test       build and run every test (unit, golden DeepSeek-V4 cases, corruption)"
+	@echo "make test       build and run every test (unit, golden DeepSeek-V4 cases, corruption, CLI,"
+	@echo "                checkpoint generator, and a $(FUZZ_SMOKE_TIME) s fuzz smoke run)"
 	@echo "make bench      CPU decode benchmark on a generated V4-shaped checkpoint vs memcpy bandwidth"
 	@echo "make asan       build and run the tests with AddressSanitizer + UBSan (build-asan/)"
 	@echo "make fuzz       build and run the libFuzzer targets for 60 s each (clang)"
@@ -51,6 +52,8 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libminke.a
 test: $(BUILD)/minke $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t --jobs 2 $(TEST_ARGS); done
 	@bash tests/cli/test_cli.sh $(BUILD)/minke
+	@bash tests/tools/test_gen_dsv4.sh
+	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(FUZZ_SMOKE_TIME)
 	@echo "all tests passed"
 
 bench: $(BUILD)/minke $(BENCH_BIN)
@@ -61,6 +64,7 @@ asan:
 	        LDLIBS="-ljansson -lpthread -lm -fsanitize=address,undefined" test
 
 FUZZ_TIME ?= 60
+FUZZ_SMOKE_TIME ?= 15
 fuzz:
 	@mkdir -p build-fuzz
 	@set -e; for f in $(FUZZ_SRC); do \
