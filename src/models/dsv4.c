@@ -51,6 +51,7 @@ typedef struct {
     float *gmargin;                          /* [T] */
     float *y;                                /* [T, dim] fp32 MoE accumulator */
     float *xb, *g, *u, *eo;                  /* expert batch buffers */
+    float *ewt;                              /* [T] routing weights of an expert's batch */
     int32_t *btok;                           /* [T] */
     float *lin;                              /* mk_linear scratch */
 } scratch;
@@ -105,6 +106,7 @@ static size_t scratch_layout(const dsv4_config *c, int T, int max_len, float *ba
     CARVE(u, float *, Tz * c->moe_inter);
     CARVE(eo, float *, Tz * c->dim);
     CARVE(btok, int32_t *, Tz);
+    CARVE(ewt, float *, Tz);
     CARVE(lin, float *, mk_linear_scratch(T, maxk));
 #undef CARVE
     return off;
@@ -467,24 +469,20 @@ static int moe(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, const flo
     /* routed experts in ascending order, each on the batch of tokens routed to it */
     for (int e = 0; e < E; e++) {
         int nb = 0;
-        float wt[4096];
         for (int t = 0; t < T; t++)
             for (int k = 0; k < K; k++)
                 if (sp->gidx[(size_t)t * K + k] == e) {
                     sp->btok[nb] = t;
-                    wt[nb] = sp->gw[(size_t)t * K + k];
+                    sp->ewt[nb] = sp->gw[(size_t)t * K + k];
                     memcpy(sp->xb + (size_t)nb * d, x + (size_t)t * d, sizeof(float) * d);
                     nb++;
                     break;
                 }
         if (!nb) continue;
-        for (int b0 = 0; b0 < nb; b0 += 4096) { /* wt is a 4096-entry stack buffer */
-            int n = nb - b0 < 4096 ? nb - b0 : 4096;
-            expert(s, sp, &L->experts[e], sp->xb + (size_t)b0 * d, n, wt + b0, sp->eo);
-            for (int b = 0; b < n; b++) {
-                float *yt = sp->y + (size_t)sp->btok[b0 + b] * d;
-                for (int i = 0; i < d; i++) yt[i] += sp->eo[(size_t)b * d + i];
-            }
+        expert(s, sp, &L->experts[e], sp->xb, nb, sp->ewt, sp->eo);
+        for (int b = 0; b < nb; b++) {
+            float *yt = sp->y + (size_t)sp->btok[b] * d;
+            for (int i = 0; i < d; i++) yt[i] += sp->eo[(size_t)b * d + i];
         }
     }
     expert(s, sp, &L->shared, x, T, NULL, sp->eo);
