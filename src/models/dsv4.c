@@ -308,9 +308,7 @@ static int indexer(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_
             float acc = 0.0f;
             for (int h = 0; h < IH; h++) {
                 const float *qh = iq + ((size_t)t * IH + h) * ID;
-                float d = 0.0f;
-                for (int i = 0; i < ID; i++) d += qh[i] * K[i];
-                d = mk_bf16r(d);
+                float d = mk_bf16r(mk_vdot(qh, K, ID));
                 if (d < 0) d = 0;
                 acc += mk_bf16r(d * iw[(size_t)t * IH + h]);
             }
@@ -380,7 +378,7 @@ static int attention(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv
             for (int j = 0; j < vis && j < st->n_ckv; j++) rows[n++] = st->ckv + (size_t)j * D;
         }
         float *ot = sp->o + (size_t)t * HD;
-        mk_sparse_attn(sp->q + (size_t)t * HD, H, D, rows, n, L->attn_sink, scale, ot);
+        mk_sparse_attn(m->pool, sp->q + (size_t)t * HD, H, D, rows, n, L->attn_sink, scale, ot);
         for (int h = 0; h < H; h++) mk_rope(ot + (size_t)h * D + nope, rd, L->rope, p, 1);
     }
     DUMP3(sp->o, T, H, D, "L%d.attn.o", layer);

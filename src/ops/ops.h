@@ -91,13 +91,19 @@ void mk_hc_post(const float *x, const float *res, const float *post, const float
 void mk_hc_head(const float *h, int s, int hc, int d, const float *fn, const float *scale,
                 const float *base, float hc_eps, float norm_eps, float *y);
 
+/* ---- vector primitives (src/ops/cpu/vec.c; AVX2 when present) --------------------------- */
+
+float mk_vdot(const float *a, const float *b, int n);
+void mk_vaxpy(float *y, float a, const float *x, int n); /* y += a * x */
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 /* One query token over gathered KV rows (K = V), all heads:
  *   s_j = (q_h . kv_j) * scale;  o_h = sum_j bf16(exp(s_j - M)) kv_j / (sum_j exp(s_j - M) +
  *   exp(sink_h - M)); output bf16.
- * q [H, D], rows: n pointers to D-float KV rows, sink [H], o [H, D]. n may be 0. */
-void mk_sparse_attn(const float *q, int H, int D, const float *const *rows, int n,
+ * q [H, D], rows: n pointers to D-float KV rows, sink [H], o [H, D]. n may be 0.
+ * Heads are spread over the pool (may be NULL). */
+void mk_sparse_attn(mk_pool *pool, const float *q, int H, int D, const float *const *rows, int n,
                     const float *sink, float scale, float *o);
 
 #endif

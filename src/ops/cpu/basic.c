@@ -89,46 +89,55 @@ void mk_hadamard(float *x, int n, float scale) {
     for (int i = 0; i < n; i++) x[i] = mk_bf16r(x[i] * scale);
 }
 
-void mk_sparse_attn(const float *q, int H, int D, const float *const *rows, int n,
-                    const float *sink, float scale, float *o) {
-    /* scores for one head at a time; n is at most window + top-k (a few hundred to a few
-     * thousand), so a stack buffer would be risky: callers bound n, and we use a VLA-free
-     * chunked loop with an online softmax over blocks of 256 rows. */
+typedef struct {
+    const float *q;
+    int D;
+    const float *const *rows;
+    int n;
+    const float *sink;
+    float scale;
+    float *o;
+} attn_job;
+
+/* One head: online softmax over blocks of rows, probabilities rounded to bf16 before PV (the
+ * reference's acc_s_cast), the sink only in the denominator. */
+static void attn_head(void *ctx, int h, int tid) {
+    (void)tid;
+    const attn_job *J = ctx;
     enum { BLK = 256 };
     float sc[BLK];
-    for (int h = 0; h < H; h++) {
-        const float *qh = q + (size_t)h * D;
-        float *oh = o + (size_t)h * D;
-        float m = -INFINITY, den = 0.0f;
-        for (int d = 0; d < D; d++) oh[d] = 0.0f;
-        for (int b0 = 0; b0 < n; b0 += BLK) {
-            int nb = n - b0 < BLK ? n - b0 : BLK;
-            float bm = -INFINITY;
-            for (int j = 0; j < nb; j++) {
-                const float *kv = rows[b0 + j];
-                float acc = 0.0f;
-                for (int d = 0; d < D; d++) acc += qh[d] * kv[d];
-                sc[j] = acc * scale;
-                if (sc[j] > bm) bm = sc[j];
-            }
-            float nm = bm > m ? bm : m;
-            float corr = m == -INFINITY ? 0.0f : expf(m - nm);
+    int D = J->D, n = J->n;
+    const float *qh = J->q + (size_t)h * D;
+    float *oh = J->o + (size_t)h * D;
+    float m = -INFINITY, den = 0.0f;
+    for (int d = 0; d < D; d++) oh[d] = 0.0f;
+    if (n == 0) return;
+    for (int b0 = 0; b0 < n; b0 += BLK) {
+        int nb = n - b0 < BLK ? n - b0 : BLK;
+        float bm = -INFINITY;
+        for (int j = 0; j < nb; j++) {
+            sc[j] = mk_vdot(qh, J->rows[b0 + j], D) * J->scale;
+            if (sc[j] > bm) bm = sc[j];
+        }
+        float nm = bm > m ? bm : m;
+        if (m != -INFINITY && nm != m) {
+            float corr = expf(m - nm);
             den *= corr;
             for (int d = 0; d < D; d++) oh[d] *= corr;
-            for (int j = 0; j < nb; j++) {
-                float p = expf(sc[j] - nm);
-                den += p;
-                float pb = mk_bf16r(p);
-                const float *kv = rows[b0 + j];
-                for (int d = 0; d < D; d++) oh[d] += pb * kv[d];
-            }
-            m = nm;
         }
-        if (n == 0) {
-            for (int d = 0; d < D; d++) oh[d] = 0.0f;
-            continue;
+        for (int j = 0; j < nb; j++) {
+            float p = expf(sc[j] - nm);
+            den += p;
+            mk_vaxpy(oh, mk_bf16r(p), J->rows[b0 + j], D);
         }
-        den += expf(sink[h] - m);
-        for (int d = 0; d < D; d++) oh[d] = mk_bf16r(oh[d] / den);
+        m = nm;
     }
+    den += expf(J->sink[h] - m);
+    for (int d = 0; d < D; d++) oh[d] = mk_bf16r(oh[d] / den);
+}
+
+void mk_sparse_attn(mk_pool *pool, const float *q, int H, int D, const float *const *rows, int n,
+                    const float *sink, float scale, float *o) {
+    attn_job J = {q, D, rows, n, sink, scale, o};
+    mk_pool_run(pool, H, attn_head, &J);
 }
