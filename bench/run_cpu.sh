@@ -13,9 +13,23 @@ QUICK=()
 [[ "${BENCH_QUICK:-0}" == 1 ]] && QUICK=(--quick)
 
 echo "== bench_gemm"
-"$BUILD/bench/bench_gemm" "${QUICK[@]}"
+"$BUILD/bench/bench_gemm" ${QUICK[@]+"${QUICK[@]}"}
 
 # ---- full-model decode benchmark (build/bench/bench_decode) ---------------------------------
-# Added by the decode benchmark's owner: generate the V4-shaped checkpoint and run
-# "$BUILD/bench/bench_decode" here.
+# A DeepSeek-V4-Flash-shaped checkpoint with the full widths (hidden 4096, 64 heads x 512,
+# q_lora 1024, 8 x 1024 output groups, experts of 2048, vocab 129280, FP8 + FP4) and 4 layers
+# (SWA, SWA, CSA, HCA + the MTP layer), made once by tools/gen_dsv4.py into bench/out/. Only 32 of
+# the 256 routed experts are generated to keep it at 5 GB on disk: a decode step reads the 6 it
+# routes to either way, so the bytes read per token are those of the full-width model.
+CKPT="${BENCH_CKPT:-bench/out/v4flash-l4-e32}"
+if [[ ! -f "$CKPT/model.safetensors.index.json" ]]; then
+  echo "== generating $CKPT (once)"
+  python3 tools/gen_dsv4.py --out "$CKPT" --preset flash --layers 4 --experts 32
+fi
+STEPS=16
+[[ "${BENCH_QUICK:-0}" == 1 ]] && STEPS=4
+for t in 1 2; do
+  echo "== bench_decode, $t thread(s)"
+  "$BUILD/bench/bench_decode" "$CKPT" $t $STEPS
+done
 # ---- end of decode benchmark ------------------------------------------------------------------

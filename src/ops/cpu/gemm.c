@@ -2,10 +2,12 @@
  * over the thread pool by output feature (each thread streams its own contiguous slice of W).
  *
  * Decode is a stream of GEMVs (m = 1) over weights far larger than the caches, so the kernels are
- * built to keep up with memory: the weight bytes are turned into fp32 with a handful of integer
- * ops per 8 values and no table lookups or conversion instructions, and the next weights are
- * prefetched a couple of KiB ahead. Prefill (m > 1) decodes each 128-wide block of 4 weight rows
- * once into an L1 buffer and reuses it for all activation rows (a 4 x 2 register tile).
+ * built to keep up with memory: the weight bytes are turned into fp32 with a few integer ops per
+ * 8 values (vpmaddubsw + shift + mask; no table lookups or conversion instructions), and the next
+ * weights are prefetched a couple of KiB ahead. Prefill (m > 1) decodes each 128-wide block of 4
+ * weight rows once into an L1 buffer and reuses it for all activation rows (a 4 x 2 register
+ * tile). Products smaller than ~256 KiB of weights run on the calling thread (waking the pool
+ * costs more than it saves there).
  *
  * Numerics: the result is the reference's (gemm_ref.c) up to fp32 reassociation. Products of an
  * e4m3 activation and an e4m3 / e2m1 weight are exact in fp32, and all scales are powers of two,
@@ -19,7 +21,15 @@
  *     subnormal inputs not being flushed: with MXCSR.DAZ set, mk_linear takes the scalar path.)
  *   FP4 weights, m = 1. Nibble s.ee.m goes to s<<31 | ee.m<<22: the e2m1 value times 2^-126 (e = 0
  *     again lands on the matching subnormal); 2^8 is folded into the per-32 scale.
+ *   FP8_DQ (FP8 storage used as dequantized values, activations NOT quantized): the raw
+ *     activations can have any magnitude, so there the decoded weights are first multiplied back
+ *     by 2^120 (exact) and the block dot is scaled by the weight scale alone.
  *   BF16: the high half of a 32-bit lane is already an f32; the low half is shifted up.
+ *   FP4 is the one kind that is compute-bound on a small core (64 multiply-adds per 32 bytes): its
+ *     kernel works on two rows at once (more independent work per activation load), takes the
+ *     per-32 scales of a row segment in one vectorized pass, and feeds the decoded weights
+ *     straight into FMAs: on the Zen 3 machine this was written on, the same kernel with a vmulps
+ *     on the (often subnormal) decoded FP4 weights ran 2.5x slower.
  *   Lane order: one 32-byte load gives 8 lanes of 4 (FP8), 8 (FP4) or 2 (BF16) packed values; the
  *     vector of "value p of every lane" holds elements p, E+p, 2E+p, ... So the activations are
  *     stored once per call in that permuted order (within each 8E-element chunk), which turns the
@@ -27,6 +37,9 @@
  *   Elements after the last full SIMD chunk (k not a multiple of 128 for FP8, of 64 for FP4, of 16
  *     for BF16, of 8 for F32) keep natural order, are not pre-scaled, and go through the scalar
  *     code, which is also the whole computation on machines without AVX2.
+ *
+ * Inputs with inf / NaN give non-finite outputs where the reference's do, though which of inf and
+ * NaN can differ (an infinite scale times a zero partial lane is NaN).
  *
  * Activation quantization (act_quant, per 128 block) is done once per call by an exact
  * re-implementation of mk_act_quant_block without table lookups: e4m3 round-to-nearest-even is an
@@ -50,8 +63,12 @@
 #endif
 
 #define ROWS_PER_TASK 16 /* rows of W per pool task (a multiple of the 4-row prefill tile) */
-#define PREFETCH 2048    /* bytes of W prefetched ahead of the GEMV kernels */
+#ifndef PREFETCH
+#define PREFETCH 2048 /* bytes of W prefetched ahead of the GEMV kernels */
+#endif
 #define MTILE 32         /* activation rows per prefill pass over a weight block */
+#define POOL_MIN_BYTES (256.0 * 1024) /* weight bytes x m below which the pool is not used */
+#define PREP_POOL_MIN 32768           /* activations (m x k) below which they are prepared inline */
 
 /* ---- scalar helpers (exact) ------------------------------------------------------------- */
 
@@ -212,6 +229,63 @@ MK_AVX2 static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(a);
 }
 
+/* permute_chunks for E = 2, 4, 8: an 8 x E -> E x 8 transpose per chunk, in registers. */
+MK_AVX2 static void permute_chunks_avx2(const float *src, float *dst, int len, int E, float pre) {
+    const __m256 vp = _mm256_set1_ps(pre);
+    if (E == 2) {
+        for (int c = 0; c < len; c += 16) {
+            __m256 a = _mm256_loadu_ps(src + c), b = _mm256_loadu_ps(src + c + 8);
+            /* per 128-bit lane: [a0 a2 b0 b2] = elements 0,1,4,5 | 2,3,6,7 of column 0 */
+            __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+            __m256 o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+            e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+            o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+            _mm256_storeu_ps(dst + c, _mm256_mul_ps(e, vp));
+            _mm256_storeu_ps(dst + c + 8, _mm256_mul_ps(o, vp));
+        }
+    } else if (E == 4) {
+        /* rows i = 0..7 of 4 values; a_r holds rows 2r (low lane) and 2r+1 (high lane). A 4 x 4
+         * transpose per lane gives column p as rows 0,2,4,6 | 1,3,5,7, then lanes are reordered. */
+        const __m256i ord = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (int c = 0; c < len; c += 32) {
+            __m256 a0 = _mm256_loadu_ps(src + c), a1 = _mm256_loadu_ps(src + c + 8);
+            __m256 a2 = _mm256_loadu_ps(src + c + 16), a3 = _mm256_loadu_ps(src + c + 24);
+            __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+            __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+            __m256 r[4] = {_mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+                           _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2))};
+            for (int p = 0; p < 4; p++)
+                _mm256_storeu_ps(dst + c + 8 * p,
+                                 _mm256_mul_ps(_mm256_permutevar8x32_ps(r[p], ord), vp));
+        }
+    } else if (E == 8) { /* the classic 8 x 8 transpose */
+        for (int c = 0; c < len; c += 64) {
+            __m256 a[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(src + c + 8 * i);
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(a[i], a[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
+            }
+            for (int h = 0; h < 8; h += 4) {
+                u[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            for (int p = 0; p < 4; p++) {
+                _mm256_storeu_ps(dst + c + 8 * p,
+                                 _mm256_mul_ps(_mm256_permute2f128_ps(u[p], u[p + 4], 0x20), vp));
+                _mm256_storeu_ps(dst + c + 8 * (p + 4),
+                                 _mm256_mul_ps(_mm256_permute2f128_ps(u[p], u[p + 4], 0x31), vp));
+            }
+        }
+    } else {
+        permute_chunks(src, dst, len, E, pre);
+    }
+}
+
 /* quant_block_scalar, 8 lanes at a time; bit-identical. */
 MK_AVX2 static float quant_block_avx2(const float *x, int n, float *q) {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -266,38 +340,44 @@ MK_AVX2 static float quant_block_avx2(const float *x, int n, float *q) {
 #define FP8_MASK ((int)0x87f00000u) /* sign + e4m3 exponent/mantissa at f32 bits 26..20 */
 #define FP4_MASK ((int)0x81c00000u) /* sign + e2m1 exponent/mantissa at f32 bits 24..22 */
 
-/* The four 8-float vectors of one 32-byte FP8 chunk (element 4i+p in lane i of out[p]), times
- * 2^-120. */
+/* The placement of the packed codes is done with vpmaddubsw, which sign-extends each byte and
+ * multiplies it by a small power of two (so the code's sign lands on bit 15 of a 16-bit half and
+ * its e/m bits just below the f32 exponent position once the half is the top of a lane), on the
+ * integer-multiply pipes: plain shifts would all compete for the two shift pipes of the FP unit,
+ * which was the bottleneck. Products are at most 16 * 128 = 2048: no saturation. */
+
+/* The four 8-float vectors of one 32-byte FP8 chunk (element 4i+p in lane i of o_p), times
+ * 2^-120. 16 * sext(byte) puts the sign at bit 15 (and above), e/m at bits 10..4 of the half. */
 #define FP8_DECODE(v, o0, o1, o2, o3)                                                            \
     do {                                                                                         \
         const __m256i m_ = _mm256_set1_epi32(FP8_MASK);                                          \
-        o3 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32((v), 4), m_));               \
-        o2 = _mm256_castsi256_ps(                                                                \
-            _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32((v), 8), 4), m_));              \
-        o1 = _mm256_castsi256_ps(                                                                \
-            _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32((v), 16), 4), m_));             \
-        o0 = _mm256_castsi256_ps(                                                                \
-            _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32((v), 24), 4), m_));             \
+        __m256i lo_ = _mm256_maddubs_epi16(_mm256_set1_epi16(16), (v));      /* bytes 0 | 2 */   \
+        __m256i hi_ = _mm256_maddubs_epi16(_mm256_set1_epi16(16 << 8), (v)); /* bytes 1 | 3 */   \
+        o2 = _mm256_castsi256_ps(_mm256_and_si256(lo_, m_));                                     \
+        o3 = _mm256_castsi256_ps(_mm256_and_si256(hi_, m_));                                     \
+        o0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(lo_, 16), m_));             \
+        o1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(hi_, 16), m_));             \
     } while (0)
 
 /* The eight 8-float vectors of one 32-byte FP4 chunk (element 8i+p in lane i of o[p]), times
- * 2^-126. Works on 16-bit halves: a nibble is shifted to the top of its half, sign-extended by 6
- * so that its e/m bits sit at bits 8..6 of the half (bf16 layout), and the low half is then moved
- * up. */
+ * 2^-126. 4 * sext(byte) puts the high nibble's sign at bit 15 (and above) and its e/m bits at
+ * 8..6 of the half; the low nibbles are first moved up into the high nibble position. */
 MK_AVX2 static inline void fp4_decode(__m256i v, __m256 o[8]) {
     const __m256i m = _mm256_set1_epi32(FP4_MASK);
-    __m256i t3 = _mm256_srai_epi16(v, 6);
-    __m256i t2 = _mm256_srai_epi16(_mm256_slli_epi16(v, 4), 6);
-    __m256i t1 = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 6);
-    __m256i t0 = _mm256_srai_epi16(_mm256_slli_epi16(v, 12), 6);
-    o[7] = _mm256_castsi256_ps(_mm256_and_si256(t3, m));
-    o[6] = _mm256_castsi256_ps(_mm256_and_si256(t2, m));
-    o[5] = _mm256_castsi256_ps(_mm256_and_si256(t1, m));
-    o[4] = _mm256_castsi256_ps(_mm256_and_si256(t0, m));
-    o[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t3, 16), m));
-    o[2] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t2, 16), m));
-    o[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t1, 16), m));
-    o[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t0, 16), m));
+    const __m256i c02 = _mm256_set1_epi16(4), c13 = _mm256_set1_epi16(4 << 8);
+    __m256i v4 = _mm256_slli_epi16(v, 4);
+    __m256i a = _mm256_maddubs_epi16(c02, v);  /* high nibbles of bytes 0 | 2: elements 1 | 5 */
+    __m256i b = _mm256_maddubs_epi16(c13, v);  /* bytes 1 | 3: elements 3 | 7 */
+    __m256i c = _mm256_maddubs_epi16(c02, v4); /* low nibbles of bytes 0 | 2: elements 0 | 4 */
+    __m256i d = _mm256_maddubs_epi16(c13, v4); /* low nibbles of bytes 1 | 3: elements 2 | 6 */
+    o[5] = _mm256_castsi256_ps(_mm256_and_si256(a, m));
+    o[7] = _mm256_castsi256_ps(_mm256_and_si256(b, m));
+    o[4] = _mm256_castsi256_ps(_mm256_and_si256(c, m));
+    o[6] = _mm256_castsi256_ps(_mm256_and_si256(d, m));
+    o[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(a, 16), m));
+    o[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(b, 16), m));
+    o[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(c, 16), m));
+    o[2] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d, 16), m));
 }
 
 /* Per-lane scale of a 64-element FP4 chunk: lanes 0-3 hold group 2c, lanes 4-7 group 2c+1. */
@@ -352,50 +432,106 @@ MK_AVX2 static inline __attribute__((always_inline)) void gemv_fp8_impl(const jo
 MK_AVX2 static void gemv_fp8(const job_t *J, int j0, int j1) { gemv_fp8_impl(J, j0, j1, 0); }
 MK_AVX2 static void gemv_fp8_dq(const job_t *J, int j0, int j1) { gemv_fp8_impl(J, j0, j1, 1); }
 
-MK_AVX2 static void gemv_fp4(const job_t *J, int j0, int j1) {
-    const int k = J->k, nc = J->kv / 64;
-    const float *x = J->xp, *sa = J->sa;
-    for (int j = j0; j < j1; j++) {
-        const uint8_t *wr = (const uint8_t *)J->W->w + (size_t)j * (k / 2);
-        const uint8_t *sr = J->W->scale + (size_t)j * (k / 32);
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-        int c = 0;
-        for (; c + 2 <= nc; c += 2) { /* one 128 block: one activation scale */
-            _mm_prefetch((const char *)wr + 32 * c + PREFETCH, _MM_HINT_T0);
-            float s = sa[c / 2] * 256.0f; /* 256 = 2^126 / 2^118 */
-            __m256 o[8], p[2];
-            for (int h = 0; h < 2; h++) {
-                const float *xb = x + 64 * (c + h);
-                fp4_decode(_mm256_loadu_si256((const __m256i *)(wr + 32 * (c + h))), o);
-                __m256 pa = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(xb), _mm256_setzero_ps());
-                __m256 pb = _mm256_fmadd_ps(o[1], _mm256_loadu_ps(xb + 8), _mm256_setzero_ps());
-                pa = _mm256_fmadd_ps(o[2], _mm256_loadu_ps(xb + 16), pa);
-                pb = _mm256_fmadd_ps(o[3], _mm256_loadu_ps(xb + 24), pb);
-                pa = _mm256_fmadd_ps(o[4], _mm256_loadu_ps(xb + 32), pa);
-                pb = _mm256_fmadd_ps(o[5], _mm256_loadu_ps(xb + 40), pb);
-                pa = _mm256_fmadd_ps(o[6], _mm256_loadu_ps(xb + 48), pa);
-                pb = _mm256_fmadd_ps(o[7], _mm256_loadu_ps(xb + 56), pb);
-                p[h] = _mm256_add_ps(pa, pb);
-            }
-            acc0 = _mm256_fmadd_ps(p[0], fp4_scale2(s * e8m0(sr[2 * c]), s * e8m0(sr[2 * c + 1])),
-                                   acc0);
-            acc1 = _mm256_fmadd_ps(
-                p[1], fp4_scale2(s * e8m0(sr[2 * c + 2]), s * e8m0(sr[2 * c + 3])), acc1);
+/* sf[i] = sa[block of group g0+i] * 256 * e8m0(sr[i]) for i < gn (g0 a multiple of 8): the
+ * per-32 scales of one FP4 row segment, 8 at a time (256 = 2^126 / 2^118). */
+#define FP4_SEG 256
+MK_AVX2 static void fp4_row_scales(const uint8_t *sr, const float *sa, int g0, int gn, float *sf) {
+    const __m256i idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256 k256 = _mm256_set1_ps(256.0f);
+    int i = 0;
+    for (; i + 8 <= gn; i += 8) {
+        uint64_t u;
+        memcpy(&u, sr + i, 8);
+        const uint64_t lo = 0x0101010101010101ull, hi = 0x8080808080808080ull;
+        /* e8m0 0 (2^-127, subnormal) and 255 (NaN) are not e << 23: take the scalar path */
+        if (((u - lo) & ~u & hi) | ((~u - lo) & u & hi)) {
+            for (int t = i; t < i + 8; t++) sf[t] = sa[(g0 + t) / 4] * 256.0f * e8m0(sr[t]);
+            continue;
         }
-        if (c < nc) { /* k % 128 == 64 or 96: a last 64 chunk in a partial block */
-            const float *xb = x + 64 * c;
-            float s = sa[c / 2] * 256.0f;
-            __m256 o[8];
-            fp4_decode(_mm256_loadu_si256((const __m256i *)(wr + 32 * c)), o);
-            __m256 pa = _mm256_setzero_ps();
-            for (int p = 0; p < 8; p++) pa = _mm256_fmadd_ps(o[p], _mm256_loadu_ps(xb + 8 * p), pa);
-            acc0 = _mm256_fmadd_ps(pa, fp4_scale2(s * e8m0(sr[2 * c]), s * e8m0(sr[2 * c + 1])),
-                                   acc0);
-        }
-        float v = hsum8(_mm256_add_ps(acc0, acc1));
-        if (J->kv < k) v += tail_dot(J, j, 0);
-        store_y(J, 0, j, v);
+        __m256 sb = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sr + i))), 23));
+        __m256 a = _mm256_permutevar8x32_ps(
+            _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sa + (g0 + i) / 4)))),
+            idx);
+        _mm256_store_ps(sf + i, _mm256_mul_ps(_mm256_mul_ps(a, k256), sb));
     }
+    for (; i < gn; i++) sf[i] = sa[(g0 + i) / 4] * 256.0f * e8m0(sr[i]);
+}
+
+/* NR (1 or 2) rows of FP4 at once. Two rows share every activation load: with 64 multiply-adds
+ * per 32 weight bytes, the 8 activation loads per chunk are as much of the cost as the FMAs. */
+MK_AVX2 static inline __attribute__((always_inline)) void gemv_fp4_rows(const job_t *J, int j,
+                                                                        const int NR) {
+    const int k = J->k, gv = J->kv / 32; /* groups of 32 in the SIMD part (even) */
+    const float *x = J->xp;
+    const __m256i idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i m = _mm256_set1_epi32(FP4_MASK);
+    const __m256i c02 = _mm256_set1_epi16(4), c13 = _mm256_set1_epi16(4 << 8);
+    _Alignas(32) float sf[2][FP4_SEG];
+    const uint8_t *wr[2], *sr[2];
+    __m256 acc0[2], acc1[2]; /* per row: even / odd chunks */
+    const size_t pf = NR * (size_t)(k / 2) > PREFETCH ? NR * (size_t)(k / 2) : PREFETCH;
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        wr[r] = (const uint8_t *)J->W->w + (size_t)(j + r) * (k / 2);
+        sr[r] = J->W->scale + (size_t)(j + r) * (k / 32);
+        acc0[r] = acc1[r] = _mm256_setzero_ps();
+    }
+    for (int g0 = 0; g0 < gv; g0 += FP4_SEG) {
+        int gn = gv - g0 < FP4_SEG ? gv - g0 : FP4_SEG;
+        for (int r = 0; r < NR; r++) fp4_row_scales(sr[r] + g0, J->sa, g0, gn, sf[r]);
+        /* one 64-element chunk = 32 bytes = groups 2c, 2c+1 (lanes 0-3, 4-7) */
+        for (int c = 0; c < gn / 2; c++) {
+            const int cc = g0 / 2 + c;
+            const float *xb = x + 64 * cc;
+            __m256i v[2], v4[2];
+            __m256 p[2][2];
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) {
+                /* rows are adjacent, so with a pair in flight the useful look-ahead is the next
+                 * pair at the same offset (or PREFETCH bytes, whichever is further) */
+                if (!(c & 1)) _mm_prefetch((const char *)wr[r] + 32 * cc + pf, _MM_HINT_T0);
+                v[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + 32 * cc));
+                v4[r] = _mm256_slli_epi16(v[r], 4);
+            }
+            /* step t: elements t (low halves, moved up) and t + 4 (high halves) of every lane,
+             * see fp4_decode; two independent chains per row */
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                __m256 xl = _mm256_loadu_ps(xb + 8 * t), xh = _mm256_loadu_ps(xb + 8 * t + 32);
+#pragma GCC unroll 2
+                for (int r = 0; r < NR; r++) {
+                    __m256i q = _mm256_maddubs_epi16(t & 2 ? c13 : c02, t & 1 ? v[r] : v4[r]);
+                    __m256 wl = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(q, 16), m));
+                    __m256 wh = _mm256_castsi256_ps(_mm256_and_si256(q, m));
+                    /* (an FMA onto zero, not vmulps: see the FP4 note at the top) */
+                    p[r][t & 1] = _mm256_fmadd_ps(
+                        wh, xh, _mm256_fmadd_ps(wl, xl, t < 2 ? _mm256_setzero_ps() : p[r][t & 1]));
+                }
+            }
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) {
+                __m256 sum = _mm256_add_ps(p[r][0], p[r][1]);
+                __m256 cv = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(
+                        _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sf[r] + 2 * c)))),
+                    idx);
+                if (c & 1) acc1[r] = _mm256_fmadd_ps(sum, cv, acc1[r]);
+                else acc0[r] = _mm256_fmadd_ps(sum, cv, acc0[r]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        float v = hsum8(_mm256_add_ps(acc0[r], acc1[r]));
+        if (J->kv < k) v += tail_dot(J, j + r, 0);
+        store_y(J, 0, j + r, v);
+    }
+}
+
+MK_AVX2 static void gemv_fp4(const job_t *J, int j0, int j1) {
+    int j = j0;
+    for (; j + 2 <= j1; j += 2) gemv_fp4_rows(J, j, 2);
+    if (j < j1) gemv_fp4_rows(J, j, 1);
 }
 
 MK_AVX2 static void gemv_bf16(const job_t *J, int j0, int j1) {
@@ -632,11 +768,21 @@ static void prep_row(void *ctx, int r, int tid) {
             /* the part of this block inside [0, kv) is a whole number of SIMD chunks */
             int in = kv - b * 128;
             in = in < 0 ? 0 : in > w ? w : in;
-            if (in) permute_chunks(q, dst + b * 128, in, J->E, J->pre);
+            if (in) {
+#if MK_HAVE_X86
+                if (J->simd) permute_chunks_avx2(q, dst + b * 128, in, J->E, J->pre);
+                else
+#endif
+                    permute_chunks(q, dst + b * 128, in, J->E, J->pre);
+            }
             memcpy(dst + b * 128 + in, q + in, sizeof(float) * (size_t)(w - in));
         }
     } else if (kind == MK_W_BF16 || kind == MK_W_FP8_DQ) { /* raw activations, permuted */
-        permute_chunks(xr, dst, kv, J->E, 1.0f);
+#if MK_HAVE_X86
+        if (J->simd) permute_chunks_avx2(xr, dst, kv, J->E, 1.0f);
+        else
+#endif
+            permute_chunks(xr, dst, kv, J->E, 1.0f);
         memcpy(dst + kv, xr + kv, sizeof(float) * (size_t)(k - kv));
     }
 }
@@ -702,8 +848,11 @@ void mk_linear(mk_pool *pool, const mk_wmat *W, const float *x, int m, float *y,
         J.xp = scratch;
         J.sa = scratch + (size_t)m * J.k;
         if ((W->kind == MK_W_BF16 || W->kind == MK_W_FP8_DQ) && !J.simd) J.xp = (float *)x;
-        else mk_pool_run(pool, m, prep_row, &J);
+        else mk_pool_run((size_t)m * J.k >= PREP_POOL_MIN ? pool : NULL, m, prep_row, &J);
     }
+    /* Waking the pool costs about as much as streaming a couple of hundred KiB of weights, so
+     * small products run on the calling thread alone. */
+    if ((double)mk_wmat_bytes(W) * m < POOL_MIN_BYTES) pool = NULL;
     int ntask = (J.n + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     mk_pool_run(pool, ntask, linear_task, &J);
 }
