@@ -25,6 +25,19 @@ static void hc_mix(const float *xf, int n, const float *fn, int nmix, float norm
     }
 }
 
+/* y[k] = bf16(sum_i pre[i] * h[i][k]) where pre[i] = sigmoid(mix[i] * scale0 + base[i]) + eps:
+ * the weighted collapse of the hc streams that hc_pre and the head share. */
+static void hc_collapse(const float *ht, int hc, int d, const float *mix, float scale0,
+                        const float *base, float hc_eps, float *y) {
+    float pre[16];
+    for (int i = 0; i < hc; i++) pre[i] = sigmoidf(mix[i] * scale0 + base[i]) + hc_eps;
+    for (int k = 0; k < d; k++) {
+        float acc = 0.0f;
+        for (int i = 0; i < hc; i++) acc += pre[i] * ht[(size_t)i * d + k];
+        y[k] = mk_bf16r(acc);
+    }
+}
+
 void mk_hc_pre(const float *h, int s, int hc, int d, const float *fn, const float *scale,
                const float *base, int iters, float hc_eps, float norm_eps, float *x, float *post,
                float *comb) {
@@ -33,8 +46,6 @@ void mk_hc_pre(const float *h, int s, int hc, int d, const float *fn, const floa
     for (int t = 0; t < s; t++) {
         const float *ht = h + (size_t)t * hc * d;
         hc_mix(ht, hc * d, fn, nmix, norm_eps, mix);
-        float pre[16];
-        for (int i = 0; i < hc; i++) pre[i] = sigmoidf(mix[i] * scale[0] + base[i]) + hc_eps;
         for (int i = 0; i < hc; i++)
             post[(size_t)t * hc + i] = 2.0f * sigmoidf(mix[hc + i] * scale[1] + base[hc + i]);
         float C[16][16];
@@ -64,12 +75,7 @@ void mk_hc_pre(const float *h, int s, int hc, int d, const float *fn, const floa
         }
         for (int i = 0; i < hc; i++)
             for (int j = 0; j < hc; j++) comb[((size_t)t * hc + i) * hc + j] = C[i][j];
-        float *xt = x + (size_t)t * d;
-        for (int k = 0; k < d; k++) {
-            float acc = 0.0f;
-            for (int i = 0; i < hc; i++) acc += pre[i] * ht[(size_t)i * d + k];
-            xt[k] = mk_bf16r(acc);
-        }
+        hc_collapse(ht, hc, d, mix, scale[0], base, hc_eps, x + (size_t)t * d);
     }
 }
 
@@ -96,12 +102,6 @@ void mk_hc_head(const float *h, int s, int hc, int d, const float *fn, const flo
     for (int t = 0; t < s; t++) {
         const float *ht = h + (size_t)t * hc * d;
         hc_mix(ht, hc * d, fn, hc, norm_eps, mix);
-        float pre[16];
-        for (int i = 0; i < hc; i++) pre[i] = sigmoidf(mix[i] * scale[0] + base[i]) + hc_eps;
-        for (int k = 0; k < d; k++) {
-            float acc = 0.0f;
-            for (int i = 0; i < hc; i++) acc += pre[i] * ht[(size_t)i * d + k];
-            y[(size_t)t * d + k] = mk_bf16r(acc);
-        }
+        hc_collapse(ht, hc, d, mix, scale[0], base, hc_eps, y + (size_t)t * d);
     }
 }
