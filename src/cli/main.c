@@ -7,6 +7,7 @@
  * Options are declared once per subcommand in a table (name, argument, help) that produces the
  * help text and rejects unknown options with a message naming them.
  */
+#include "cli/cli.h"
 #include "io/st_write.h"
 #include "models/dsv4.h"
 #include "models/dsv4_golden.h"
@@ -16,59 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-typedef struct {
-    const char *name; /* "--model" */
-    const char *arg;  /* argument placeholder, NULL for a flag */
-    const char *help;
-    const char *value;
-} opt_t;
-
-static int parse_opts(const char *cmd, int argc, char **argv, opt_t *opts, int nopts) {
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
-        int found = 0;
-        for (int k = 0; k < nopts; k++) {
-            if (strcmp(argv[i], opts[k].name)) continue;
-            found = 1;
-            if (opts[k].arg) {
-                if (i + 1 >= argc) {
-                    fprintf(stderr, "minke %s: option %s needs a value (%s)\n", cmd, opts[k].name, opts[k].arg);
-                    return -1;
-                }
-                opts[k].value = argv[++i];
-            } else {
-                opts[k].value = "1";
-            }
-        }
-        if (!found) {
-            fprintf(stderr, "minke %s: unknown option '%s' (see minke %s --help)\n", cmd, argv[i], cmd);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void print_help2(const char *cmd, const char *usage, const opt_t *opts, int nopts) {
-    printf("usage: minke %s %s\n\noptions:\n", cmd, usage);
-    for (int k = 0; k < nopts; k++) {
-        char left[64];
-        snprintf(left, sizeof left, "%s%s%s", opts[k].name, opts[k].arg ? " " : "", opts[k].arg ? opts[k].arg : "");
-        printf("  %-32s %s\n", left, opts[k].help);
-    }
-}
-
-static int parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "minke %s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
 
 /* ---- minke logits -------------------------------------------------------------------------- */
 
@@ -91,8 +39,8 @@ static void cli_idx(void *ctx, int layer, int t, int n_tok, int k, int32_t *sel,
     if (h->g) h->gh.indexer(h->gh.ctx, layer, t, n_tok, k, sel, sc, ns);
 }
 
-static int cmd_logits(int argc, char **argv) {
-    opt_t o[] = {
+int cmd_logits(int argc, char **argv) {
+    cli_opt o[] = {
         {"--model", "DIR", "checkpoint directory (config.json + safetensors)", NULL},
         {"--tokens", "IDS", "comma-separated token ids", NULL},
         {"--prefill", "S", "run the first S tokens as one prefill, the rest as one-token decodes (default: all)", NULL},
@@ -103,11 +51,8 @@ static int cmd_logits(int argc, char **argv) {
         {"--top", "K", "top logits printed per call (default 5)", NULL},
     };
     int n = (int)(sizeof o / sizeof o[0]);
-    int pr = parse_opts("logits", argc, argv, o, n);
-    if (pr) {
-        if (pr > 0) print_help2("logits", "--model DIR --tokens IDS [options]", o, n);
-        return pr > 0 ? 0 : 2;
-    }
+    int pr = cli_parse("logits", "--model DIR --tokens IDS [options]", argc, argv, o, n);
+    if (pr) return pr > 0 ? 0 : 2;
     if (!o[0].value || !o[1].value) {
         fprintf(stderr, "minke logits: --model and --tokens are required (see minke logits --help)\n");
         return 2;
@@ -136,9 +81,9 @@ static int cmd_logits(int argc, char **argv) {
     }
     if (!ntok) { fprintf(stderr, "minke logits: --tokens is empty\n"); free(tok); return 2; }
     long S = ntok, threads = 0, top = 5;
-    if ((o[2].value && parse_int("logits", "--prefill", o[2].value, 1, ntok, &S)) ||
-        (o[6].value && parse_int("logits", "--threads", o[6].value, 1, 1024, &threads)) ||
-        (o[7].value && parse_int("logits", "--top", o[7].value, 1, 100, &top))) {
+    if ((o[2].value && cli_int("logits", "--prefill", o[2].value, 1, ntok, &S)) ||
+        (o[6].value && cli_int("logits", "--threads", o[6].value, 1, 1024, &threads)) ||
+        (o[7].value && cli_int("logits", "--top", o[7].value, 1, 100, &top))) {
         free(tok);
         return 2;
     }
@@ -227,13 +172,10 @@ done:
 
 /* ---- minke info ---------------------------------------------------------------------------- */
 
-static int cmd_info(int argc, char **argv) {
-    opt_t o[] = {{"--model", "DIR", "checkpoint directory", NULL}};
-    int pr = parse_opts("info", argc, argv, o, 1);
-    if (pr) {
-        if (pr > 0) print_help2("info", "--model DIR", o, 1);
-        return pr > 0 ? 0 : 2;
-    }
+int cmd_info(int argc, char **argv) {
+    cli_opt o[] = {{"--model", "DIR", "checkpoint directory", NULL}};
+    int pr = cli_parse("info", "--model DIR", argc, argv, o, 1);
+    if (pr) return pr > 0 ? 0 : 2;
     if (!o[0].value) { fprintf(stderr, "minke info: --model is required\n"); return 2; }
     mk_err err = {0};
     mk_model *m;

@@ -1,0 +1,96 @@
+/* opts.c — option tables and value parsing shared by the subcommands (cli.h). */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_help(const char *cmd, const char *usage, const cli_opt *o, int n) {
+    printf("usage: minke %s %s\n\noptions:\n", cmd, usage);
+    for (int k = 0; k < n; k++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s", o[k].name, o[k].arg ? " " : "", o[k].arg ? o[k].arg : "");
+        printf("  %-32s %s\n", left, o[k].help);
+    }
+}
+
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt *o, int n) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            print_help(cmd, usage, o, n);
+            return 1;
+        }
+        int found = 0;
+        for (int k = 0; k < n && !found; k++) {
+            if (strcmp(argv[i], o[k].name)) continue;
+            found = 1;
+            if (o[k].arg) {
+                if (i + 1 >= argc) {
+                    fprintf(stderr, "minke %s: option %s needs a value (%s)\n", cmd, o[k].name, o[k].arg);
+                    return -1;
+                }
+                o[k].value = argv[++i];
+            } else {
+                o[k].value = "1";
+            }
+        }
+        if (!found) {
+            fprintf(stderr, "minke %s: unknown option '%s' (see minke %s --help)\n", cmd, argv[i], cmd);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+const char *cli_get(const cli_opt *o, int n, const char *name) {
+    for (int k = 0; k < n; k++)
+        if (!strcmp(o[k].name, name)) return o[k].value;
+    return NULL;
+}
+
+int cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "minke %s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "minke %s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    for (;;) {
+        if (!b) break;
+        if (n + 4096 + 1 > cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) { free(b); b = NULL; break; }
+            b = nb;
+        }
+        size_t r = fread(b + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (f != stdin) fclose(f);
+    if (b) b[n] = 0;
+    if (len) *len = n;
+    return b;
+}
