@@ -76,6 +76,9 @@ void mk_seq_free(mk_seq *s);
 /* Reset to clean state (a fresh sequence). */
 void mk_seq_reset(mk_seq *s);
 int mk_seq_pos(const mk_seq *s);
+/* Tokens the sequence can hold, and the model's vocabulary size. */
+int mk_seq_capacity(const mk_seq *s);
+int mk_seq_vocab_size(const mk_seq *s);
 /* Run n tokens at the sequence's current position (first call: the prefill; later: n == 1).
  * logits: f32 [vocab] for the last token, or NULL. */
 int mk_seq_forward(mk_seq *s, const int32_t *tokens, int n, float *logits, mk_err *err);

@@ -195,6 +195,10 @@ static void usage(void) {
            "commands:\n"
            "  logits   run tokens through the model (prefill + decodes), print/write logits, dump tensors\n"
            "  info     print a checkpoint's architecture, parameter counts and memory needs\n"
+           "  tokenize encode text (stdin) to token ids, or decode ids to text (--decode)\n"
+           "  render   print the chat prompt DeepSeek-V4's encoder makes from a messages file\n"
+           "  generate stream a completion of --prompt (--chat: as a chat turn)\n"
+           "  chat     interactive chat with history\n"
            "  help     this text; `minke <command> --help` for a command's options\n",
            MK_VERSION);
 }
@@ -210,6 +214,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "render")) return cmd_render(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
     fprintf(stderr, "minke: unknown command '%s' (see minke help)\n", argv[1]);
     return 2;
 }

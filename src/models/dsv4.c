@@ -687,3 +687,5 @@ void mk_seq_free(mk_seq *s) {
 }
 
 int mk_seq_pos(const mk_seq *s) { return s->pos; }
+int mk_seq_capacity(const mk_seq *s) { return s->max_len; }
+int mk_seq_vocab_size(const mk_seq *s) { return s->m->cfg.vocab; }

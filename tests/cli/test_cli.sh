@@ -68,4 +68,32 @@ expect_err 2 "--prefill expects" "$MINKE" logits --model "$D" --tokens 1,2 --pre
 expect_err 1 "outside the vocabulary" "$MINKE" logits --model "$D" --tokens 1,99999
 expect_err 1 "config.json" "$MINKE" info --model "$TMP/nonexistent"
 expect_err 2 "unknown command" "$MINKE" frobnicate
+# render: DeepSeek's official case 2 (thinking mode), byte-exact
+E=tests/data/encoding-dsv4
+"$MINKE" render --messages "$E/test_input_2.json" --thinking > "$TMP/r2.txt"
+cmp -s "$TMP/r2.txt" "$E/test_output_2.txt" || fail "render differs from test_output_2.txt"
+"$MINKE" render --messages "$E/test_input_4.json" > "$TMP/r4.txt"
+cmp -s "$TMP/r4.txt" "$E/test_output_4.txt" || fail "render differs from test_output_4.txt"
+expect_err 1 "reasoning_effort" "$MINKE" render --messages "$E/test_input_4.json" --reasoning-effort bogus
+
+# tokenize: round trip through the CLI with the tiny tokenizer
+TOK=tests/data/tok512/tokenizer.json
+printf 'hello world, what is 2+2?' | "$MINKE" tokenize --tokenizer "$TOK" > "$TMP/ids.json"
+"$MINKE" tokenize --tokenizer "$TOK" --decode < "$TMP/ids.json" > "$TMP/back.txt"
+[ "$(cat "$TMP/back.txt")" = "hello world, what is 2+2?" ] || fail "tokenize round trip: $(cat "$TMP/back.txt")"
+
+# generate: a seeded request reproduces exactly (also with another thread count); greedy
+# generation's first token is the argmax of the prompt's logits
+G=(generate --model tests/data/dsv4/v4-tiny-fp8 --tokenizer "$TOK" --prompt "what is two plus two?" --chat --max-tokens 24)
+"$MINKE" "${G[@]}" --seed 42 --temperature 0.9 --top-p 0.95 > "$TMP/g1.txt" 2> "$TMP/g1.err"
+"$MINKE" "${G[@]}" --seed 42 --temperature 0.9 --top-p 0.95 --threads 1 > "$TMP/g2.txt" 2>/dev/null
+cmp -s "$TMP/g1.txt" "$TMP/g2.txt" || fail "seeded generation is not reproducible"
+grep -q "generation: 24 tokens" "$TMP/g1.err" || fail "generate prints no token rate: $(cat "$TMP/g1.err")"
+"$MINKE" "${G[@]}" --temperature 0 --max-tokens 1 --logprobs 1 > /dev/null 2> "$TMP/greedy.err"
+FIRST=$(grep -o '^\[token [0-9]*' "$TMP/greedy.err" | head -1 | awk '{print $2}')
+printf '<｜begin▁of▁sentence｜><｜User｜>what is two plus two?<｜Assistant｜></think>' | "$MINKE" tokenize --tokenizer "$TOK" | tr -d '[] ' > "$TMP/pids"
+ARGMAX=$("$MINKE" logits --model tests/data/dsv4/v4-tiny-fp8 --tokens "$(cat "$TMP/pids")" --top 1 | awk '{print $NF}' | cut -d: -f1)
+[ "$FIRST" = "$ARGMAX" ] || fail "greedy first token $FIRST != argmax $ARGMAX"
+expect_err 2 "--temperature expects" "$MINKE" "${G[@]}" --temperature -1
+expect_err 2 "vocabulary" "$MINKE" generate --model tests/data/dsv4/v4-tiny-fp8 --tokenizer "$TOK" --prompt x --logit-bias 9999:1
 echo "cli tests passed"

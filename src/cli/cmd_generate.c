@@ -1,0 +1,336 @@
+/* cmd_generate.c — `minke generate` and `minke chat`: text in, text out.
+ *
+ *   minke generate --model DIR [--tokenizer FILE] --prompt TEXT [--chat] [--thinking]
+ *                  [--max-tokens N] [sampling flags]
+ *       streams the completion to stdout; prompt and generation tokens/s go to stderr at the end.
+ *       --chat renders the prompt as one user message with the model's chat encoding
+ *       (DeepSeek-V4: BOS, <｜User｜>, <｜Assistant｜>, chat or thinking mode); without it the text
+ *       is tokenized as is, with the tokenizer's post-processor (e.g. BOS).
+ *   minke chat --model DIR [--tokenizer FILE] [--thinking] [--system TEXT] [sampling flags]
+ *       an interactive loop with history; Ctrl-C stops the current answer, Ctrl-D (EOF) or /exit
+ *       leaves.
+ *
+ * Sampling defaults come from the model's generation_config.json when present, then flags.
+ */
+#include "cli/cli.h"
+#include "engine/generate.h"
+#include "text/chat_dsv4.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Options shared by generate and chat (indices used below). */
+enum { O_MODEL, O_TOK, O_THINK, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_REP, O_SEED,
+       O_MINTOK, O_STOP, O_STOPIDS, O_IGNEOS, O_BIAS, O_LOGPROBS, O_THREADS, O_SPECIAL, O_COMMON };
+
+#define COMMON_OPTS                                                                                  \
+    {"--model", "DIR", "checkpoint directory (config.json, safetensors, tokenizer.json)", NULL},      \
+    {"--tokenizer", "FILE", "tokenizer.json to use instead of DIR/tokenizer.json", NULL},             \
+    {"--thinking", NULL, "chat encoding in thinking mode (default: chat mode)", NULL},                \
+    {"--max-tokens", "N", "tokens to generate at most (default 256)", NULL},                          \
+    {"--temperature", "T", "sampling temperature, 0 = greedy (default: generation_config or 1)", NULL}, \
+    {"--top-k", "K", "keep the K most likely tokens (-1 = off)", NULL},                                \
+    {"--top-p", "P", "nucleus sampling (0, 1]", NULL},                                                 \
+    {"--min-p", "P", "drop tokens below P x the top probability [0, 1]", NULL},                        \
+    {"--presence-penalty", "X", "[-2, 2]", NULL},                                                      \
+    {"--frequency-penalty", "X", "[-2, 2]", NULL},                                                     \
+    {"--repetition-penalty", "X", "> 0 (1 = off)", NULL},                                              \
+    {"--seed", "S", "RNG seed: the same seed gives the same tokens", NULL},                            \
+    {"--min-tokens", "N", "do not stop before N tokens", NULL},                                        \
+    {"--stop", "STR", "stop string (repeat the option for several)", NULL},                            \
+    {"--stop-token-ids", "IDS", "comma-separated token ids that end generation", NULL},               \
+    {"--ignore-eos", NULL, "keep generating after EOS", NULL},                                         \
+    {"--logit-bias", "ID:B,...", "add B in [-100, 100] to token ID's logit", NULL},                   \
+    {"--logprobs", "N", "print each token's logprob and the N most likely alternatives to stderr", NULL}, \
+    {"--threads", "N", "CPU threads (default: all cores)", NULL},                                      \
+    {"--show-special", NULL, "print special tokens' text in the output", NULL}
+
+typedef struct {
+    mk_model *m;
+    mk_tok *tok;
+    mk_seq *seq;
+    mk_sampling_params sp;
+    int32_t eos[16];
+    int n_eos;
+    int32_t stop_ids[256], bias_ids[256];
+    float bias_vals[256];
+    const char *stops[16];
+    int n_stops;
+    long max_tokens;
+    int show_logprobs;
+    int thinking;
+} gen_setup;
+
+static volatile sig_atomic_t g_cancel;
+static void on_sigint(int sig) { (void)sig; g_cancel = 1; }
+
+static void print_text(void *ctx, const char *t, size_t n) {
+    (void)ctx;
+    fwrite(t, 1, n, stdout);
+    fflush(stdout);
+}
+
+static void print_token(void *ctx, const mk_sample_out *so) {
+    gen_setup *g = ctx;
+    if (!g->show_logprobs) return;
+    fprintf(stderr, "[token %d logprob %.4f", so->token, so->logprob);
+    for (int i = 0; i < so->n_top; i++) fprintf(stderr, " | %d:%.4f", so->top_ids[i], so->top_logprobs[i]);
+    fprintf(stderr, "]\n");
+}
+
+/* Collects all --stop values (the table keeps only the last). */
+static void collect_stops(int argc, char **argv, gen_setup *g) {
+    for (int i = 0; i + 1 < argc && g->n_stops < 16; i++)
+        if (!strcmp(argv[i], "--stop")) g->stops[g->n_stops++] = argv[++i];
+}
+
+static int parse_id_list(const char *cmd, const char *opt, const char *s, int32_t *ids, float *vals, int cap, int *n) {
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 0x7fffffff || *n >= cap) goto bad;
+        ids[*n] = (int32_t)v;
+        p = end;
+        if (vals) {
+            if (*p != ':') goto bad;
+            double b = strtod(p + 1, &end);
+            if (end == p + 1) goto bad;
+            vals[*n] = (float)b;
+            p = end;
+        }
+        (*n)++;
+        if (*p == ',') p++;
+        else if (*p) goto bad;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "minke %s: %s: cannot parse '%s' (expected %s)\n", cmd, opt, s,
+            vals ? "ID:BIAS pairs separated by commas" : "token ids separated by commas");
+    return -1;
+}
+
+/* Loads model, tokenizer, generation defaults and flags. Returns 0, or an exit code. */
+static int setup(const char *cmd, cli_opt *o, int argc, char **argv, gen_setup *g) {
+    memset(g, 0, sizeof *g);
+    const char *dir = o[O_MODEL].value;
+    if (!dir) { fprintf(stderr, "minke %s: --model DIR is required\n", cmd); return 2; }
+    mk_err err = {0};
+    long threads = 0;
+    if (o[O_THREADS].value && cli_int(cmd, "--threads", o[O_THREADS].value, 1, 1024, &threads)) return 2;
+    g->max_tokens = 256;
+    if (o[O_MAXTOK].value && cli_int(cmd, "--max-tokens", o[O_MAXTOK].value, 0, 1 << 20, &g->max_tokens)) return 2;
+    mk_sampling_defaults(&g->sp);
+    if (mk_generation_config_load(dir, &g->sp, g->eos, &g->n_eos, 16, &err)) {
+        fprintf(stderr, "minke %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    double d;
+    long l;
+#define FLOATOPT(idx, name, lo, hi, field) \
+    if (o[idx].value) { if (cli_float(cmd, name, o[idx].value, lo, hi, &d)) return 2; g->sp.field = (float)d; }
+    FLOATOPT(O_TEMP, "--temperature", 0, 1e6, temperature);
+    FLOATOPT(O_TOPP, "--top-p", 0, 1, top_p);
+    FLOATOPT(O_MINP, "--min-p", 0, 1, min_p);
+    FLOATOPT(O_PRES, "--presence-penalty", -2, 2, presence_penalty);
+    FLOATOPT(O_FREQ, "--frequency-penalty", -2, 2, frequency_penalty);
+    FLOATOPT(O_REP, "--repetition-penalty", 1e-6, 1e6, repetition_penalty);
+#undef FLOATOPT
+    if (o[O_TOPK].value) { if (cli_int(cmd, "--top-k", o[O_TOPK].value, -1, 1 << 30, &l)) return 2; g->sp.top_k = (int)l; }
+    if (o[O_MINTOK].value) { if (cli_int(cmd, "--min-tokens", o[O_MINTOK].value, 0, 1 << 20, &l)) return 2; g->sp.min_tokens = (int)l; }
+    if (o[O_SEED].value) {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(o[O_SEED].value, &end, 10);
+        if (errno || *end || end == o[O_SEED].value) { fprintf(stderr, "minke %s: --seed expects an unsigned integer\n", cmd); return 2; }
+        g->sp.seed = s;
+        g->sp.has_seed = 1;
+    }
+    if (o[O_LOGPROBS].value) {
+        if (cli_int(cmd, "--logprobs", o[O_LOGPROBS].value, 0, MK_SAMPLER_MAX_TOP_LOGPROBS, &l)) return 2;
+        g->sp.logprobs = 1;
+        g->sp.top_logprobs = (int)l;
+        g->show_logprobs = 1;
+    }
+    g->sp.ignore_eos = o[O_IGNEOS].value != NULL;
+    int n;
+    if (o[O_STOPIDS].value) {
+        if (parse_id_list(cmd, "--stop-token-ids", o[O_STOPIDS].value, g->stop_ids, NULL, 256, &n)) return 2;
+        g->sp.stop_ids = g->stop_ids;
+        g->sp.n_stop_ids = n;
+    }
+    if (o[O_BIAS].value) {
+        if (parse_id_list(cmd, "--logit-bias", o[O_BIAS].value, g->bias_ids, g->bias_vals, 256, &n)) return 2;
+        g->sp.bias_ids = g->bias_ids;
+        g->sp.bias_vals = g->bias_vals;
+        g->sp.n_bias = n;
+    }
+    collect_stops(argc, argv, g);
+    g->thinking = o[O_THINK].value != NULL;
+    mk_model_options mo = {.n_threads = (int)threads, .max_seq_len = 4096};
+    if (mk_model_load(dir, &mo, &g->m, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
+    if (mk_sampling_validate(&g->sp, mk_model_vocab_size(g->m), &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 2; }
+    if (mk_tok_load(o[O_TOK].value ? o[O_TOK].value : dir, &g->tok, &err)) {
+        fprintf(stderr, "minke %s: %s%s\n", cmd, err.msg, o[O_TOK].value ? "" : " (use --tokenizer FILE if the model directory has no tokenizer.json)");
+        return 1;
+    }
+    if (g->n_eos == 0) { /* no generation_config: the tokenizer's end-of-sentence token */
+        int e = mk_tok_token_to_id(g->tok, "<｜end▁of▁sentence｜>");
+        if (e >= 0) g->eos[g->n_eos++] = e;
+    }
+    if (mk_seq_create(g->m, 0, &g->seq, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
+    return 0;
+}
+
+static void teardown(gen_setup *g) {
+    mk_seq_free(g->seq);
+    mk_tok_free(g->tok);
+    mk_model_free(g->m);
+}
+
+/* Renders messages with the chat encoding and tokenizes the result (the BOS is in the text). */
+static int chat_prompt(gen_setup *g, json_t *msgs, int32_t **ids, size_t *n, mk_err *err) {
+    mk_dsv4_opts opts;
+    mk_dsv4_opts_default(&opts);
+    opts.thinking = g->thinking;
+    char *text;
+    int rc = mk_dsv4_render(msgs, NULL, &opts, &text, err);
+    if (rc) return rc;
+    rc = mk_tok_encode(g->tok, text, strlen(text), 0, ids, n, err);
+    free(text);
+    return rc;
+}
+
+static int run(gen_setup *g, const int32_t *ids, size_t n, mk_gen_result *res, const char *cmd) {
+    mk_gen_request req = {
+        .sampling = &g->sp, .eos_ids = g->eos, .n_eos = g->n_eos, .stop = g->stops, .n_stop = g->n_stops,
+        .max_tokens = (int)g->max_tokens, .skip_special = 1, .on_text = print_text, .on_token = print_token,
+        .ctx = g, .cancel = &g_cancel,
+    };
+    mk_err err = {0};
+    g_cancel = 0;
+    int rc = mk_generate(g->seq, g->tok, ids, (int)n, &req, res, &err);
+    if (rc) fprintf(stderr, "minke %s: %s\n", cmd, err.msg);
+    return rc;
+}
+
+static void print_stats(const mk_gen_result *r) {
+    static const char *fin[] = {"none", "stop", "length", "cancelled"};
+    fprintf(stderr, "\n[prompt: %d tokens, %.2f tokens/s | generation: %d tokens, %.2f tokens/s | finish: %s]\n",
+            r->n_prompt, r->prefill_s > 0 ? r->n_prompt / r->prefill_s : 0.0, r->n_generated,
+            r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, fin[r->finish]);
+}
+
+int cmd_generate(int argc, char **argv) {
+    cli_opt o[] = {COMMON_OPTS,
+                   {"--prompt", "TEXT", "the prompt", NULL},
+                   {"--chat", NULL, "render the prompt as a user message with the chat encoding", NULL}};
+    int no = O_COMMON + 2;
+    int pr = cli_parse("generate", "--model DIR --prompt TEXT [--chat] [--thinking] [sampling flags]", argc, argv, o, no);
+    if (pr) return pr > 0 ? 0 : 2;
+    const char *prompt = o[O_COMMON].value;
+    if (!prompt) { fprintf(stderr, "minke generate: --prompt TEXT is required\n"); return 2; }
+    gen_setup g;
+    int rc = setup("generate", o, argc, argv, &g);
+    if (rc) { teardown(&g); return rc; }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    mk_err err = {0};
+    if (o[O_COMMON + 1].value) {
+        json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
+        rc = chat_prompt(&g, msgs, &ids, &n, &err);
+        json_decref(msgs);
+    } else {
+        rc = mk_tok_encode(g.tok, prompt, strlen(prompt), 1, &ids, &n, &err);
+    }
+    if (rc) {
+        fprintf(stderr, "minke generate: %s\n", err.msg);
+        teardown(&g);
+        return 1;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    mk_gen_result res;
+    rc = run(&g, ids, n, &res, "generate");
+    if (!rc) print_stats(&res);
+    free(res.tokens);
+    free(ids);
+    teardown(&g);
+    return rc ? 1 : 0;
+}
+
+int cmd_chat(int argc, char **argv) {
+    cli_opt o[] = {COMMON_OPTS, {"--system", "TEXT", "system prompt", NULL}};
+    int no = O_COMMON + 1;
+    int pr = cli_parse("chat", "--model DIR [--thinking] [--system TEXT] [sampling flags]", argc, argv, o, no);
+    if (pr) return pr > 0 ? 0 : 2;
+    gen_setup g;
+    int rc = setup("chat", o, argc, argv, &g);
+    if (rc) { teardown(&g); return rc; }
+    /* no SA_RESTART: Ctrl-C interrupts a blocking read, so it never kills the program */
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    json_t *hist = json_array();
+    if (o[O_COMMON].value) json_array_append_new(hist, json_pack("{s:s, s:s}", "role", "system", "content", o[O_COMMON].value));
+    fprintf(stderr, "minke chat: type a message; Ctrl-C stops an answer, /reset clears the history, Ctrl-D or /exit quits.\n");
+    char line[65536];
+    for (;;) {
+        fputs("> ", stdout);
+        fflush(stdout);
+        g_cancel = 0;
+        if (!fgets(line, sizeof line, stdin)) {
+            if (ferror(stdin) && errno == EINTR) { clearerr(stdin); fputs("\n(Ctrl-D or /exit to quit)\n", stdout); continue; }
+            break;
+        }
+        size_t L = strlen(line);
+        while (L && (line[L - 1] == '\n' || line[L - 1] == '\r')) line[--L] = 0;
+        if (!L) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            json_array_clear(hist);
+            if (o[O_COMMON].value) json_array_append_new(hist, json_pack("{s:s, s:s}", "role", "system", "content", o[O_COMMON].value));
+            continue;
+        }
+        json_array_append_new(hist, json_pack("{s:s, s:s}", "role", "user", "content", line));
+        int32_t *ids = NULL;
+        size_t n = 0;
+        mk_err err = {0};
+        if (chat_prompt(&g, hist, &ids, &n, &err)) {
+            fprintf(stderr, "minke chat: %s\n", err.msg);
+            json_array_remove(hist, json_array_size(hist) - 1);
+            continue;
+        }
+        mk_gen_result res;
+        if (run(&g, ids, n, &res, "chat")) {
+            json_array_remove(hist, json_array_size(hist) - 1);
+            free(ids);
+            free(res.tokens);
+            continue;
+        }
+        putchar('\n');
+        if (res.finish == MK_FINISH_CANCEL) fputs("[stopped]\n", stdout);
+        /* keep the answer's content (not its reasoning) in the history */
+        char *text = NULL;
+        size_t tl = 0;
+        mk_dsv4_msg msg = {0};
+        if (!mk_tok_decode(g.tok, res.tokens, (size_t)res.n_generated, 0, &text, &tl, &err) &&
+            !mk_dsv4_parse(text, tl, g.thinking, &msg, &err) && msg.content)
+            json_array_append_new(hist, json_pack("{s:s, s:s}", "role", "assistant", "content", msg.content));
+        else
+            json_array_append_new(hist, json_pack("{s:s, s:s}", "role", "assistant", "content", text ? text : ""));
+        mk_dsv4_msg_free(&msg);
+        free(text);
+        free(res.tokens);
+        free(ids);
+    }
+    json_decref(hist);
+    teardown(&g);
+    return 0;
+}
