@@ -1,0 +1,1136 @@
+/* test_sampler.c — unit tests of the sampler (src/engine/sampler.h), its Philox RNG
+ * (src/engine/philox.h) and the stop-string matcher (src/engine/stop.h).
+ *
+ * What is checked: Philox4x32-10 against the Random123 known-answer vectors; a seeded request
+ * reproduces exactly, also when interleaved with another request; greedy picks the lowest id on
+ * ties; top-k / top-p / min-p keep exactly the expected candidate sets on constructed logits (through
+ * mk_sampler_candidates, against a brute-force reference, and through the support of many draws),
+ * applied in vLLM's order; temperature sampling matches softmax by a chi-square test at fixed seeds
+ * (deterministic: the bound is the 0.999 quantile); each penalty and logit bias on constructed inputs;
+ * min_tokens; ignore_eos; raw logprobs and sorted top_logprobs; stop strings across piece boundaries;
+ * generation_config.json parsing; validation messages.
+ */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/philox.h"
+#include "engine/sampler.h"
+#include "engine/stop.h"
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static mk_sampler *make(const mk_sampling_params *p, int vocab, const int32_t *eos, int n_eos,
+                        const int32_t *prompt, int n_prompt) {
+    mk_sampler *s = NULL;
+    mk_err err = {0};
+    int rc = mk_sampler_create(p, vocab, eos, n_eos, prompt, n_prompt, &s, &err);
+    cr_assert_eq(rc, MK_OK, "create: %s", err.msg);
+    return s;
+}
+
+/* Candidate set of one step as a sorted id list; returns its size. */
+static int cands(mk_sampler *s, const float *logits, int vocab, int32_t *ids, float *probs) {
+    float *l = malloc(sizeof(float) * (size_t)vocab);
+    memcpy(l, logits, sizeof(float) * (size_t)vocab);
+    int n = 0;
+    mk_err err = {0};
+    cr_assert_eq(mk_sampler_candidates(s, l, ids, probs, &n, &err), MK_OK, "%s", err.msg);
+    free(l);
+    return n;
+}
+
+static void expect_set(const int32_t *got, int n, const int32_t *want, int m, const char *what) {
+    cr_assert_eq(n, m, "%s: %d candidates, want %d", what, n, m);
+    for (int i = 0; i < m; i++) cr_assert_eq(got[i], want[i], "%s: candidate %d is %d, want %d", what, i,
+                                             got[i], want[i]);
+}
+
+static int32_t sample_once(mk_sampler *s, const float *logits, int vocab, mk_sample_out *o) {
+    float *l = malloc(sizeof(float) * (size_t)vocab);
+    memcpy(l, logits, sizeof(float) * (size_t)vocab);
+    mk_err err = {0};
+    cr_assert_eq(mk_sampler_sample(s, l, o, &err), MK_OK, "%s", err.msg);
+    free(l);
+    return o->token;
+}
+
+/* Logits from probabilities: log p (the softmax of these is p). */
+static void logits_from_probs(const double *p, int n, float *l) {
+    for (int i = 0; i < n; i++) l[i] = (float)log(p[i]);
+}
+
+/* ---- Philox -------------------------------------------------------------------------------- */
+
+/* Random123 tests/kat_vectors, the three "philox4x32 10" lines: counter[4] key[2] -> output[4]. */
+Test(philox, known_answers) {
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1},
+    };
+    for (int v = 0; v < 3; v++) {
+        uint32_t out[4];
+        mk_philox4x32_10(kat[v], kat[v] + 4, out);
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(out[i], kat[v][6 + i], "vector %d word %d: %08x want %08x", v, i, out[i],
+                         kat[v][6 + i]);
+    }
+}
+
+Test(philox, uniform_range_and_mean) {
+    double sum = 0;
+    for (uint64_t i = 0; i < 100000; i++) {
+        double u = mk_philox_uniform(12345, i, 0);
+        cr_assert(u >= 0 && u < 1);
+        sum += u;
+    }
+    /* mean of 1e5 uniforms: sd = 0.2887 / 316 = 0.0009; 5 sd */
+    cr_assert(fabs(sum / 100000 - 0.5) < 0.0046, "mean %g", sum / 100000);
+    cr_assert_neq(mk_philox_uniform(1, 0, 0), mk_philox_uniform(2, 0, 0));
+    cr_assert_neq(mk_philox_uniform(1, 0, 0), mk_philox_uniform(1, 1, 0));
+    cr_assert_neq(mk_philox_uniform(1, 0, 0), mk_philox_uniform(1, 0, 1));
+    cr_assert_eq(mk_philox_uniform(7, 99, 0), mk_philox_uniform(7, 99, 0));
+}
+
+/* ---- reproducibility ----------------------------------------------------------------------- */
+
+#define RV 512 /* vocabulary of the reproducibility tests */
+
+/* A fake model: logits of step t depend on t and the previous token, from a fixed Philox key. */
+static void fake_logits(int step, int32_t prev, float *l) {
+    for (int i = 0; i < RV; i++)
+        l[i] = (float)(6.0 * mk_philox_uniform(0xfeedull + (uint64_t)prev, (uint64_t)step, (uint32_t)i) - 3.0);
+}
+
+static void busy_params(mk_sampling_params *p, uint64_t seed) {
+    mk_sampling_defaults(p);
+    p->temperature = 0.9f;
+    p->top_k = 60;
+    p->top_p = 0.92f;
+    p->min_p = 0.02f;
+    p->repetition_penalty = 1.1f;
+    p->frequency_penalty = 0.2f;
+    p->presence_penalty = 0.1f;
+    p->seed = seed;
+    p->has_seed = 1;
+}
+
+static void generate(mk_sampler *s, int n, int32_t *toks) {
+    float l[RV];
+    int32_t prev = 0;
+    mk_sample_out o;
+    for (int t = 0; t < n; t++) {
+        fake_logits(t, prev, l);
+        mk_err err = {0};
+        cr_assert_eq(mk_sampler_sample(s, l, &o, &err), MK_OK, "%s", err.msg);
+        toks[t] = prev = o.token;
+        mk_sampler_accept(s, o.token);
+    }
+}
+
+/* The full pipeline (penalties, min_p, top_k, top_p) under one seed, run twice, and once interleaved
+ * step by step with another request: the token sequences must be identical. */
+Test(sampler, seeded_request_reproduces) {
+    const int32_t prompt[] = {1, 2, 3, 4, 5, 400};
+    mk_sampling_params p;
+    busy_params(&p, 42);
+    int32_t a[200], b[200], c[200], a2[200], other[200];
+    mk_sampler *s = make(&p, RV, NULL, 0, prompt, 6);
+    generate(s, 200, a);
+    mk_sampler_free(s);
+    s = make(&p, RV, NULL, 0, prompt, 6);
+    generate(s, 200, b);
+    mk_sampler_free(s);
+    cr_assert_arr_eq(a, b, sizeof a, "same seed, different tokens");
+
+    /* interleave seed 42 with seed 7, step by step: neither notices the other */
+    mk_sampling_params q;
+    busy_params(&q, 7);
+    mk_sampler *sa = make(&p, RV, NULL, 0, prompt, 6), *sc = make(&q, RV, NULL, 0, prompt, 6);
+    float l[RV];
+    mk_sample_out o;
+    int32_t pa = 0, pc = 0;
+    for (int t = 0; t < 200; t++) {
+        fake_logits(t, pc, l);
+        cr_assert_eq(mk_sampler_sample(sc, l, &o, NULL), MK_OK);
+        c[t] = pc = o.token;
+        mk_sampler_accept(sc, o.token);
+        fake_logits(t, pa, l);
+        cr_assert_eq(mk_sampler_sample(sa, l, &o, NULL), MK_OK);
+        a2[t] = pa = o.token;
+        mk_sampler_accept(sa, o.token);
+    }
+    mk_sampler_free(sa);
+    mk_sampler_free(sc);
+    cr_assert_arr_eq(a, a2, sizeof a, "interleaving changed seed 42's tokens");
+    s = make(&q, RV, NULL, 0, prompt, 6);
+    generate(s, 200, other);
+    mk_sampler_free(s);
+    cr_assert_arr_eq(c, other, sizeof c, "interleaving changed seed 7's tokens");
+    cr_assert(memcmp(a, c, sizeof a) != 0, "seeds 42 and 7 gave the same 200 tokens");
+}
+
+Test(sampler, unseeded_reports_a_replayable_seed) {
+    mk_sampling_params p;
+    busy_params(&p, 0);
+    p.has_seed = 0;
+    mk_sampler *s1 = make(&p, RV, NULL, 0, NULL, 0), *s2 = make(&p, RV, NULL, 0, NULL, 0);
+    cr_assert_neq(mk_sampler_seed(s1), mk_sampler_seed(s2), "two unseeded requests share a seed");
+    int32_t a[100], b[100];
+    generate(s1, 100, a);
+    p.has_seed = 1;
+    p.seed = mk_sampler_seed(s1);
+    mk_sampler *r = make(&p, RV, NULL, 0, NULL, 0);
+    generate(r, 100, b);
+    cr_assert_arr_eq(a, b, sizeof a);
+    mk_sampler_free(s1);
+    mk_sampler_free(s2);
+    mk_sampler_free(r);
+}
+
+/* The RNG counter is the accepted-token count, so re-sampling a step (e.g. a retried step)
+ * gives the same token. */
+Test(sampler, same_step_same_token) {
+    mk_sampling_params p;
+    busy_params(&p, 3);
+    p.repetition_penalty = 1;
+    p.frequency_penalty = p.presence_penalty = 0;
+    mk_sampler *s = make(&p, RV, NULL, 0, NULL, 0);
+    float l[RV];
+    fake_logits(0, 0, l);
+    mk_sample_out o1, o2;
+    sample_once(s, l, RV, &o1);
+    sample_once(s, l, RV, &o2);
+    cr_assert_eq(o1.token, o2.token, "the RNG moved without accept");
+    mk_sampler_free(s);
+}
+
+/* ---- greedy -------------------------------------------------------------------------------- */
+
+/* Greedy: the argmax of the processed logits, the lowest id among equal maxima; NaN never wins. */
+Test(sampler, greedy_lowest_id_on_ties) {
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0;
+    const float l[6] = {1, 3, -INFINITY, 3, NAN, 2};
+    mk_sampler *s = make(&p, 6, NULL, 0, NULL, 0);
+    mk_sample_out o;
+    cr_assert_eq(sample_once(s, l, 6, &o), 1);
+    mk_sampler_free(s);
+    p.temperature = 5e-6f; /* below 1e-5: still greedy */
+    s = make(&p, 6, NULL, 0, NULL, 0);
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(sample_once(s, l, 6, &o), 1);
+        mk_sampler_accept(s, o.token);
+    }
+    int32_t ids[6];
+    cr_assert_eq(cands(s, l, 6, ids, NULL), 1);
+    cr_assert_eq(ids[0], 1);
+    mk_sampler_free(s);
+    /* a NaN or -inf is never chosen; all masked is an error, not a crash */
+    const float dead[3] = {-INFINITY, NAN, -INFINITY};
+    p.temperature = 1;
+    s = make(&p, 3, NULL, 0, NULL, 0);
+    float d[3];
+    memcpy(d, dead, sizeof d);
+    mk_err err = {0};
+    cr_assert_eq(mk_sampler_sample(s, d, &o, &err), MK_ERANGE);
+    cr_assert(strstr(err.msg, "masked"), "%s", err.msg);
+    mk_sampler_free(s);
+}
+
+/* ---- candidate sets ------------------------------------------------------------------------ */
+
+/* top_k on logits with pairwise ties: every case's kept set, its renormalized probabilities, and
+ * the support of many draws. */
+Test(sampler, top_k_keeps_k_best_and_ties) {
+    /* order: 1 and 3 (5), 5 and 7 (4), 2 and 9 (3), 4 (2), 0 (1), 6 (0), 8 (-1) */
+    const float l[10] = {1, 5, 3, 5, 2, 4, 0, 4, -1, 3};
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    int32_t ids[10];
+    float pr[10];
+    struct { int k; int n; int32_t want[10]; } cases[] = {
+        {1, 2, {1, 3}},             /* tie with the 1st: both kept (vLLM masks < k-th value) */
+        {2, 2, {1, 3}},
+        {3, 4, {1, 3, 5, 7}},       /* the tie at the boundary is kept */
+        {4, 4, {1, 3, 5, 7}},
+        {5, 6, {1, 2, 3, 5, 7, 9}},
+        {9, 9, {0, 1, 2, 3, 4, 5, 6, 7, 9}},
+        {10, 10, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+        {50, 10, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+        {0, 10, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+        {-1, 10, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        p.top_k = cases[c].k;
+        mk_sampler *s = make(&p, 10, NULL, 0, NULL, 0);
+        int n = cands(s, l, 10, ids, pr);
+        char what[32];
+        snprintf(what, sizeof what, "top_k=%d", cases[c].k);
+        expect_set(ids, n, cases[c].want, cases[c].n, what);
+        /* renormalized softmax over the kept set */
+        double z = 0;
+        for (int i = 0; i < n; i++) z += exp(l[ids[i]]);
+        for (int i = 0; i < n; i++)
+            cr_assert(fabs(pr[i] - exp(l[ids[i]]) / z) < 1e-6, "%s: prob of %d", what, ids[i]);
+        mk_sampler_free(s);
+    }
+    /* the support of 4000 draws at top_k=3 is exactly {1, 3, 5, 7} */
+    p.top_k = 3;
+    p.seed = 11;
+    p.has_seed = 1;
+    mk_sampler *s = make(&p, 10, NULL, 0, NULL, 0);
+    int seen[10] = {0};
+    mk_sample_out o;
+    for (int t = 0; t < 4000; t++) {
+        seen[sample_once(s, l, 10, &o)]++;
+        mk_sampler_accept(s, o.token);
+    }
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(seen[i] > 0, i == 1 || i == 3 || i == 5 || i == 7, "token %d drawn %d times", i,
+                     seen[i]);
+    mk_sampler_free(s);
+}
+
+/* top_p on four tokens whose probabilities are known exactly; thresholds kept away from the
+ * cumulative sums 0.4, 0.7, 0.9, 1.0 so float rounding cannot decide a case. */
+Test(sampler, top_p_keeps_smallest_prefix) {
+    /* probabilities by id: 0.1 0.4 0.2 0.3 -> order 1 (0.4), 3 (0.3), 2 (0.2), 0 (0.1) */
+    const double pr[4] = {0.1, 0.4, 0.2, 0.3};
+    float l[4];
+    logits_from_probs(pr, 4, l);
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    int32_t ids[4];
+    struct { float top_p; int n; int32_t want[4]; } cases[] = {
+        {1e-6f, 1, {1}}, {0.3f, 1, {1}}, {0.39f, 1, {1}}, {0.45f, 2, {1, 3}}, {0.65f, 2, {1, 3}},
+        {0.75f, 3, {1, 2, 3}}, {0.85f, 3, {1, 2, 3}}, {0.95f, 4, {0, 1, 2, 3}}, {1.0f, 4, {0, 1, 2, 3}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        p.top_p = cases[c].top_p;
+        mk_sampler *s = make(&p, 4, NULL, 0, NULL, 0);
+        char what[32];
+        snprintf(what, sizeof what, "top_p=%g", (double)cases[c].top_p);
+        expect_set(ids, cands(s, l, 4, ids, NULL), cases[c].want, cases[c].n, what);
+        mk_sampler_free(s);
+    }
+    /* support of draws at top_p=0.65: exactly {1, 3} */
+    p.top_p = 0.65f;
+    p.seed = 5;
+    p.has_seed = 1;
+    mk_sampler *s = make(&p, 4, NULL, 0, NULL, 0);
+    int seen[4] = {0};
+    mk_sample_out o;
+    for (int t = 0; t < 3000; t++) {
+        seen[sample_once(s, l, 4, &o)]++;
+        mk_sampler_accept(s, o.token);
+    }
+    cr_assert(seen[1] > 0 && seen[3] > 0 && seen[0] == 0 && seen[2] == 0, "%d %d %d %d", seen[0],
+              seen[1], seen[2], seen[3]);
+    mk_sampler_free(s);
+}
+
+/* Brute-force reference of temperature + min_p + top_k + top_p on a large vocabulary: sort all ids
+ * by (logit desc, id asc), apply each rule literally. */
+static const float *g_ref_l;
+static int by_order(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (g_ref_l[x] != g_ref_l[y]) return g_ref_l[x] > g_ref_l[y] ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+static int cmp_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+static int reference_set(const float *l, int V, float T, float min_p, int k, float top_p,
+                         int32_t *out) {
+    int32_t *o = malloc(sizeof(int32_t) * (size_t)V);
+    for (int i = 0; i < V; i++) o[i] = i;
+    g_ref_l = l;
+    qsort(o, (size_t)V, sizeof *o, by_order);
+    double *w = malloc(sizeof(double) * (size_t)V);
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        w[i] = exp(((double)l[o[i]] - l[o[0]]) / T);
+        if (w[i] >= min_p) n = i + 1; /* sorted: the survivors of min_p are a prefix */
+    }
+    if (k > 0 && k < n) {
+        int m = k;
+        while (m < n && l[o[m]] == l[o[k - 1]]) m++;
+        n = m;
+    }
+    double z = 0;
+    for (int i = 0; i < n; i++) z += w[i];
+    int m = 0;
+    for (double acc = 0; m < n && acc < top_p * z; m++) acc += w[m];
+    memcpy(out, o, sizeof(int32_t) * (size_t)m);
+    qsort(out, (size_t)m, sizeof *out, cmp_id);
+    free(o);
+    free(w);
+    return m;
+}
+
+/* 5000 tokens (so top_p goes through the partition descent, not only the small-range sort), with
+ * and without massive ties, against the literal sort-everything reference above. */
+Test(sampler, filters_match_reference_on_large_vocab) {
+    enum { V = 5000 };
+    static float l[V];
+    static int32_t got[V], want[V];
+    for (int tie = 0; tie < 2; tie++) {
+        for (int i = 0; i < V; i++) {
+            double u = mk_philox_uniform(77 + (uint64_t)tie, (uint64_t)i, 0);
+            /* tie = 1: logits on a 0.25 grid, so many exact ties exercise the id order */
+            l[i] = tie ? (float)(floor(u * 40) * 0.25 - 5) : (float)(u * 12 - 6);
+        }
+        struct { float T, min_p; int k; float top_p; } cases[] = {
+            {1, 0, 0, 0.5f},  {1, 0, 0, 0.9f},   {0.7f, 0, 0, 0.95f}, {1.5f, 0, 0, 0.3f},
+            {1, 0, 100, 1},   {1, 0, 1000, 0.8f}, {1, 0.05f, 0, 1},    {2, 0.3f, 0, 0.9f},
+            {1, 0.01f, 400, 0.7f}, {0.5f, 0, 3, 0.99f}, {1, 0, 0, 1e-4f},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            mk_sampling_params p;
+            mk_sampling_defaults(&p);
+            p.temperature = cases[c].T;
+            p.min_p = cases[c].min_p;
+            p.top_k = cases[c].k;
+            p.top_p = cases[c].top_p;
+            mk_sampler *s = make(&p, V, NULL, 0, NULL, 0);
+            int n = cands(s, l, V, got, NULL);
+            int m = reference_set(l, V, cases[c].T, cases[c].min_p, cases[c].k, cases[c].top_p, want);
+            char what[96];
+            snprintf(what, sizeof what, "ties=%d T=%g min_p=%g k=%d top_p=%g", tie, (double)cases[c].T,
+                     (double)cases[c].min_p, cases[c].k, (double)cases[c].top_p);
+            expect_set(got, n, want, m, what);
+            cr_assert(n >= 1);
+            mk_sampler_free(s);
+        }
+    }
+}
+
+/* min_p compares against the tempered distribution: a higher temperature keeps more tokens. */
+Test(sampler, min_p_on_tempered_distribution) {
+    const double pr[4] = {0.5, 0.25, 0.15, 0.1};
+    float l[4];
+    logits_from_probs(pr, 4, l);
+    int32_t ids[4];
+    struct { float T, min_p; int n; int32_t want[4]; } cases[] = {
+        {1, 0.19f, 4, {0, 1, 2, 3}}, {1, 0.25f, 3, {0, 1, 2}}, {1, 0.55f, 1, {0}}, {1, 1.0f, 1, {0}},
+        /* T=2: p ~ sqrt(p): relative 1, .707, .548, .447 */
+        {1, 0.6f, 1, {0}}, {2, 0.6f, 2, {0, 1}}, {2, 0.45f, 3, {0, 1, 2}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mk_sampling_params p;
+        mk_sampling_defaults(&p);
+        p.temperature = cases[c].T;
+        p.min_p = cases[c].min_p;
+        mk_sampler *s = make(&p, 4, NULL, 0, NULL, 0);
+        char what[48];
+        snprintf(what, sizeof what, "T=%g min_p=%g", (double)cases[c].T, (double)cases[c].min_p);
+        expect_set(ids, cands(s, l, 4, ids, NULL), cases[c].want, cases[c].n, what);
+        mk_sampler_free(s);
+    }
+}
+
+/* The order min_p -> top_k -> top_p, with top_p over the renormalized survivors. */
+Test(sampler, filter_order_is_vllms) {
+    const double pr[4] = {0.4, 0.3, 0.2, 0.1};
+    float l[4];
+    logits_from_probs(pr, 4, l);
+    int32_t ids[4];
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    /* top_k=3 then top_p=0.75: renormalized .444 .333 .222 -> mass before id 2 is .778 >= .75 -> {0,1}.
+     * (top_p first on the full distribution would keep {0,1,2}.) */
+    p.top_k = 3;
+    p.top_p = 0.75f;
+    mk_sampler *s = make(&p, 4, NULL, 0, NULL, 0);
+    const int32_t w1[] = {0, 1};
+    expect_set(ids, cands(s, l, 4, ids, NULL), w1, 2, "top_k then top_p");
+    mk_sampler_free(s);
+    /* min_p=0.6 keeps {0,1} (.571 .429 renormalized), then top_p=0.5 keeps {0}.
+     * (top_p first: mass before id 1 is .4 < .5 -> {0,1}, then min_p -> {0,1}.) */
+    mk_sampling_defaults(&p);
+    p.min_p = 0.6f;
+    p.top_p = 0.5f;
+    s = make(&p, 4, NULL, 0, NULL, 0);
+    const int32_t w2[] = {0};
+    expect_set(ids, cands(s, l, 4, ids, NULL), w2, 1, "min_p then top_p");
+    mk_sampler_free(s);
+}
+
+/* ---- the distribution of temperature sampling ---------------------------------------------- */
+
+/* Chi-square quantile by Wilson-Hilferty, z = 3.0902 (upper 0.001): accurate to ~1% for df >= 5. */
+static double chi2_bound(int df) {
+    double a = 2.0 / (9.0 * df), z = 3.0902;
+    double x = 1 - a + z * sqrt(a);
+    return df * x * x * x;
+}
+
+/* Draws n tokens and returns the chi-square statistic against the expected probabilities. */
+static double chi2_run(const mk_sampling_params *p, const float *l, int V, const double *expect, int n) {
+    mk_sampler *s = make(p, V, NULL, 0, NULL, 0);
+    int *cnt = calloc((size_t)V, sizeof *cnt);
+    mk_sample_out o;
+    for (int t = 0; t < n; t++) {
+        cnt[sample_once(s, l, V, &o)]++;
+        mk_sampler_accept(s, o.token);
+    }
+    double chi = 0;
+    for (int i = 0; i < V; i++) {
+        if (expect[i] == 0) {
+            cr_assert_eq(cnt[i], 0, "token %d has probability 0 but was drawn %d times", i, cnt[i]);
+            continue;
+        }
+        cr_assert(expect[i] * n >= 5, "cell %d too small for chi-square", i);
+        double e = expect[i] * n;
+        chi += (cnt[i] - e) * (cnt[i] - e) / e;
+    }
+    free(cnt);
+    mk_sampler_free(s);
+    return chi;
+}
+
+/* Empirical frequencies vs softmax(l / T): chi-square below its 0.999 quantile. The seeds are
+ * fixed, so the statistic is the same on every run (no flakiness); a wrong temperature, a biased
+ * draw or a constant u fails by orders of magnitude. */
+Test(sampler, temperature_matches_softmax) {
+    const float l8[8] = {0.5f, -1.0f, 2.0f, 0.0f, 1.2f, -0.3f, 0.8f, -2.0f};
+    for (int ti = 0; ti < 3; ti++) {
+        const float T = ti == 0 ? 0.7f : ti == 1 ? 1.0f : 1.8f;
+        double e[8], z = 0;
+        for (int i = 0; i < 8; i++) z += e[i] = exp(l8[i] / T);
+        for (int i = 0; i < 8; i++) e[i] /= z;
+        mk_sampling_params p;
+        mk_sampling_defaults(&p);
+        p.temperature = T;
+        p.seed = 1000 + (uint64_t)ti;
+        p.has_seed = 1;
+        double chi = chi2_run(&p, l8, 8, e, 100000);
+        cr_log_info("T=%g: chi2 %.2f, bound %.2f (df 7)", (double)T, chi, chi2_bound(7));
+        cr_assert(chi < chi2_bound(7), "T=%g: chi2 %g >= %g (df 7)", (double)T, chi, chi2_bound(7));
+    }
+    /* 64 tokens, T=1.3 */
+    float l[64];
+    double e[64], z = 0;
+    for (int i = 0; i < 64; i++) l[i] = (float)(4 * mk_philox_uniform(9, (uint64_t)i, 0) - 2);
+    for (int i = 0; i < 64; i++) z += e[i] = exp(l[i] / 1.3);
+    for (int i = 0; i < 64; i++) e[i] /= z;
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 1.3f;
+    p.seed = 2024;
+    p.has_seed = 1;
+    double chi = chi2_run(&p, l, 64, e, 200000);
+    cr_log_info("64 tokens T=1.3: chi2 %.2f, bound %.2f (df 63)", chi, chi2_bound(63));
+    cr_assert(chi < chi2_bound(63), "chi2 %g >= %g (df 63)", chi, chi2_bound(63));
+}
+
+Test(sampler, filtered_distribution_is_renormalized_softmax) {
+    /* top_k=4 of 8 at T=0.8: the four best, in proportion exp(l/T) */
+    const float l[8] = {0.5f, -1.0f, 2.0f, 0.0f, 1.2f, -0.3f, 0.8f, -2.0f};
+    double e[8] = {0}, z = 0;
+    const int keep[4] = {2, 4, 6, 0};
+    for (int i = 0; i < 4; i++) z += e[keep[i]] = exp(l[keep[i]] / 0.8);
+    for (int i = 0; i < 8; i++) e[i] /= z;
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0.8f;
+    p.top_k = 4;
+    p.seed = 31337;
+    p.has_seed = 1;
+    double chi = chi2_run(&p, l, 8, e, 100000);
+    cr_log_info("top_k=4 T=0.8: chi2 %.2f, bound %.2f (df 3)", chi, chi2_bound(3));
+    cr_assert(chi < chi2_bound(3), "chi2 %g >= %g (df 3)", chi, chi2_bound(3));
+}
+
+/* ---- penalties, bias, min_tokens, ignore_eos ------------------------------------------------ */
+
+/* Runs one greedy step after accepting `out` and returns the processed logits in l. */
+static void processed(const mk_sampling_params *p, const int32_t *prompt, int n_prompt, const int32_t *out,
+                      int n_out, float *l, int V) {
+    mk_sampler *s = make(p, V, NULL, 0, prompt, n_prompt);
+    for (int i = 0; i < n_out; i++) mk_sampler_accept(s, out[i]);
+    mk_sample_out o;
+    cr_assert_eq(mk_sampler_sample(s, l, &o, NULL), MK_OK);
+    mk_sampler_free(s);
+}
+
+static const float PEN_L[8] = {1.0f, 0.7f, 2.0f, -1.0f, 3.0f, 0.5f, 4.0f, 0.0f};
+static const int32_t PEN_PROMPT[] = {2, 7};
+static const int32_t PEN_OUT[] = {3, 5, 5, 5, 6};
+
+static void expect_logits(const float *got, const float *want, const char *what) {
+    for (int i = 0; i < 8; i++)
+        cr_assert(fabsf(got[i] - want[i]) < 1e-6f, "%s: logit %d is %g, want %g", what, i, (double)got[i],
+                  (double)want[i]);
+}
+
+/* The penalty tests read the processed logits that mk_sampler_sample leaves in its input array.
+ * Prompt {2, 7}, output 3, 5, 5, 5, 6. */
+Test(sampler, repetition_penalty_prompt_and_output) {
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0;
+    p.repetition_penalty = 2;
+    float l[8];
+    memcpy(l, PEN_L, sizeof l);
+    processed(&p, PEN_PROMPT, 2, PEN_OUT, 5, l, 8);
+    /* seen: 2, 7 (prompt), 3, 5, 6 (output). positive / 2, non-positive * 2 */
+    const float want[8] = {1.0f, 0.7f, 1.0f, -2.0f, 3.0f, 0.25f, 2.0f, 0.0f};
+    expect_logits(l, want, "repetition");
+}
+
+Test(sampler, frequency_and_presence_count_output_only) {
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0;
+    p.frequency_penalty = 0.5f;
+    float l[8];
+    memcpy(l, PEN_L, sizeof l);
+    processed(&p, PEN_PROMPT, 2, PEN_OUT, 5, l, 8);
+    const float wf[8] = {1.0f, 0.7f, 2.0f, -1.5f, 3.0f, -1.0f, 3.5f, 0.0f};
+    expect_logits(l, wf, "frequency");
+    mk_sampling_defaults(&p);
+    p.temperature = 0;
+    p.presence_penalty = -0.25f; /* negative: encourages repetition */
+    memcpy(l, PEN_L, sizeof l);
+    processed(&p, PEN_PROMPT, 2, PEN_OUT, 5, l, 8);
+    const float wp[8] = {1.0f, 0.7f, 2.0f, -0.75f, 3.0f, 0.75f, 4.25f, 0.0f};
+    expect_logits(l, wp, "presence");
+}
+
+Test(sampler, bias_applies_before_penalties) {
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0;
+    const int32_t bid[] = {5, 4, 0};
+    const float bval[] = {3.0f, -100.0f, 0.25f};
+    p.bias_ids = bid;
+    p.bias_vals = bval;
+    p.n_bias = 3;
+    float l[8];
+    memcpy(l, PEN_L, sizeof l);
+    processed(&p, NULL, 0, NULL, 0, l, 8);
+    const float wb[8] = {1.25f, 0.7f, 2.0f, -1.0f, -97.0f, 3.5f, 4.0f, 0.0f};
+    expect_logits(l, wb, "bias");
+    /* bias, then repetition, then frequency and presence: 5 -> (0.5 + 3) / 2 - 3 * 0.5 - 0.25 */
+    p.repetition_penalty = 2;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    memcpy(l, PEN_L, sizeof l);
+    processed(&p, PEN_PROMPT, 2, PEN_OUT, 5, l, 8);
+    const float wc[8] = {1.25f, 0.7f, 1.0f, -2.75f, -97.0f, 0.0f, 1.25f, 0.0f};
+    expect_logits(l, wc, "bias + penalties");
+    /* greedy follows: a -100 bias removes the argmax */
+    const float l2[3] = {1, 5, 2};
+    const int32_t kill[] = {1};
+    const float neg[] = {-100};
+    mk_sampling_defaults(&p);
+    p.temperature = 0;
+    p.bias_ids = kill;
+    p.bias_vals = neg;
+    p.n_bias = 1;
+    mk_sampler *s = make(&p, 3, NULL, 0, NULL, 0);
+    mk_sample_out o;
+    cr_assert_eq(sample_once(s, l2, 3, &o), 2);
+    mk_sampler_free(s);
+}
+
+Test(sampler, min_tokens_masks_stop_tokens) {
+    /* EOS 1 and stop id 4 are the most likely; min_tokens=3 hides both for three steps */
+    const float l[6] = {0.5f, 9.0f, 1.0f, 0.0f, 8.0f, -1.0f};
+    const int32_t eos[] = {1};
+    const int32_t stop[] = {4};
+    for (int ign = 0; ign < 2; ign++) {
+        mk_sampling_params p;
+        mk_sampling_defaults(&p);
+        p.temperature = 0;
+        p.min_tokens = 3;
+        p.stop_ids = stop;
+        p.n_stop_ids = 1;
+        p.ignore_eos = ign; /* as in vLLM, EOS is masked during min_tokens even with ignore_eos */
+        mk_sampler *s = make(&p, 6, eos, 1, NULL, 0);
+        mk_sample_out o;
+        for (int t = 0; t < 3; t++) {
+            cr_assert_eq(sample_once(s, l, 6, &o), 2, "step %d", t);
+            int32_t ids[6];
+            int n = cands(s, l, 6, ids, NULL);
+            cr_assert_eq(n, 1);
+            mk_sampler_accept(s, o.token);
+        }
+        cr_assert_eq(mk_sampler_n_generated(s), 3);
+        cr_assert_eq(sample_once(s, l, 6, &o), 1, "EOS allowed after min_tokens");
+        mk_sampler_free(s);
+    }
+    /* random sampling: the candidate set excludes the stop tokens */
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.min_tokens = 1;
+    p.stop_ids = stop;
+    p.n_stop_ids = 1;
+    mk_sampler *s = make(&p, 6, eos, 1, NULL, 0);
+    int32_t ids[6];
+    const int32_t want[] = {0, 2, 3, 5};
+    expect_set(ids, cands(s, l, 6, ids, NULL), want, 4, "min_tokens random");
+    mk_sampler_free(s);
+    /* a vocabulary of stop tokens only: masked away -> MK_ERANGE */
+    const int32_t all[] = {0, 1};
+    const float l2[2] = {1, 2};
+    p.n_stop_ids = 0;
+    s = make(&p, 2, all, 2, NULL, 0);
+    float x[2] = {l2[0], l2[1]};
+    mk_sample_out o;
+    cr_assert_eq(mk_sampler_sample(s, x, &o, NULL), MK_ERANGE);
+    mk_sampler_free(s);
+}
+
+Test(sampler, stop_tokens_and_ignore_eos) {
+    const int32_t eos[] = {1, 9};
+    const int32_t stop[] = {4};
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.stop_ids = stop;
+    p.n_stop_ids = 1;
+    mk_sampler *s = make(&p, 10, eos, 2, NULL, 0);
+    cr_assert(mk_sampler_is_stop_token(s, 1) && mk_sampler_is_stop_token(s, 9));
+    cr_assert(mk_sampler_is_stop_token(s, 4) && !mk_sampler_is_stop_token(s, 0));
+    mk_sampler_free(s);
+    p.ignore_eos = 1;
+    s = make(&p, 10, eos, 2, NULL, 0);
+    cr_assert(!mk_sampler_is_stop_token(s, 1) && !mk_sampler_is_stop_token(s, 9));
+    cr_assert(mk_sampler_is_stop_token(s, 4), "stop_token_ids still stop with ignore_eos");
+    /* EOS is not masked by ignore_eos: greedy still picks it when it is the best */
+    const float l[10] = {0, 5, 0, 0, 0, 0, 0, 0, 0, 0};
+    mk_sample_out o;
+    p.temperature = 0;
+    mk_sampler_free(s);
+    s = make(&p, 10, eos, 2, NULL, 0);
+    cr_assert_eq(sample_once(s, l, 10, &o), 1);
+    mk_sampler_free(s);
+}
+
+/* ---- logprobs ------------------------------------------------------------------------------ */
+
+Test(sampler, logprobs_are_raw_log_softmax) {
+    enum { V = 50 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(8 * mk_philox_uniform(4, (uint64_t)i, 0) - 4);
+    l[10] = l[20] = l[30] = 5.0f; /* a three-way tie at the top: ids ascending */
+    double mx = 5, z = 0;
+    for (int i = 0; i < V; i++) z += exp(l[i] - mx);
+    const double lse = mx + log(z);
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0.5f; /* processing must not leak into the reported logprobs */
+    p.repetition_penalty = 1.5f;
+    p.frequency_penalty = 1.0f;
+    const int32_t bid[] = {3};
+    const float bval[] = {50};
+    p.bias_ids = bid;
+    p.bias_vals = bval;
+    p.n_bias = 1;
+    p.logprobs = 1;
+    p.top_logprobs = 7;
+    p.seed = 8;
+    p.has_seed = 1;
+    const int32_t prompt[] = {10, 11};
+    mk_sampler *s = make(&p, V, NULL, 0, prompt, 2);
+    mk_sample_out o;
+    for (int t = 0; t < 5; t++) {
+        sample_once(s, l, V, &o);
+        cr_assert_eq(o.token, 3, "the +50 bias should win");
+        cr_assert(fabs(o.logprob - (l[3] - lse)) < 1e-5, "logprob %g want %g", (double)o.logprob,
+                  l[3] - lse);
+        cr_assert_eq(o.n_top, 7);
+        cr_assert(o.top_ids[0] == 10 && o.top_ids[1] == 20 && o.top_ids[2] == 30, "tie order %d %d %d",
+                  o.top_ids[0], o.top_ids[1], o.top_ids[2]);
+        for (int j = 0; j < o.n_top; j++) {
+            cr_assert(fabs(o.top_logprobs[j] - (l[o.top_ids[j]] - lse)) < 1e-5);
+            if (j) cr_assert(o.top_logprobs[j] <= o.top_logprobs[j - 1], "not sorted at %d", j);
+            /* nothing outside the list beats its last entry */
+        }
+        for (int i = 0; i < V; i++) {
+            int in = 0;
+            for (int j = 0; j < o.n_top; j++) in |= o.top_ids[j] == i;
+            if (!in) cr_assert(l[i] <= l[o.top_ids[o.n_top - 1]], "id %d should be in the top", i);
+        }
+        mk_sampler_accept(s, o.token);
+    }
+    mk_sampler_free(s);
+    /* top_logprobs larger than the vocabulary: all of it; logprobs off: zeros */
+    const float l3[3] = {0, 1, 2};
+    p.n_bias = 0;
+    p.repetition_penalty = 1;
+    p.frequency_penalty = 0;
+    p.top_logprobs = 5;
+    s = make(&p, 3, NULL, 0, NULL, 0);
+    sample_once(s, l3, 3, &o);
+    cr_assert_eq(o.n_top, 3);
+    cr_assert(o.top_ids[0] == 2 && o.top_ids[1] == 1 && o.top_ids[2] == 0);
+    mk_sampler_free(s);
+    p.logprobs = 0;
+    p.top_logprobs = 0;
+    s = make(&p, 3, NULL, 0, NULL, 0);
+    sample_once(s, l3, 3, &o);
+    cr_assert(o.n_top == 0 && o.logprob == 0);
+    mk_sampler_free(s);
+}
+
+/* ---- stop strings -------------------------------------------------------------------------- */
+
+/* Feeds pieces; returns the concatenated emitted text (static buffer) and whether it stopped. */
+static const char *feed_all(mk_stop *m, const char *const *pieces, int n, int *stopped) {
+    static char acc[65536];
+    size_t al = 0;
+    *stopped = 0;
+    for (int i = 0; i < n; i++) {
+        const char *e;
+        size_t el;
+        int r = mk_stop_feed(m, pieces[i], strlen(pieces[i]), &e, &el);
+        cr_assert(r == 0 || r == 1);
+        memcpy(acc + al, e, el);
+        al += el;
+        if (r == 1) *stopped = 1;
+    }
+    if (!*stopped) {
+        const char *e;
+        size_t el;
+        mk_stop_flush(m, &e, &el);
+        memcpy(acc + al, e, el);
+        al += el;
+    }
+    acc[al] = 0;
+    return acc;
+}
+
+static mk_stop *stop_make(const char *const *stops, int n, int include) {
+    mk_stop *m = NULL;
+    mk_err err = {0};
+    cr_assert_eq(mk_stop_create(stops, n, include, &m, &err), MK_OK, "%s", err.msg);
+    return m;
+}
+
+Test(stop, holds_back_only_possible_prefixes) {
+    const char *stops[] = {"###"};
+    mk_stop *m = stop_make(stops, 1, 0);
+    const char *e;
+    size_t el;
+    cr_assert_eq(mk_stop_feed(m, "a#", 2, &e, &el), 0);
+    cr_assert(el == 1 && !memcmp(e, "a", 1));
+    cr_assert_eq(mk_stop_feed(m, "#", 1, &e, &el), 0);
+    cr_assert_eq(el, 0);
+    cr_assert_eq(mk_stop_feed(m, "b", 1, &e, &el), 0);
+    cr_assert(el == 3 && !memcmp(e, "##b", 3), "got %.*s", (int)el, e);
+    cr_assert_eq(mk_stop_feed(m, "xyz", 3, &e, &el), 0);
+    cr_assert(el == 3, "text that cannot start a stop string is not delayed");
+    cr_assert_eq(mk_stop_matched(m), -1);
+    mk_stop_free(m);
+}
+
+Test(stop, split_across_pieces) {
+    const char *stops[] = {"END"};
+    const char *pieces[] = {"hello E", "N", "D more", "after"};
+    int st;
+    mk_stop *m = stop_make(stops, 1, 0);
+    cr_assert_str_eq(feed_all(m, pieces, 4, &st), "hello ");
+    cr_assert(st);
+    cr_assert_eq(mk_stop_matched(m), 0);
+    const char *e;
+    size_t el;
+    cr_assert_eq(mk_stop_feed(m, "x", 1, &e, &el), 1, "stays stopped");
+    cr_assert_eq(el, 0);
+    mk_stop_free(m);
+    m = stop_make(stops, 1, 1); /* include_stop_str_in_output */
+    cr_assert_str_eq(feed_all(m, pieces, 4, &st), "hello END");
+    mk_stop_free(m);
+    /* a prefix that fails: held text comes back */
+    const char *p2[] = {"sE", "Nd", "!"};
+    m = stop_make(stops, 1, 0);
+    cr_assert_str_eq(feed_all(m, p2, 3, &st), "sENd!");
+    cr_assert(!st);
+    mk_stop_free(m);
+}
+
+Test(stop, overlapping_prefixes_and_several_strings) {
+    int st;
+    const char *s1[] = {"aab"};
+    const char *p1[] = {"xa", "a", "a", "ab", "zz"}; /* "xaaaab": match at 3 */
+    mk_stop *m = stop_make(s1, 1, 0);
+    cr_assert_str_eq(feed_all(m, p1, 5, &st), "xaa");
+    cr_assert(st);
+    mk_stop_free(m);
+    /* two strings in one piece: the earliest start wins */
+    const char *s2[] = {"bc", "ab"};
+    const char *p2[] = {"xabc"};
+    m = stop_make(s2, 2, 0);
+    cr_assert_str_eq(feed_all(m, p2, 1, &st), "x");
+    cr_assert_eq(mk_stop_matched(m), 1);
+    mk_stop_free(m);
+    /* a long stop string partially matched while a short one completes inside it */
+    const char *s3[] = {"abcd", "bc"};
+    const char *p3[] = {"ab", "c", "d"};
+    m = stop_make(s3, 2, 1);
+    cr_assert_str_eq(feed_all(m, p3, 3, &st), "abc");
+    cr_assert_eq(mk_stop_matched(m), 1);
+    mk_stop_free(m);
+    /* no stop strings: pass-through */
+    const char *p4[] = {"a", "bc", ""};
+    m = stop_make(NULL, 0, 0);
+    cr_assert_str_eq(feed_all(m, p4, 3, &st), "abc");
+    mk_stop_free(m);
+}
+
+Test(stop, multibyte_utf8) {
+    int st;
+    const char *stops[] = {"世界"}; /* e4 b8 96 e7 95 8c */
+    const char *p1[] = {"你好世", "界!"};
+    mk_stop *m = stop_make(stops, 1, 0);
+    cr_assert_str_eq(feed_all(m, p1, 2, &st), "你好");
+    cr_assert(st);
+    mk_stop_free(m);
+    /* pieces that split characters (a byte-level detokenizer) */
+    const char *p2[] = {"你好\xe4\xb8", "\x96\xe7", "\x95\x8c", "tail"};
+    m = stop_make(stops, 1, 0);
+    cr_assert_str_eq(feed_all(m, p2, 4, &st), "你好");
+    mk_stop_free(m);
+    /* the first character alone, then something else: everything comes back */
+    const char *p3[] = {"世", "x世"};
+    m = stop_make(stops, 1, 0);
+    const char *e;
+    size_t el;
+    cr_assert_eq(mk_stop_feed(m, p3[0], strlen(p3[0]), &e, &el), 0);
+    cr_assert_eq(el, 0, "a possible prefix is held");
+    cr_assert_eq(mk_stop_feed(m, p3[1], strlen(p3[1]), &e, &el), 0);
+    cr_assert(el == 4 && !memcmp(e, "世x", 4), "emits whole characters only");
+    mk_stop_flush(m, &e, &el);
+    cr_assert(el == 3 && !memcmp(e, "世", 3));
+    mk_stop_free(m);
+}
+
+Test(stop, long_piece_grows_buffer) {
+    const char *stops[] = {"STOP"};
+    static char big[5001];
+    memset(big, 'q', 5000);
+    memcpy(big + 4000, "STOP", 4);
+    const char *pieces[] = {"S", big};
+    int st;
+    mk_stop *m = stop_make(stops, 1, 0);
+    const char *out = feed_all(m, pieces, 2, &st);
+    cr_assert(st);
+    cr_assert_eq(strlen(out), 4001, "got %zu bytes", strlen(out));
+    mk_stop_free(m);
+}
+
+/* Random text over {a,b,c}, random piece boundaries: the emitted text equals the text up to the
+ * earliest stop-string match, whatever the chunking. */
+Test(stop, random_chunking_matches_reference) {
+    const char *stops[] = {"abc", "bca", "cc", "abab"};
+    char text[64], piece_buf[64][64];
+    const char *pieces[64];
+    for (int trial = 0; trial < 2000; trial++) {
+        int len = 1 + (int)(mk_philox_uniform(55, (uint64_t)trial, 0) * 40);
+        for (int i = 0; i < len; i++) text[i] = "abc"[(int)(mk_philox_uniform(56, (uint64_t)trial, (uint32_t)i) * 3)];
+        text[len] = 0;
+        /* reference: earliest start, first in list order */
+        int best = len, which = -1;
+        for (int i = 0; i < 4; i++) {
+            const char *f = strstr(text, stops[i]);
+            if (f && f - text < best) best = (int)(f - text), which = i;
+        }
+        int np = 0;
+        for (int at = 0; at < len;) {
+            int pl = 1 + (int)(mk_philox_uniform(57, (uint64_t)trial, (uint32_t)np) * 5);
+            if (pl > len - at) pl = len - at;
+            memcpy(piece_buf[np], text + at, (size_t)pl);
+            piece_buf[np][pl] = 0;
+            pieces[np] = piece_buf[np];
+            np++;
+            at += pl;
+        }
+        for (int inc = 0; inc < 2; inc++) {
+            mk_stop *m = stop_make(stops, 4, inc);
+            int st;
+            const char *got = feed_all(m, pieces, np, &st);
+            char want[64];
+            int wl = which < 0 ? len : best + (inc ? (int)strlen(stops[which]) : 0);
+            memcpy(want, text, (size_t)wl);
+            want[wl] = 0;
+            cr_assert_str_eq(got, want, "trial %d text %s include %d", trial, text, inc);
+            cr_assert_eq(st, which >= 0);
+            cr_assert_eq(mk_stop_matched(m), which);
+            mk_stop_free(m);
+        }
+    }
+}
+
+Test(stop, rejects_empty_string) {
+    const char *stops[] = {"ok", ""};
+    mk_stop *m = NULL;
+    mk_err err = {0};
+    cr_assert_eq(mk_stop_create(stops, 2, 0, &m, &err), MK_EINVAL);
+    cr_assert(strstr(err.msg, "stop string 1"), "%s", err.msg);
+    cr_assert_null(m);
+}
+
+/* ---- generation_config.json ---------------------------------------------------------------- */
+
+static char g_dir[64];
+
+static void write_gc(const char *json) {
+    if (!g_dir[0]) {
+        strcpy(g_dir, "/tmp/mk_gcXXXXXX");
+        cr_assert_not_null(mkdtemp(g_dir));
+    }
+    char path[128];
+    snprintf(path, sizeof path, "%s/generation_config.json", g_dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(json, f);
+    fclose(f);
+}
+
+static void rm_gc(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/generation_config.json", g_dir);
+    unlink(path);
+    rmdir(g_dir);
+}
+
+Test(genconfig, reads_known_keys) {
+    write_gc("{\"_from_model_config\": true, \"bos_token_id\": 0, \"eos_token_id\": 1,\n"
+             " \"do_sample\": true, \"temperature\": 0.6, \"top_p\": 0.95, \"top_k\": 20,\n"
+             " \"min_p\": 0.05, \"repetition_penalty\": 1.1, \"max_new_tokens\": 100}");
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    int32_t eos[4];
+    int n = 0;
+    mk_err err = {0};
+    cr_assert_eq(mk_generation_config_load(g_dir, &p, eos, &n, 4, &err), MK_OK, "%s", err.msg);
+    cr_assert_float_eq(p.temperature, 0.6f, 1e-7);
+    cr_assert_float_eq(p.top_p, 0.95f, 1e-7);
+    cr_assert_eq(p.top_k, 20);
+    cr_assert_float_eq(p.min_p, 0.05f, 1e-7);
+    cr_assert_float_eq(p.repetition_penalty, 1.1f, 1e-7);
+    cr_assert(n == 1 && eos[0] == 1);
+    cr_assert_eq(mk_sampling_validate(&p, 100, &err), MK_OK);
+    /* do_sample false -> greedy; an EOS list; absent keys keep their values; null ignored */
+    write_gc("{\"do_sample\": false, \"temperature\": 0.7, \"eos_token_id\": [7, 3, 9], \"top_p\": null}");
+    cr_assert_eq(mk_generation_config_load(g_dir, &p, eos, &n, 4, &err), MK_OK, "%s", err.msg);
+    cr_assert_eq(p.temperature, 0.0f);
+    cr_assert_float_eq(p.top_p, 0.95f, 1e-7);
+    cr_assert(n == 3 && eos[0] == 7 && eos[1] == 3 && eos[2] == 9);
+    rm_gc();
+}
+
+Test(genconfig, absent_file_changes_nothing) {
+    mk_sampling_params p, q;
+    mk_sampling_defaults(&p);
+    q = p;
+    int32_t eos[2] = {5, 5};
+    int n = 42;
+    mk_err err = {0};
+    cr_assert_eq(mk_generation_config_load("/nonexistent-minke-dir", &p, eos, &n, 2, &err), MK_OK);
+    cr_assert(!memcmp(&p, &q, sizeof p) && n == 42 && eos[0] == 5);
+}
+
+Test(genconfig, errors_name_file_and_key) {
+    struct { const char *json; int status; const char *needle; } cases[] = {
+        {"{\"temperature\": \"hot\"}", MK_EFORMAT, "temperature must be a number"},
+        {"{\"temperature\": -1}", MK_EFORMAT, "temperature must be a finite number >= 0"},
+        {"{\"top_p\": 0}", MK_EFORMAT, "top_p must be in (0, 1]"},
+        {"{\"top_k\": 2.5}", MK_EFORMAT, "top_k must be an integer"},
+        {"{\"min_p\": 1.5}", MK_EFORMAT, "min_p"},
+        {"{\"repetition_penalty\": 0}", MK_EFORMAT, "repetition_penalty"},
+        {"{\"do_sample\": 1}", MK_EFORMAT, "do_sample"},
+        {"{\"eos_token_id\": \"</s>\"}", MK_EFORMAT, "eos_token_id"},
+        {"{\"eos_token_id\": [1, -2]}", MK_EFORMAT, "eos_token_id[1]"},
+        {"{\"eos_token_id\": [1, 2, 3]}", MK_ERANGE, "room for 2"},
+        {"[1, 2]", MK_EFORMAT, "object"},
+        {"{\"temperature\": 0.5,", MK_EFORMAT, "line 1"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        write_gc(cases[c].json);
+        mk_sampling_params p, q;
+        mk_sampling_defaults(&p);
+        q = p;
+        int32_t eos[2];
+        int n = 0;
+        mk_err err = {0};
+        int rc = mk_generation_config_load(g_dir, &p, eos, &n, 2, &err);
+        cr_assert_eq(rc, cases[c].status, "%s: rc %d", cases[c].json, rc);
+        cr_assert(strstr(err.msg, cases[c].needle), "%s: message '%s'", cases[c].json, err.msg);
+        cr_assert(strstr(err.msg, "generation_config.json"), "message names the file: %s", err.msg);
+        cr_assert(!memcmp(&p, &q, sizeof p), "%s: params changed on error", cases[c].json);
+    }
+    rm_gc();
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+/* One invalid field per case; the message must name the field, the range and the value. */
+static const char *invalid_case(int c, mk_sampling_params *p) {
+    static const int32_t bad_id[] = {100};
+    static const int32_t ok_id[] = {3};
+    static const float big[] = {150};
+    static const float one[] = {1};
+    switch (c) {
+    case 0: p->temperature = -0.5f; return "temperature must be a finite number >= 0, got -0.5";
+    case 1: p->temperature = NAN; return "temperature must be a finite number >= 0, got nan";
+    case 2: p->top_p = 0; return "top_p must be in (0, 1], got 0";
+    case 3: p->top_p = 1.5f; return "top_p must be in (0, 1], got 1.5";
+    case 4: p->top_k = -2; return "top_k must be -1 or 0 (off) or >= 1, got -2";
+    case 5: p->min_p = -0.1f; return "min_p must be in [0, 1], got -0.1";
+    case 6: p->presence_penalty = 2.5f; return "presence_penalty must be in [-2, 2], got 2.5";
+    case 7: p->frequency_penalty = -3; return "frequency_penalty must be in [-2, 2], got -3";
+    case 8: p->repetition_penalty = 0; return "repetition_penalty must be a finite number > 0, got 0";
+    case 9:
+        p->bias_ids = bad_id, p->bias_vals = one, p->n_bias = 1;
+        return "logit_bias: token id 100 is outside the vocabulary [0, 100)";
+    case 10:
+        p->bias_ids = ok_id, p->bias_vals = big, p->n_bias = 1;
+        return "logit_bias: value for token 3 must be in [-100, 100], got 150";
+    case 11: p->min_tokens = -1; return "min_tokens must be >= 0, got -1";
+    case 12: p->stop_ids = bad_id, p->n_stop_ids = 1; return "stop_token_ids: token id 100 is outside";
+    case 13: p->top_logprobs = 21; return "top_logprobs must be in [0, 20], got 21";
+    default: return NULL;
+    }
+}
+
+Test(sampler, validation_messages) {
+    for (int c = 0;; c++) {
+        mk_sampling_params p;
+        mk_sampling_defaults(&p);
+        const char *needle = invalid_case(c, &p);
+        if (!needle) break;
+        mk_err err = {0};
+        cr_assert_eq(mk_sampling_validate(&p, 100, &err), MK_EINVAL, "case %d", c);
+        cr_assert(strstr(err.msg, needle), "want '%s', got '%s'", needle, err.msg);
+        mk_sampler *s = (mk_sampler *)1;
+        cr_assert_eq(mk_sampler_create(&p, 100, NULL, 0, NULL, 0, &s, &err), MK_EINVAL);
+        cr_assert_null(s);
+    }
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    mk_err err = {0};
+    cr_assert_eq(mk_sampling_validate(&p, 100, &err), MK_OK, "defaults are valid");
+    p.temperature = 5; /* no upper bound, as in vLLM */
+    p.top_k = -1;
+    cr_assert_eq(mk_sampling_validate(&p, 100, &err), MK_OK);
+    /* create checks the EOS and prompt ids too */
+    const int32_t eos[] = {100};
+    mk_sampler *s = NULL;
+    cr_assert_eq(mk_sampler_create(&p, 100, eos, 1, NULL, 0, &s, &err), MK_EINVAL);
+    cr_assert(strstr(err.msg, "eos token id 100"), "%s", err.msg);
+    const int32_t prompt[] = {1, 2, -5};
+    cr_assert_eq(mk_sampler_create(&p, 100, NULL, 0, prompt, 3, &s, &err), MK_EINVAL);
+    cr_assert(strstr(err.msg, "prompt token -5 at position 2"), "%s", err.msg);
+}
