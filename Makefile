@@ -5,7 +5,7 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 OPT     ?= -O2 -g
 ARCH    ?= -march=x86-64-v2 -mtune=native
 CFLAGS  += $(CSTD) $(WARN) $(OPT) $(ARCH) -Iinclude -Isrc -fno-math-errno
-LDLIBS  += -ljansson -lpthread -lm
+LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lpthread -lm
 BUILD   ?= build
 
 SRC     := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
@@ -53,6 +53,7 @@ test: $(BUILD)/minke $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t --jobs 2 $(TEST_ARGS); done
 	@bash tests/cli/test_cli.sh $(BUILD)/minke
 	@bash tests/tools/test_gen_dsv4.sh
+	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/tok_cli && python3 tests/tokenizer/prop_test.py $(BUILD)
 	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(FUZZ_SMOKE_TIME)
 	@echo "all tests passed"
 
@@ -61,7 +62,7 @@ bench: $(BUILD)/minke $(BENCH_BIN)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-	        LDLIBS="-ljansson -lpthread -lm -fsanitize=address,undefined" test
+	        LDLIBS="-ljansson -lpcre2-8 -lutf8proc -lpthread -lm -fsanitize=address,undefined" test
 
 FUZZ_TIME ?= 60
 FUZZ_SMOKE_TIME ?= 15
@@ -70,7 +71,7 @@ fuzz:
 	@set -e; for f in $(FUZZ_SRC); do \
 	  n=$$(basename $$f .c); \
 	  clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $$f \
-	    $$(find src -name '*.c' ! -path 'src/cli/*') -o build-fuzz/$$n -ljansson -lpthread -lm; \
+	    $$(find src -name '*.c' ! -path 'src/cli/*') -o build-fuzz/$$n -ljansson -lpcre2-8 -lutf8proc -lpthread -lm; \
 	  mkdir -p build-fuzz/corpus-$$n; \
 	  ./build-fuzz/$$n -max_total_time=$(FUZZ_TIME) -max_len=65536 build-fuzz/corpus-$$n fuzz/seeds/$$n; \
 	done

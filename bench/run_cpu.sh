@@ -33,3 +33,12 @@ for t in 1 2; do
   "$BUILD/bench/bench_decode" "$CKPT" $t $STEPS
 done
 # ---- end of decode benchmark ------------------------------------------------------------------
+
+# ---- tokenizer encode throughput vs HF tokenizers (build/bench/bench_tokenizer) ------------------
+# A few MB of mixed text (prose, code, multilingual) encoded one document per call on one thread
+# with the DeepSeek-V3 tokenizer, by minke and by HF `tokenizers` (RAYON_NUM_THREADS=1) in the same
+# run; prints both MB/s and the ratio, and fails if the ids differ.
+echo "== bench_tokenizer"
+TOK_MB=4
+[[ "${BENCH_QUICK:-0}" == 1 ]] && TOK_MB=0.5
+python3 bench/bench_tokenizer.py "$BUILD" --mb "$TOK_MB"

@@ -2,11 +2,12 @@
 # minke setup: installs every dependency the build, the tests and the tools need, on Debian 12.
 # Idempotent and non-interactive: safe to run again; it only installs what is missing.
 #   apt:  compiler, Criterion (C unit tests), jansson (JSON), clang + libFuzzer runtime
-#   pip:  numpy + safetensors (random-checkpoint generator in tools/)
+#   apt:  PCRE2 (tokenizer regexes, JIT) + utf8proc (Unicode normalization)
+#   pip:  numpy + safetensors (random-checkpoint generator in tools/), tokenizers (tokenizer oracle)
 set -euo pipefail
 
 APT_PKGS=(build-essential pkg-config clang libclang-rt-14-dev libcriterion-dev libjansson-dev
-          python3 python3-pip)
+          python3 python3-pip libpcre2-dev libutf8proc-dev)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -20,8 +21,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-if ! $PY -c "import numpy, safetensors" 2>/dev/null; then
-  $PY -m pip install --quiet --disable-pip-version-check numpy safetensors \
-    || $PY -m pip install --quiet --disable-pip-version-check --break-system-packages numpy safetensors
+if ! $PY -c "import numpy, safetensors, tokenizers" 2>/dev/null; then
+  $PY -m pip install --quiet --disable-pip-version-check numpy safetensors tokenizers \
+    || $PY -m pip install --quiet --disable-pip-version-check --break-system-packages numpy safetensors tokenizers
 fi
 echo "setup: dependencies installed"
