@@ -96,4 +96,19 @@ ARGMAX=$("$MINKE" logits --model tests/data/dsv4/v4-tiny-fp8 --tokens "$(cat "$T
 [ "$FIRST" = "$ARGMAX" ] || fail "greedy first token $FIRST != argmax $ARGMAX"
 expect_err 2 "--temperature expects" "$MINKE" "${G[@]}" --temperature -1
 expect_err 2 "vocabulary" "$MINKE" generate --model tests/data/dsv4/v4-tiny-fp8 --tokenizer "$TOK" --prompt x --logit-bias 9999:1
+# chat: two turns with history, then Ctrl-C (SIGINT) stops a long answer but not the program
+printf 'hello\nwhat next?\n/exit\n' | "$MINKE" chat --model tests/data/dsv4/v4-tiny-fp8 --tokenizer "$TOK" --max-tokens 8 --seed 3 > "$TMP/chat.out" 2>&1
+[ "$(grep -c '^> ' "$TMP/chat.out")" -ge 2 ] || fail "chat did not answer two turns: $(cat "$TMP/chat.out")"
+mkfifo "$TMP/fifo"
+"$MINKE" chat --model tests/data/dsv4/v4-tiny-fp8 --tokenizer "$TOK" --max-tokens 3000 --ignore-eos < "$TMP/fifo" > "$TMP/chat2.out" 2>&1 &
+CPID=$!
+exec 3> "$TMP/fifo"
+echo "tell me a long story" >&3
+sleep 1
+kill -INT $CPID
+sleep 0.5
+echo "/exit" >&3
+exec 3>&-
+wait $CPID || fail "chat exited with an error after Ctrl-C"
+grep -q "\[stopped\]" "$TMP/chat2.out" || fail "Ctrl-C did not stop the answer: $(tail -c 300 "$TMP/chat2.out")"
 echo "cli tests passed"
