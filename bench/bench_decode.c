@@ -81,7 +81,7 @@ static double bandwidth(int nt, int mode) {
 
 static size_t wbytes(const mk_wmat *w) { return w->w ? mk_wmat_bytes(w) : 0; }
 
-static size_t bytes_per_token(const mk_model *m) {
+static size_t bytes_per_token(const dsv4_model *m) {
     const dsv4_config *c = &m->cfg;
     size_t b = wbytes(&m->head) + (size_t)c->dim * 2; /* head + one embedding row */
     for (int l = 0; l < c->n_layers; l++) {
@@ -103,28 +103,28 @@ int main(int argc, char **argv) {
     }
     int nt = argc > 2 ? atoi(argv[2]) : 1, steps = argc > 3 ? atoi(argv[3]) : 16;
     mk_err err = {0};
-    mk_model *m;
+    dsv4_model *m;
     mk_model_options o = {.n_threads = nt, .max_seq_len = 1024};
-    if (mk_model_load(argv[1], &o, &m, &err)) {
+    if (dsv4_model_load(argv[1], &o, &m, &err)) {
         fprintf(stderr, "bench_decode: %s\n", err.msg);
         return 1;
     }
-    mk_seq *s;
-    if (mk_seq_create(m, 1024, &s, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
+    dsv4_seq *s;
+    if (dsv4_seq_create(m, 1024, &s, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
     int V = m->cfg.vocab;
     float *lg = malloc(sizeof(float) * (size_t)V);
     int32_t prompt[16];
     for (int i = 0; i < 16; i++) prompt[i] = (i * 7919) % V;
     double t0 = now();
-    if (mk_seq_forward(s, prompt, 16, lg, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
+    if (dsv4_seq_forward(s, prompt, 16, lg, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
     double t_pre = now() - t0;
     int32_t tok = 1;
     /* one untimed decode to fault in pages the prefill did not touch */
-    if (mk_seq_forward(s, &tok, 1, lg, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
+    if (dsv4_seq_forward(s, &tok, 1, lg, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
     t0 = now();
     for (int i = 0; i < steps; i++) {
         tok = (tok * 31 + 7) % V;
-        if (mk_seq_forward(s, &tok, 1, lg, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
+        if (dsv4_seq_forward(s, &tok, 1, lg, &err)) { fprintf(stderr, "bench_decode: %s\n", err.msg); return 1; }
     }
     double dt = (now() - t0) / steps;
     size_t bpt = bytes_per_token(m);
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
            "ratio_copy=%.2f ratio_copy_rw=%.2f ratio_read=%.2f\n",
            nt, 1 / dt, wbw, copy / 2, copy, rd, wbw / (copy / 2), wbw / copy, wbw / rd);
     free(lg);
-    mk_seq_free(s);
-    mk_model_free(m);
+    dsv4_seq_free(s);
+    dsv4_model_free(m);
     return 0;
 }

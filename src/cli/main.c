@@ -97,19 +97,25 @@ int cmd_logits(int argc, char **argv) {
     }
     int rc = 1;
     mk_seq *s = NULL;
+    dsv4_seq *ds = NULL; /* the DeepSeek-V4 sequence behind s, for dumps and forced decisions */
     cli_hooks ch = {0};
     mk_stw *outw = NULL;
     float *all = NULL, *lg = NULL;
     int vocab = mk_model_vocab_size(m);
     int n_calls = 1 + (ntok - (int)S);
     if (mk_seq_create(m, ntok + 1, &s, &err)) goto done;
+    ds = mk_seq_dsv4(s);
+    if (!ds && (o[4].value || o[5].value)) {
+        snprintf(err.msg, sizeof err.msg, "--dump and --force-decisions are only available for DeepSeek-V4 models");
+        goto done;
+    }
     if (o[4].value) {
         if (mkdir(o[4].value, 0755) && errno != EEXIST) {
             fprintf(stderr, "minke logits: --dump: cannot create directory %s\n", o[4].value);
             goto done;
         }
         ch.dump = mk_stw_create();
-        s->hooks.dump = cli_dump;
+        ds->hooks.dump = cli_dump;
     }
     if (o[5].value) {
         int j = dsv4_golden_find_prompt(o[5].value, tok, ntok, &err);
@@ -117,14 +123,14 @@ int cmd_logits(int argc, char **argv) {
             if (j == -1) snprintf(err.msg, sizeof err.msg, "%s: no recorded prompt starts with these tokens", o[5].value);
             goto done;
         }
-        if (dsv4_golden_open(o[5].value, j, m->cfg.n_layers, &ch.g, &err)) goto done;
-        dsv4_golden_set_window(ch.g, m->cfg.window);
+        if (dsv4_golden_open(o[5].value, j, mk_model_dsv4(m)->cfg.n_layers, &ch.g, &err)) goto done;
+        dsv4_golden_set_window(ch.g, mk_model_dsv4(m)->cfg.window);
         dsv4_golden_hooks(ch.g, 1, &ch.gh);
-        s->hooks.moe = cli_moe;
-        s->hooks.indexer = cli_idx;
+        ds->hooks.moe = cli_moe;
+        ds->hooks.indexer = cli_idx;
         fprintf(stderr, "minke logits: forcing the reference's decisions of prompt p%d\n", j);
     }
-    s->hooks.ctx = &ch;
+    if (ds) ds->hooks.ctx = &ch;
     all = malloc(sizeof(float) * (size_t)n_calls * vocab);
     if (!all) { snprintf(err.msg, sizeof err.msg, "out of memory"); goto done; }
     for (int c = 0; c < n_calls; c++) {
@@ -173,7 +179,7 @@ done:
 /* ---- minke info ---------------------------------------------------------------------------- */
 
 int cmd_info(int argc, char **argv) {
-    cli_opt o[] = {{"--model", "DIR", "checkpoint directory", NULL}};
+    cli_opt o[] = {{"--model", "PATH", "DeepSeek-V4 checkpoint directory or .gguf file", NULL}};
     int pr = cli_parse("info", "--model DIR", argc, argv, o, 1);
     if (pr) return pr > 0 ? 0 : 2;
     if (!o[0].value) { fprintf(stderr, "minke info: --model is required\n"); return 2; }

@@ -21,9 +21,9 @@
 
 /* ---- dumping -------------------------------------------------------------------------------- */
 
-static void dump(mk_seq *s, const float *data, int ndim, const int64_t *shape, const char *fmt, ...)
+static void dump(dsv4_seq *s, const float *data, int ndim, const int64_t *shape, const char *fmt, ...)
     MK_PRINTF(5, 6);
-static void dump(mk_seq *s, const float *data, int ndim, const int64_t *shape, const char *fmt, ...) {
+static void dump(dsv4_seq *s, const float *data, int ndim, const int64_t *shape, const char *fmt, ...) {
     if (!s->hooks.dump) return;
     char name[128];
     va_list ap;
@@ -112,7 +112,7 @@ static size_t scratch_layout(const dsv4_config *c, int T, int max_len, float *ba
     return off;
 }
 
-static int ensure_scratch(mk_seq *s, int T, scratch *sp, mk_err *err) {
+static int ensure_scratch(dsv4_seq *s, int T, scratch *sp, mk_err *err) {
     const dsv4_config *c = &s->m->cfg;
     if (T > s->max_tok || !s->scratch) {
         size_t need = scratch_layout(c, T, s->max_len, NULL, sp);
@@ -128,7 +128,7 @@ static int ensure_scratch(mk_seq *s, int T, scratch *sp, mk_err *err) {
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
-static void lin(mk_seq *s, scratch *sp, const mk_wmat *W, const float *x, int m, float *y, int round) {
+static void lin(dsv4_seq *s, scratch *sp, const mk_wmat *W, const float *x, int m, float *y, int round) {
     mk_linear(s->m->pool, W, x, m, y, round, sp->lin);
 }
 
@@ -164,7 +164,7 @@ static void q_rms_bf16(float *q, int D, float eps) {
 /* Post-processing of one new compressed entry (fp32 pooled values in e, D wide) at position
  * `pos` (its group's first token): bf16, RMSNorm, RoPE on the last rd dims, then the indexer
  * path (Hadamard + FP4 simulation) or the attention path (FP8 simulation of the nope dims). */
-static void cmp_finish(const mk_model *m, const dsv4_layer *L, const dsv4_compressor *C, int is_idx,
+static void cmp_finish(const dsv4_model *m, const dsv4_layer *L, const dsv4_compressor *C, int is_idx,
                        float *e, int pos) {
     const dsv4_config *c = &m->cfg;
     int D = C->D, rd = c->rope_dim;
@@ -195,10 +195,10 @@ static void pool_slots(const float *const *kv, const float *const *sc, int ns, i
 
 /* Runs a compressor over the call's T tokens x [T, dim] at start position `start`; appends new
  * entries to cache (rows of D) and advances *n_cache. */
-static void compressor(mk_seq *s, scratch *sp, const dsv4_layer *L, const dsv4_compressor *C,
+static void compressor(dsv4_seq *s, scratch *sp, const dsv4_layer *L, const dsv4_compressor *C,
                        int is_idx, const float *x, int T, int start, float *cache, int *n_cache,
                        float *kv_state, float *sc_state) {
-    const mk_model *m = s->m;
+    const dsv4_model *m = s->m;
     int r = C->ratio, D = C->D, W2 = C->coff * D, ov = C->coff == 2;
     float *kvp = sp->ckv, *scp = sp->csc;
     lin(s, sp, &C->wkv, x, T, kvp, 0);   /* fp32: x.float() @ wkv.float()^T */
@@ -280,7 +280,7 @@ static void compressor(mk_seq *s, scratch *sp, const dsv4_layer *L, const dsv4_c
 
 /* Lightning indexer of a CSA layer: selects, per query token, up to index_topk compressed
  * entries (sel [T, k], -1 = none) and returns k. */
-static int indexer(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st,
+static int indexer(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st,
                    const float *x, const float *qr, int T, int start) {
     const dsv4_config *c = &s->m->cfg;
     int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim;
@@ -327,9 +327,9 @@ static int indexer(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-static int attention(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st,
+static int attention(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st,
                      const float *x, int T, int start, float *out) {
-    const mk_model *m = s->m;
+    const dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     int H = c->n_heads, D = c->head_dim, rd = c->rope_dim, nope = D - rd, HD = H * D;
     int G = c->o_groups, Dg = HD / G, win = c->window, r = L->ratio;
@@ -410,7 +410,7 @@ static int attention(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv
 
 /* One expert on a batch of nb rows xb [nb, dim]; wt [nb] routing weights or NULL (shared).
  * Output bf16 [nb, dim] into eo. */
-static void expert(mk_seq *s, scratch *sp, const dsv4_expert *E, const float *xb, int nb, const float *wt, float *eo) {
+static void expert(dsv4_seq *s, scratch *sp, const dsv4_expert *E, const float *xb, int nb, const float *wt, float *eo) {
     const dsv4_config *c = &s->m->cfg;
     int I = c->moe_inter;
     float lim = c->swiglu_limit;
@@ -430,7 +430,7 @@ static void expert(mk_seq *s, scratch *sp, const dsv4_expert *E, const float *xb
     lin(s, sp, &E->w2, sp->g, nb, eo, 1);
 }
 
-static int moe(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, const float *x, const int32_t *tok, int T, float *out) {
+static int moe(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, const float *x, const int32_t *tok, int T, float *out) {
     const dsv4_config *c = &s->m->cfg;
     int E = c->n_experts, K = c->n_act, d = c->dim;
     lin(s, sp, &L->gate, x, T, sp->gsc, 0);
@@ -492,7 +492,7 @@ static int moe(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, const flo
 /* ---- block and model ------------------------------------------------------------------------ */
 
 /* One Block: h [T, hc, dim] is updated in place (via sp->h2). */
-static int block(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st, float *h,
+static int block(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st, float *h,
                  const int32_t *tok, int T, int start) {
     const dsv4_config *c = &s->m->cfg;
     int hc = c->hc, d = c->dim;
@@ -515,9 +515,9 @@ static int block(mk_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_la
 }
 
 /* Logits of the last token: hc_head collapse, final norm, fp32 head. */
-static void head(mk_seq *s, scratch *sp, const float *h_last_tok, const float *fn, const float *scale,
+static void head(dsv4_seq *s, scratch *sp, const float *h_last_tok, const float *fn, const float *scale,
                  const float *base, const uint16_t *norm, float *logits, const char *tag) {
-    const mk_model *m = s->m;
+    const dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     mk_hc_head(h_last_tok, 1, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, sp->x);
     mk_rmsnorm(sp->x, 1, c->dim, norm, c->norm_eps, sp->x);
@@ -525,7 +525,7 @@ static void head(mk_seq *s, scratch *sp, const float *h_last_tok, const float *f
     lin(s, sp, &m->head, sp->x, 1, logits, 0);
 }
 
-static int check_call(mk_seq *s, const int32_t *tokens, int T, int start, mk_err *err) {
+static int check_call(dsv4_seq *s, const int32_t *tokens, int T, int start, mk_err *err) {
     const dsv4_config *c = &s->m->cfg;
     if (T <= 0) return mk_fail(err, MK_EINVAL, "a forward call needs at least one token");
     if (start > 0 && T != 1)
@@ -540,8 +540,8 @@ static int check_call(mk_seq *s, const int32_t *tokens, int T, int start, mk_err
     return MK_OK;
 }
 
-int mk_seq_forward(mk_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
-    const mk_model *m = s->m;
+int dsv4_seq_forward(dsv4_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
+    const dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     int start = s->pos, rc;
     if ((rc = check_call(s, tokens, T, start, err))) return rc;
@@ -573,8 +573,8 @@ int mk_seq_forward(mk_seq *s, const int32_t *tokens, int T, float *logits, mk_er
     return MK_OK;
 }
 
-int dsv4_mtp_forward(mk_seq *s, const float *h_main, const int32_t *ids, int T, float *logits, mk_err *err) {
-    const mk_model *m = s->m;
+int dsv4_mtp_forward(dsv4_seq *s, const float *h_main, const int32_t *ids, int T, float *logits, mk_err *err) {
+    const dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     if (!c->n_mtp) return mk_fail(err, MK_ENOTSUP, "this checkpoint has no MTP layer");
     dsv4_layer_state *st = &s->ls[c->n_layers];
@@ -611,13 +611,13 @@ int dsv4_mtp_forward(mk_seq *s, const float *h_main, const int32_t *ids, int T, 
 
 /* ---- sequences ------------------------------------------------------------------------------ */
 
-int mk_seq_create(mk_model *m, int max_len, mk_seq **out, mk_err *err) {
+int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
     *out = NULL;
     const dsv4_config *c = &m->cfg;
     if (max_len <= 0) max_len = m->max_seq_len;
     if (max_len > m->max_seq_len)
         return mk_fail(err, MK_ERANGE, "sequence length %d exceeds the model's max_seq_len %d", max_len, m->max_seq_len);
-    mk_seq *s = calloc(1, sizeof *s);
+    dsv4_seq *s = calloc(1, sizeof *s);
     if (!s) return mk_fail(err, MK_ENOMEM, "out of memory");
     s->m = m;
     s->max_len = max_len;
@@ -654,15 +654,15 @@ int mk_seq_create(mk_model *m, int max_len, mk_seq **out, mk_err *err) {
             s->arena_floats = total;
         }
     }
-    mk_seq_reset(s);
+    dsv4_seq_reset(s);
     scratch sp;
     int rc = ensure_scratch(s, 1, &sp, err);
-    if (rc) { mk_seq_free(s); return rc; }
+    if (rc) { dsv4_seq_free(s); return rc; }
     *out = s;
     return MK_OK;
 }
 
-void mk_seq_reset(mk_seq *s) {
+void dsv4_seq_reset(dsv4_seq *s) {
     const dsv4_config *c = &s->m->cfg;
     memset(s->arena, 0, sizeof(float) * s->arena_floats);
     for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
@@ -677,7 +677,7 @@ void mk_seq_reset(mk_seq *s) {
     s->n_last = 0;
 }
 
-void mk_seq_free(mk_seq *s) {
+void dsv4_seq_free(dsv4_seq *s) {
     if (!s) return;
     free(s->arena);
     free(s->scratch);
@@ -686,6 +686,6 @@ void mk_seq_free(mk_seq *s) {
     free(s);
 }
 
-int mk_seq_pos(const mk_seq *s) { return s->pos; }
-int mk_seq_capacity(const mk_seq *s) { return s->max_len; }
-int mk_seq_vocab_size(const mk_seq *s) { return s->m->cfg.vocab; }
+int dsv4_seq_pos(const dsv4_seq *s) { return s->pos; }
+int dsv4_seq_capacity(const dsv4_seq *s) { return s->max_len; }
+int dsv4_seq_vocab_size(const dsv4_seq *s) { return s->m->cfg.vocab; }

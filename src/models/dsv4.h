@@ -1,7 +1,7 @@
 /* dsv4.h — DeepSeek-V4-Flash: configuration, bound weights, per-sequence state, forward pass.
  *
- * The model (mk_model) is immutable after loading: the validated config, the mmapped checkpoint
- * and, per layer, mk_wmat views into it, plus RoPE tables. A sequence (mk_seq) owns everything a
+ * The model (dsv4_model) is immutable after loading: the validated config, the mmapped checkpoint
+ * and, per layer, mk_wmat views into it, plus RoPE tables. A sequence (dsv4_seq) owns everything a
  * forward call mutates: the 128-token window ring of each layer, the compressed KV entries (CSA:
  * one per 4 tokens plus the indexer's keys; HCA: one per `ratio` tokens), the compressors'
  * pooling state, and the scratch for the largest call. A fresh sequence starts from clean state
@@ -21,6 +21,9 @@
 #include "ops/ops.h"
 
 #define DSV4_MAX_LAYERS 128
+
+typedef struct dsv4_model dsv4_model;
+typedef struct dsv4_seq dsv4_seq;
 
 typedef struct {
     int vocab, dim, n_layers, n_hash, n_mtp;
@@ -76,7 +79,7 @@ typedef struct {
     mk_rope_table *rope;      /* the table of this layer's attention */
 } dsv4_layer;
 
-struct mk_model {
+struct dsv4_model {
     dsv4_config cfg;
     mk_st *st;
     char dir[1024];
@@ -120,8 +123,8 @@ typedef struct {
     int n_ckv, n_ikv;  /* compressed entries written */
 } dsv4_layer_state;
 
-struct mk_seq {
-    mk_model *m;
+struct dsv4_seq {
+    dsv4_model *m;
     int max_len, pos;
     int mtp_pos;                    /* position of the MTP layer's own stream */
     int max_tok;                    /* tokens per call the scratch is sized for */
@@ -136,11 +139,29 @@ struct mk_seq {
     dsv4_hooks hooks;
 };
 
+/* The DeepSeek-V4 implementation of the public mk_model / mk_seq API (src/models/model.c
+ * dispatches to these; tests and tools that need the internals use them directly). */
+int dsv4_model_load(const char *dir, const mk_model_options *opt, dsv4_model **out, mk_err *err);
+void dsv4_model_free(dsv4_model *m);
+int dsv4_model_vocab_size(const dsv4_model *m);
+void dsv4_model_print_info(const dsv4_model *m, void *file);
+int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err);
+void dsv4_seq_free(dsv4_seq *s);
+void dsv4_seq_reset(dsv4_seq *s);
+int dsv4_seq_pos(const dsv4_seq *s);
+int dsv4_seq_capacity(const dsv4_seq *s);
+int dsv4_seq_vocab_size(const dsv4_seq *s);
+int dsv4_seq_forward(dsv4_seq *s, const int32_t *tokens, int n, float *logits, mk_err *err);
+
+/* The DeepSeek-V4 objects behind a public model / sequence (NULL for other families). */
+dsv4_model *mk_model_dsv4(mk_model *m);
+dsv4_seq *mk_seq_dsv4(mk_seq *s);
+
 int dsv4_config_parse(const char *path, dsv4_config *c, mk_err *err);
-int dsv4_bind(mk_model *m, mk_err *err);
+int dsv4_bind(dsv4_model *m, mk_err *err);
 /* MTP forward: h_main [n, hc, dim] (the main model's final stream for the prompt), ids [n]
  * (the next tokens), logits [vocab] of the last position. Uses the MTP layer's own state. */
-int dsv4_mtp_forward(mk_seq *s, const float *h_main, const int32_t *ids, int n, float *logits,
+int dsv4_mtp_forward(dsv4_seq *s, const float *h_main, const int32_t *ids, int n, float *logits,
                      mk_err *err);
 
 #endif

@@ -265,7 +265,7 @@ out:
 
 /* ---- tensor binding ------------------------------------------------------------------------- */
 
-static int take(mk_model *m, const char *name, mk_dtype dt, int ndim, const int64_t *shape,
+static int take(dsv4_model *m, const char *name, mk_dtype dt, int ndim, const int64_t *shape,
                 const void **out, mk_err *err) {
     mk_st_tensor *t = mk_st_find(m->st, name);
     if (!t) return mk_fail(err, MK_EFORMAT, "%s: missing tensor '%s'", m->dir, name);
@@ -305,17 +305,17 @@ static int take(mk_model *m, const char *name, mk_dtype dt, int ndim, const int6
     return MK_OK;
 }
 
-static int take1(mk_model *m, const char *name, mk_dtype dt, int64_t n0, const void **out, mk_err *err) {
+static int take1(dsv4_model *m, const char *name, mk_dtype dt, int64_t n0, const void **out, mk_err *err) {
     int64_t s[1] = {n0};
     return take(m, name, dt, 1, s, out, err);
 }
-static int take2(mk_model *m, const char *name, mk_dtype dt, int64_t n0, int64_t n1, const void **out, mk_err *err) {
+static int take2(dsv4_model *m, const char *name, mk_dtype dt, int64_t n0, int64_t n1, const void **out, mk_err *err) {
     int64_t s[2] = {n0, n1};
     return take(m, name, dt, 2, s, out, err);
 }
 
 /* A linear layer `prefix`.weight (+ .scale) of logical shape [n, k] in the given kind. */
-static int bind_linear(mk_model *m, const char *prefix, int n, int k, mk_wkind kind, mk_wmat *W, mk_err *err) {
+static int bind_linear(dsv4_model *m, const char *prefix, int n, int k, mk_wkind kind, mk_wmat *W, mk_err *err) {
     char nm[256];
     const void *p;
     int rc;
@@ -343,7 +343,7 @@ static int bind_linear(mk_model *m, const char *prefix, int n, int k, mk_wkind k
 
 #define TRY(x) do { int _rc = (x); if (_rc) return _rc; } while (0)
 
-static int bind_compressor(mk_model *m, const char *prefix, int ratio, int D, dsv4_compressor *c, mk_err *err) {
+static int bind_compressor(dsv4_model *m, const char *prefix, int ratio, int D, dsv4_compressor *c, mk_err *err) {
     const dsv4_config *cfg = &m->cfg;
     char nm[256];
     c->ratio = ratio; c->coff = ratio == 4 ? 2 : 1; c->D = D;
@@ -358,7 +358,7 @@ static int bind_compressor(mk_model *m, const char *prefix, int ratio, int D, ds
     return MK_OK;
 }
 
-static int bind_expert(mk_model *m, const char *prefix, mk_wkind kind, dsv4_expert *e, mk_err *err) {
+static int bind_expert(dsv4_model *m, const char *prefix, mk_wkind kind, dsv4_expert *e, mk_err *err) {
     const dsv4_config *c = &m->cfg;
     char nm[256];
     snprintf(nm, sizeof nm, "%s.w1", prefix);
@@ -370,7 +370,7 @@ static int bind_expert(mk_model *m, const char *prefix, mk_wkind kind, dsv4_expe
     return MK_OK;
 }
 
-static int bind_layer(mk_model *m, const char *pfx, int layer_id, dsv4_layer *L, mk_err *err) {
+static int bind_layer(dsv4_model *m, const char *pfx, int layer_id, dsv4_layer *L, mk_err *err) {
     const dsv4_config *c = &m->cfg;
     char nm[320];
     mk_wkind lin = c->fp8 ? MK_W_FP8 : MK_W_BF16;
@@ -430,7 +430,7 @@ static int bind_layer(mk_model *m, const char *pfx, int layer_id, dsv4_layer *L,
 #undef NM
 }
 
-int dsv4_bind(mk_model *m, mk_err *err) {
+int dsv4_bind(dsv4_model *m, mk_err *err) {
     const dsv4_config *c = &m->cfg;
     mk_wkind lin = c->fp8 ? MK_W_FP8 : MK_W_BF16;
     int hcd = c->hc * c->dim;
@@ -471,7 +471,7 @@ int dsv4_bind(mk_model *m, mk_err *err) {
 
 static void free_layer(dsv4_layer *L) { free(L->experts); L->experts = NULL; }
 
-void mk_model_free(mk_model *m) {
+void dsv4_model_free(dsv4_model *m) {
     if (!m) return;
     for (int l = 0; l < DSV4_MAX_LAYERS; l++) free_layer(&m->layers[l]);
     free_layer(&m->mtp);
@@ -484,10 +484,10 @@ void mk_model_free(mk_model *m) {
     free(m);
 }
 
-int mk_model_load(const char *dir, const mk_model_options *opt, mk_model **out, mk_err *err) {
+int dsv4_model_load(const char *dir, const mk_model_options *opt, dsv4_model **out, mk_err *err) {
     *out = NULL;
     mk_num_init();
-    mk_model *m = calloc(1, sizeof *m);
+    dsv4_model *m = calloc(1, sizeof *m);
     if (!m) return mk_fail(err, MK_ENOMEM, "out of memory");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     char path[1200];
@@ -512,13 +512,13 @@ int mk_model_load(const char *dir, const mk_model_options *opt, mk_model **out, 
     *out = m;
     return MK_OK;
 fail:
-    mk_model_free(m);
+    dsv4_model_free(m);
     return rc;
 }
 
-int mk_model_vocab_size(const mk_model *m) { return m->cfg.vocab; }
+int dsv4_model_vocab_size(const dsv4_model *m) { return m->cfg.vocab; }
 
-void mk_model_print_info(const mk_model *m, void *fp) {
+void dsv4_model_print_info(const dsv4_model *m, void *fp) {
     FILE *f = fp;
     const dsv4_config *c = &m->cfg;
     fprintf(f, "model: %s\n", m->dir);

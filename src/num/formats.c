@@ -18,6 +18,20 @@ float mk_f16_to_f32(uint16_t h) {
     return sign ? -v : v;
 }
 
+uint16_t mk_f32_to_f16(float f) {
+    uint32_t u = mk_f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00;          /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00;         /* rounds to >= 65520: inf */
+    if (a < 0x38800000u) {                               /* below 2^-14: f16 subnormal */
+        float v = fabsf(f) * 16777216.0f;                /* in units of 2^-24 */
+        return sign | (uint16_t)(int)rintf(v);          /* exact scaling, RNE */
+    }
+    uint32_t r = a + 0xfff + ((a >> 13) & 1);           /* RNE on the 13 dropped bits */
+    return sign | (uint16_t)((r - 0x38000000u) >> 13);
+}
+
 float mk_e4m3_to_f32(uint8_t b) {
     int s = b >> 7, e = (b >> 3) & 0xf, m = b & 7;
     float v;

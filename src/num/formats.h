@@ -36,6 +36,8 @@ static inline float mk_bf16r(float f) { return mk_bf16_to_f32(mk_f32_to_bf16(f))
 
 /* f16 (IEEE half) -> f32, for GGUF and tests. */
 float mk_f16_to_f32(uint16_t h);
+/* f32 -> f16 (IEEE half), round to nearest even, overflow to inf, NaN kept. */
+uint16_t mk_f32_to_f16(float f);
 
 /* FP8 E4M3 (fn) */
 float mk_e4m3_to_f32(uint8_t b);

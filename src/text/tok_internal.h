@@ -5,6 +5,7 @@
  *   normalize.c  normalizers (utf8proc) and added-token matching
  *   bpe.c        the BPE model: merge map, word merge, per-scratch word cache
  *   detok.c      decoders, mk_tok_decode and the streaming detokenizer
+ *   tok_gguf.c   building an mk_tok from GGUF tokenizer metadata (llama.cpp's conventions)
  *
  * Invariants: after mk_tok_load returns, everything in mk_tok is read-only except the scratch
  * free list (guarded by `lock`). Every text handed between stages is valid UTF-8 (checked once at
@@ -197,6 +198,7 @@ struct mk_tok {
     /* post-processor ids put around the text with add_special */
     tok_ids pre_ids, post_ids;
     int32_t bos_id;
+    int32_t eos_id; /* GGUF: tokenizer.ggml.eos_token_id; tokenizer.json: -1 */
     /* decoder chain */
     tok_dec *dec;
     int n_dec, has_decoder;
@@ -211,6 +213,14 @@ struct mk_tok {
 };
 
 enum { TOK_ID_ADDED = 1, TOK_ID_SPECIAL = 2, TOK_ID_SKIP = 4 /* dropped by skip_special */ };
+
+/* tokenizer.c: the pieces tok_gguf.c builds an mk_tok with. tok_alloc gives a zeroed mk_tok with
+ * its lock initialised, path copied and unk/bos/eos ids -1 (NULL when out of memory; free it with
+ * mk_tok_free). Once the vocab, merges, stages, added tokens and decoders are filled in,
+ * tok_finish_tables derives the byte tables, added-token tries and the id -> token table; the
+ * caller sets bos_id. */
+mk_tok *tok_alloc(const char *path);
+int tok_finish_tables(mk_tok *t, mk_err *err);
 
 /* byte-level alphabet (GPT-2 bytes_to_unicode) */
 extern const uint16_t tok_byte_to_cp[256];

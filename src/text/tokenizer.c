@@ -601,8 +601,10 @@ static int32_t config_bos(const mk_tok *t) {
 }
 
 /* Everything derived from the parsed parts: byte tables, added-token tries, the id -> token table
- * with its flags, the BOS id. */
-static int finish_load(mk_tok *t, ld_ctx *c) {
+ * with its flags (the BOS id is left to the caller). Shared with tok_gguf.c, which fills the same
+ * parts from GGUF metadata. */
+int tok_finish_tables(mk_tok *t, mk_err *err) {
+    ld_ctx cc = {t->path, err}, *c = &cc;
     /* byte-level unit ids and byte_fallback ids */
     for (int b = 0; b < 256; b++) {
         tok_buf u = {0};
@@ -662,8 +664,32 @@ static int finish_load(mk_tok *t, ld_ctx *c) {
         if (t->id_tok[i] && tok_smap_get(&specials, t->id_tok[i], t->id_len[i]) >= 0) t->id_added[i] |= TOK_ID_SKIP;
     tok_smap_free(&specials);
     if (rc) return mk_fail(c->err, MK_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* The derived tables, then the BOS id (tokenizer.json: the post-processor's, else the config's). */
+static int finish_load(mk_tok *t, ld_ctx *c) {
+    int rc = tok_finish_tables(t, c->err);
+    if (rc) return rc;
     t->bos_id = t->pre_ids.n ? t->pre_ids.p[0] : config_bos(t);
     return 0;
+}
+
+/* A zeroed mk_tok with its lock initialised and a copy of path (with room for "/tokenizer.json");
+ * ids that have no source yet are -1. NULL when out of memory. */
+mk_tok *tok_alloc(const char *path) {
+    mk_tok *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    pthread_mutex_init(&t->lock, NULL);
+    t->unk_id = t->bos_id = t->eos_id = -1;
+    size_t pl = strlen(path);
+    t->path = malloc(pl + 32);
+    if (!t->path) {
+        mk_tok_free(t);
+        return NULL;
+    }
+    memcpy(t->path, path, pl + 1);
+    return t;
 }
 
 /* Parsing order matters: the model first (merges and the post-processor refer to vocab ids), the
@@ -673,16 +699,9 @@ int mk_tok_load(const char *path, mk_tok **out, mk_err *err) {
     if (!path) return mk_fail(err, MK_EINVAL, "tokenizer: no path given");
     struct stat st;
     if (stat(path, &st) != 0) return mk_fail(err, MK_EIO, "%s: %s", path, strerror(errno));
-    mk_tok *t = calloc(1, sizeof *t);
+    mk_tok *t = tok_alloc(path);
     if (!t) return mk_fail(err, MK_ENOMEM, "tokenizer: out of memory");
-    pthread_mutex_init(&t->lock, NULL);
     size_t pl = strlen(path);
-    t->path = malloc(pl + 32);
-    if (!t->path) {
-        mk_tok_free(t);
-        return mk_fail(err, MK_ENOMEM, "tokenizer: out of memory");
-    }
-    strcpy(t->path, path);
     if (S_ISDIR(st.st_mode)) {
         while (pl > 1 && t->path[pl - 1] == '/') t->path[--pl] = 0;
         strcpy(t->path + pl, "/tokenizer.json");
@@ -875,3 +894,5 @@ int mk_tok_is_special(const mk_tok *t, int id) {
 }
 
 int mk_tok_bos_id(const mk_tok *t) { return t->bos_id; }
+
+int mk_tok_eos_id(const mk_tok *t) { return t->eos_id; }

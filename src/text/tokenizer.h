@@ -44,6 +44,24 @@ typedef struct mk_tok mk_tok;
 /* Load a tokenizer.json file, or a directory containing one. A tokenizer_config.json next to it,
  * if present, is read only for its bos_token (see mk_tok_bos_id). */
 int mk_tok_load(const char *path, mk_tok **out, mk_err *err);
+
+/* Build the tokenizer described by a GGUF file's tokenizer.ggml.* metadata, tokenizing as
+ * llama.cpp does (the oracle tests/tokenizer/gguf_vs_llamacpp.py compares against):
+ *   tokenizer.ggml.model       must be "gpt2" (byte-level BPE); "llama" (SentencePiece) and the
+ *                              others are MK_ENOTSUP naming the key and value
+ *   tokenizer.ggml.tokens      the vocab (string array; id = index; duplicates are an error)
+ *   tokenizer.ggml.merges      "a b" strings, rank = index (a repeated pair keeps its first rank)
+ *   tokenizer.ggml.token_type  1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte:
+ *                              control, unknown and user-defined tokens become added tokens cut
+ *                              out of the text before BPE (control and unknown ones special)
+ *   tokenizer.ggml.pre         the pre-tokenizer, mapped to llama.cpp's regexes (see tok_gguf.c
+ *                              for the names; an unknown name is MK_ENOTSUP naming it)
+ *   tokenizer.ggml.{bos,eos}_token_id, add_bos_token, add_eos_token: with add_special, encode
+ *                              puts BOS / EOS around the text when the flags say so (defaults as
+ *                              llama.cpp's: add BOS for the llama3 and tekken pre-tokenizers)
+ * The mk_tok does not keep g; g may be closed afterwards. */
+typedef struct mk_gguf mk_gguf;
+int mk_tok_load_gguf(const mk_gguf *g, mk_tok **out, mk_err *err);
 void mk_tok_free(mk_tok *t);
 
 /* Number of ids, including added tokens: max id + 1. */
@@ -64,8 +82,11 @@ int mk_tok_token_to_id(const mk_tok *t, const char *token); /* -1 if absent */
 const char *mk_tok_id_to_token(const mk_tok *t, int id);     /* NULL if out of range or a hole */
 int mk_tok_is_special(const mk_tok *t, int id);              /* an added token with special=true */
 /* The BOS id: the first id the post-processor puts before the text, else tokenizer_config.json's
- * bos_token (e.g. DeepSeek, whose tokenizer.json adds nothing), else -1. */
+ * bos_token (e.g. DeepSeek, whose tokenizer.json adds nothing), else -1. From a GGUF:
+ * tokenizer.ggml.bos_token_id (whether or not add_bos_token is set), else -1. */
 int mk_tok_bos_id(const mk_tok *t);
+/* The EOS id: GGUF tokenizer.ggml.eos_token_id; -1 when absent or loaded from tokenizer.json. */
+int mk_tok_eos_id(const mk_tok *t);
 
 /* Streaming detokenizer: feed ids one at a time, get text only once it forms complete UTF-8
  * (a character split over several byte-level tokens is emitted when its last byte arrives). It

@@ -103,7 +103,7 @@ static int argmax_binding(const float *ref, int n, double tol_max) {
 }
 
 /* Runs one prompt; returns the number of failures (and prints what failed). */
-static int run_prompt(const gcase *gc, mk_model *m, int prompt, int force, double *worst) {
+static int run_prompt(const gcase *gc, dsv4_model *m, int prompt, int force, double *worst) {
     char gpath[512];
     snprintf(gpath, sizeof gpath, "%s/dsv4/%s/golden.safetensors", mk_test_data_dir(), gc->name);
     mk_err err = {0};
@@ -114,8 +114,8 @@ static int run_prompt(const gcase *gc, mk_model *m, int prompt, int force, doubl
         return 1;
     }
     dsv4_golden_set_window(g, c->window);
-    mk_seq *s;
-    cr_assert_eq(mk_seq_create(m, 0, &s, &err), 0, "%s", err.msg);
+    dsv4_seq *s;
+    cr_assert_eq(dsv4_seq_create(m, 0, &s, &err), 0, "%s", err.msg);
     int S = dsv4_golden_prompt_len(g);
     hcap cap = {c->n_layers, S * c->hc * c->dim, NULL};
     cap.h = malloc(sizeof(float) * (size_t)cap.n_layers * cap.per_layer);
@@ -133,11 +133,11 @@ static int run_prompt(const gcase *gc, mk_model *m, int prompt, int force, doubl
     int stop_call = n_calls, stop_layer = 0; /* natural: compare only before the first flip */
     for (int call = 0; call < n_calls; call++) {
         int sp = dsv4_golden_start_pos(g, call), nt = dsv4_golden_n_tokens(g, call);
-        cr_assert_eq(sp, mk_seq_pos(s));
+        cr_assert_eq(sp, dsv4_seq_pos(s));
         int32_t in[4096];
         for (int i = 0; i < nt; i++) in[i] = (int32_t)tokens[sp + i];
         dsv4_golden_set_call(g, call);
-        cr_assert_eq(mk_seq_forward(s, in, nt, logits, &err), 0, "%s", err.msg);
+        cr_assert_eq(dsv4_seq_forward(s, in, nt, logits, &err), 0, "%s", err.msg);
         const dsv4_flip *fl = dsv4_golden_first_flip(g);
         if (!force && fl->found && stop_call == n_calls) {
             stop_call = fl->call;
@@ -221,7 +221,7 @@ static int run_prompt(const gcase *gc, mk_model *m, int prompt, int force, doubl
                 dsv4_golden_first_flip(g)->margin);
     free(logits);
     free(cap.h);
-    mk_seq_free(s);
+    dsv4_seq_free(s);
     dsv4_golden_free(g);
     return fails;
 }
@@ -231,9 +231,9 @@ static void run_case(int ci, int force) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/dsv4/%s", mk_test_data_dir(), gc->name);
     mk_err err = {0};
-    mk_model *m;
+    dsv4_model *m;
     mk_model_options opt = {.n_threads = 2, .max_seq_len = 256};
-    cr_assert_eq(mk_model_load(dir, &opt, &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(dsv4_model_load(dir, &opt, &m, &err), 0, "%s", err.msg);
     int fails = 0;
     double worst[6] = {0};
     for (int p = 0; p < 3; p++) fails += run_prompt(gc, m, p, force, worst);
@@ -241,7 +241,7 @@ static void run_case(int ci, int force) {
                 gc->name, force ? "forced" : "natural", worst[0], worst[1], worst[2], worst[3], worst[4], worst[5]);
     fprintf(stderr, "golden %s %s: worst logits rel L2 %.4f max rel %.4f; h rel L2 %.4f max rel %.4f; MTP %.4f / %.4f\n",
             gc->name, force ? "forced" : "natural", worst[0], worst[1], worst[2], worst[3], worst[4], worst[5]);
-    mk_model_free(m);
+    dsv4_model_free(m);
     cr_assert_eq(fails, 0, "%s %s: %d comparisons out of tolerance (see log)", gc->name, force ? "forced" : "natural", fails);
 }
 
