@@ -54,6 +54,7 @@ test: $(BUILD)/minke $(TEST_BIN)
 	@bash tests/cli/test_cli.sh $(BUILD)/minke
 	@bash tests/tools/test_gen_dsv4.sh
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/tok_cli && python3 tests/tokenizer/prop_test.py $(BUILD)
+	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/gguf_cli && python3 tests/tokenizer/gguf_vs_llamacpp.py $(BUILD)
 	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(FUZZ_SMOKE_TIME)
 	@echo "all tests passed"
 

@@ -17,7 +17,9 @@
  *     match, not what the patterns would mean in Oniguruma (see "the regexes" below).
  *   - BPE: llama.cpp merges the lowest-ranked adjacent pair, leftmost on ties, over the byte-level
  *     characters of a word, like HF; with ignore_merges (llama3, tekken) a word that is itself a
- *     token is taken whole. A unit with no token is dropped (llama.cpp has no unk for BPE).
+ *     token is taken whole. A byte with no token is dropped (llama.cpp has no unk for BPE) but,
+ *     unlike in HF, still keeps its neighbours from merging: a final ST_BYTE_BARRIER stage cuts
+ *     the word there when the vocab lacks some byte.
  * Not reproduced: llama.cpp's load-time "control-looking token" fix-ups (a token spelled
  * "<|im_end|>", "<|eot_id|>", a FIM marker ... that the file marks as normal is promoted to control
  * when the corresponding special-id key is absent) and its per-model-name attribute hacks (phi-3
@@ -89,8 +91,10 @@ typedef struct {
     int ignore_merges, add_bos;
 } pre_def;
 
-/* llama.cpp's pre types (llama-vocab.cpp, llm_tokenizer_bpe), for the names we support. The
- * empty name stands for a missing tokenizer.ggml.pre, which llama.cpp treats as "default". */
+/* llama.cpp's pre types (llama-vocab.cpp, llm_tokenizer_bpe), for the names we support, with the
+ * flags llama.cpp sets for them. The leading space of " default" makes that entry also the one for
+ * a missing tokenizer.ggml.pre, which llama.cpp treats as "default". Every name here is checked
+ * against llama.cpp by tests/tokenizer/gguf_vs_llamacpp.py. */
 static const pre_def PRE[] = {
     {" default", {"[\\p{P}$+<=>^~|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
     {"gpt-2 phi-2 mpt olmo jais gigachat jina-es jina-de a.x-4.0 mellum trillion granite-docling exaone4",
@@ -373,6 +377,11 @@ int mk_tok_load_gguf(const mk_gguf *g, mk_tok **out, mk_err *err) {
         }
     }
     if (!rc) rc = tok_finish_tables(t, err);
+    if (!rc) { /* llama.cpp's treatment of bytes without a token (see ST_BYTE_BARRIER) */
+        int missing = 0;
+        for (int b = 0; b < 256; b++) missing += t->byte_id[b] < 0;
+        if (missing) t->stage[t->n_stage++] = (tok_stage){ST_BYTE_BARRIER, {0}, 0, 0};
+    }
     if (rc) {
         mk_tok_free(t);
         return rc;

@@ -154,7 +154,10 @@ typedef struct {
 } tok_trie;
 
 /* ---- pre-tokenizer stages -------------------------------------------------------------------- */
-enum { ST_SPLIT, ST_PREFIX_SPACE };
+/* ST_BYTE_BARRIER (GGUF tokenizers only, byte-level): cut a word around every byte that has no
+ * token and drop that byte. llama.cpp keeps such a byte as a symbol that never merges and drops it
+ * at the end, so its neighbours stay apart; HF (and tok_bpe_word) drop it before merging. */
+enum { ST_SPLIT, ST_PREFIX_SPACE, ST_BYTE_BARRIER };
 enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
 typedef struct {
     int kind;

@@ -757,6 +757,16 @@ static int run_stage(const mk_tok *t, tok_scratch *sc, int k, const char *s, siz
     if (n == 0) return 0; /* HF drops empty pieces */
     if (k == t->n_stage) return tok_bpe_word(t, sc, s, n, out, err);
     const tok_stage *st = &t->stage[k];
+    if (st->kind == ST_BYTE_BARRIER) {
+        size_t a = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (t->byte_id[(uint8_t)s[i]] >= 0) continue;
+            int rc = run_stage(t, sc, k + 1, s + a, i - a, out, err);
+            if (rc) return rc;
+            a = i + 1;
+        }
+        return run_stage(t, sc, k + 1, s + a, n - a, out, err);
+    }
     if (st->kind == ST_PREFIX_SPACE) {
         if (s[0] == ' ') return run_stage(t, sc, k + 1, s, n, out, err);
         tok_buf *b = &sc->stage_buf[k];

@@ -6,7 +6,8 @@
  * remaining piece is normalized, added tokens with normalized=true are cut out of the normalized
  * text, the rest is pre-tokenized into words and each word goes through the BPE model. With
  * add_special, the post-processor's ids (BOS/EOS of a TemplateProcessing, cls/sep of Roberta/
- * Bert processing) are put around the result.
+ * Bert processing) are put around the result. mk_tok_load_gguf builds the same object from GGUF
+ * tokenizer metadata, following llama.cpp (its oracle) instead of HF where the two differ.
  *
  * Supported (anything else is a load error naming the type or field):
  *   model:          BPE (merges as "a b" strings or [a, b] pairs; unk_token, fuse_unk,

@@ -91,7 +91,10 @@ def rand_piece(r):
         return r.choice(EMOJI)
     if k < 0.92:
         return r.choice(SPECIAL)
-    return chr(r.randint(0x20, 0x2FFF))
+    if k < 0.96:
+        return chr(r.randint(0x20, 0x2FFF))
+    # anything: C0 controls (some bytes have no token in SmolLM2's vocab), planes 1 and 2
+    return "".join(chr(r.choice([r.randint(0, 0x7F), r.randint(0x80, 0x2FFFF)])) for _ in range(r.randint(1, 4)))
 
 
 def rand_text(r):
@@ -192,8 +195,10 @@ def compare_tok(llama_cpp, path, texts, label, check_roundtrip):
         return False, "minke cannot load it: " + err
     bad = 0
     for s, o, (want, want_sp) in zip(texts, out, wants):
+        # decode(encode(x)) == x unless x holds a byte the vocab lacks (dropped, as by llama.cpp)
+        lossless = all(ord(c) >= 0x20 or c in "\t\n\r\x0b\x0c\x1c\x1e\x1f" for c in s)
         if "error" in o or o["ids"] != want or o["ids_special"] != want_sp or \
-                (check_roundtrip and o.get("decoded") != s):
+                (check_roundtrip and lossless and o.get("decoded") != s):
             bad += 1
             if bad <= 5:
                 print("  MISMATCH [%s] %r\n    llama.cpp %s / %s\n    minke     %s" %
@@ -238,7 +243,8 @@ def rand_conversation(r):
         if r.random() < 0.1:
             role = r.choice(["user", "assistant", "system"])
         text = "".join(r.choice([" ", "\n", "hi", "Hello, world!", "  x  ", "\t", "数", "\u3000", "😀", "{{ }}",
-                                 "<|im_end|>", "'q'"]) for _ in range(r.randint(0, 6)))
+                                 "<|im_end|>", "'q'", "\x85", "\u180e", "\x1c", "\u2028", "\u200b", "\r\n"])
+                       for _ in range(r.randint(0, 6)))
         msgs.append({"role": role, "content": text})
     return {"messages": msgs, "add_generation_prompt": r.random() < 0.6}
 
@@ -252,11 +258,6 @@ def chat_tests(model, tmp):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     r = random.Random(SEED + 1)
     convs = [rand_conversation(r) for _ in range(500)]
-    smol_tmpl = None
-    try:
-        import llama_cpp  # noqa: F401  (only to read the template the same way llama.cpp does)
-    except ImportError:
-        pass
     # the template text straight from the GGUF
     buf = open(model, "rb").read()
     key = b"tokenizer.chat_template"
