@@ -45,6 +45,7 @@ typedef enum {
     MK_ENOTSUP = -5,   /* valid but unsupported (model type, feature) */
     MK_ERANGE = -6,    /* value out of range (position beyond max_seq_len, token id) */
     MK_EINTERNAL = -7, /* a bug: an invariant did not hold */
+    MK_EBUSY = -8,     /* temporarily refused: queue full or shutting down (retry later) */
 } mk_status;
 
 /* Error context: a human message, filled by the function that failed. */

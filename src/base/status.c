@@ -14,6 +14,7 @@ const char *mk_status_str(int status) {
     case MK_ENOTSUP: return "not supported";
     case MK_ERANGE: return "out of range";
     case MK_EINTERNAL: return "internal error";
+    case MK_EBUSY: return "busy";
     default: return "unknown error";
     }
 }
