@@ -42,3 +42,11 @@ echo "== bench_tokenizer"
 TOK_MB=4
 [[ "${BENCH_QUICK:-0}" == 1 ]] && TOK_MB=0.5
 python3 bench/bench_tokenizer.py "$BUILD" --mb "$TOK_MB"
+
+# ---- the default model vs llama.cpp (build/bench/bench_llama + bench/bench_vs_llamacpp.py) -------
+# SmolLM2-135M-Instruct Q4_1: prompt and generation tokens/s at 1 and 2 threads, minke and
+# llama.cpp (llama-cpp-python, flash attention off and on) interleaved in this run, with ratios.
+echo "== bench_vs_llamacpp (default model)"
+GEN=128
+[[ "${BENCH_QUICK:-0}" == 1 ]] && GEN=8
+python3 bench/bench_vs_llamacpp.py "$BUILD" --gen "$GEN" $([[ "${BENCH_QUICK:-0}" == 1 ]] && echo "--reps 1")

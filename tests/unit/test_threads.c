@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "base/threads.h"
 
@@ -101,6 +102,36 @@ Test(threads, create_free_cycles) {
         mk_pool *pool = mk_pool_create(1 + k % 3);
         cr_assert_not_null(pool);
         if (k % 2) run_and_check(pool, 7);
+        mk_pool_free(pool);
+    }
+}
+
+/* Calls separated by gaps around the workers' spin period (0 to ~2 ms) so that workers are caught
+ * spinning, falling asleep and sleeping: the spin-then-sleep handshake must never lose a wake-up
+ * (a lost one hangs here) nor run a chunk twice. */
+static void count(void *p, int i, int tid) {
+    (void)i;
+    (void)tid;
+    atomic_fetch_add((atomic_int *)p, 1);
+}
+
+Test(threads, wake_at_every_phase, .timeout = 60) {
+    for (int threads = 2; threads <= 3; threads++) {
+        mk_pool *pool = mk_pool_create(threads);
+        cr_assert_not_null(pool);
+        unsigned x = 12345;
+        for (int rep = 0; rep < 1500; rep++) {
+            atomic_int c;
+            atomic_init(&c, 0);
+            int n = 1 + rep % 9;
+            mk_pool_run(pool, n, count, &c);
+            cr_assert_eq(atomic_load(&c), n, "run %d: %d of %d tasks", rep, atomic_load(&c), n);
+            x = x * 1103515245u + 12345u;
+            int gap_us = (int)((x >> 16) % 2000);
+            if (rep % 3 == 0) gap_us = (int)((x >> 16) % 150); /* near the end of the spin */
+            struct timespec ts = {0, (long)gap_us * 1000};
+            nanosleep(&ts, NULL);
+        }
         mk_pool_free(pool);
     }
 }
