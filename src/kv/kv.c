@@ -30,7 +30,8 @@ struct mk_kv_pool {
     uint64_t *key, *parent, *extra;
     int *ntok;
     int32_t *toks;      /* [n * bt] */
-    int *bucket, *chain;
+    int *bucket, *chain;     /* by full key */
+    int *bucket2, *chain2;   /* by (parent, extra, first token): candidates for partial reuse */
     unsigned nbucket;
     uint64_t evictions;
 };
@@ -109,18 +110,20 @@ int mk_kv_pool_create(int n_blocks, int block_tokens, size_t bytes_per_block, mk
     p->toks = malloc(n * (size_t)block_tokens * sizeof *p->toks);
     p->chain = malloc(n * sizeof *p->chain);
     p->bucket = malloc(p->nbucket * sizeof *p->bucket);
-    if ((bytes_per_block && !p->data) || !p->refs || !p->state || !p->prev || !p->next || !p->reg || !p->key ||
+    p->chain2 = malloc(n * sizeof *p->chain2);
+    p->bucket2 = malloc(p->nbucket * sizeof *p->bucket2);
+    if (!p->chain2 || !p->bucket2 || (bytes_per_block && !p->data) || !p->refs || !p->state || !p->prev || !p->next || !p->reg || !p->key ||
         !p->parent || !p->extra || !p->ntok || !p->toks || !p->chain || !p->bucket) {
         size_t mb = (n * bytes_per_block) >> 20;
         mk_kv_pool_free(p);
         return mk_fail(err, MK_ENOMEM, "kv: cannot allocate %d blocks (%zu MiB of KV)", n_blocks, mb);
     }
-    for (unsigned i = 0; i < p->nbucket; i++) p->bucket[i] = -1;
+    for (unsigned i = 0; i < p->nbucket; i++) p->bucket[i] = p->bucket2[i] = -1;
     p->free_l.head = p->free_l.tail = -1;
     p->lru.head = p->lru.tail = -1;
     for (int b = 0; b < n_blocks; b++) {
         p->state[b] = ST_FREE;
-        p->chain[b] = -1;
+        p->chain[b] = p->chain2[b] = -1;
         l_push_tail(p, &p->free_l, b);
     }
     p->n_free = n_blocks;
@@ -143,6 +146,8 @@ void mk_kv_pool_free(mk_kv_pool *p) {
     free(p->toks);
     free(p->chain);
     free(p->bucket);
+    free(p->chain2);
+    free(p->bucket2);
     free(p);
 }
 
@@ -151,12 +156,20 @@ int mk_kv_block_tokens(const mk_kv_pool *p) { return p->bt; }
 void *mk_kv_block_data(mk_kv_pool *p, int block) { return p->data + (size_t)block * p->bpb; }
 int mk_kv_n_available(const mk_kv_pool *p) { return p->n_free + p->n_cached; }
 
+static unsigned key2(const mk_kv_pool *p, uint64_t parent, uint64_t extra, int32_t first) {
+    return (unsigned)(mix(fold_seed(parent, extra) ^ (uint64_t)(uint32_t)first) & (p->nbucket - 1));
+}
+
 static void unindex(mk_kv_pool *p, int b) {
     if (!p->reg[b]) return;
     int *pp = &p->bucket[p->key[b] & (p->nbucket - 1)];
     while (*pp != b) pp = &p->chain[*pp];
     *pp = p->chain[b];
     p->chain[b] = -1;
+    pp = &p->bucket2[key2(p, p->parent[b], p->extra[b], p->toks[(size_t)b * p->bt])];
+    while (*pp != b) pp = &p->chain2[*pp];
+    *pp = p->chain2[b];
+    p->chain2[b] = -1;
     p->reg[b] = 0;
 }
 
@@ -227,6 +240,9 @@ int mk_kv_register(mk_kv_pool *p, int b, uint64_t parent, const int32_t *tokens,
     unsigned h = (unsigned)(key & (p->nbucket - 1));
     p->chain[b] = p->bucket[h];
     p->bucket[h] = b;
+    h = key2(p, parent, extra, tokens[0]);
+    p->chain2[b] = p->bucket2[h];
+    p->bucket2[h] = b;
     return 1;
 }
 
@@ -240,12 +256,14 @@ int mk_kv_lookup_partial(mk_kv_pool *p, uint64_t parent, const int32_t *tokens, 
                          int *matched) {
     *matched = 0;
     if (n > p->bt) n = p->bt;
-    uint64_t h = fold_seed(parent, extra);
+    if (n < 1) return -1;
     int best = -1, best_n = 0;
-    for (int i = 0; i < n; i++) {
-        h = fold(h, tokens[i]);
-        int b = find(p, fold_fin(h, i + 1), parent, tokens, i + 1, extra);
-        if (b >= 0) { best = b; best_n = i + 1; }
+    for (int b = p->bucket2[key2(p, parent, extra, tokens[0])]; b >= 0; b = p->chain2[b]) {
+        if (p->parent[b] != parent || p->extra[b] != extra) continue;
+        const int32_t *t = p->toks + (size_t)b * p->bt;
+        int lim = p->ntok[b] < n ? p->ntok[b] : n, c = 0;
+        while (c < lim && t[c] == tokens[c]) c++;
+        if (c > best_n) { best = b; best_n = c; }
     }
     if (best >= 0) {
         mk_kv_ref(p, best);
@@ -313,5 +331,13 @@ int mk_kv_check(const mk_kv_pool *p, const int *expected_refs, mk_err *err) {
                 return mk_fail(err, MK_EINTERNAL, "kv: block %d's key does not match its tokens", b);
         }
     if (inidx != nreg) return mk_fail(err, MK_EINTERNAL, "kv: %d blocks registered, %d in the index", nreg, inidx);
+    inidx = 0;
+    for (unsigned h = 0; h < p->nbucket; h++)
+        for (int b = p->bucket2[h]; b >= 0; b = p->chain2[b]) {
+            if (++inidx > p->n) return mk_fail(err, MK_EINTERNAL, "kv: prefix index chain loops");
+            if (!p->reg[b] || key2(p, p->parent[b], p->extra[b], p->toks[(size_t)b * p->bt]) != h)
+                return mk_fail(err, MK_EINTERNAL, "kv: block %d is in the wrong prefix bucket", b);
+        }
+    if (inidx != nreg) return mk_fail(err, MK_EINTERNAL, "kv: %d blocks registered, %d in the prefix index", nreg, inidx);
     return MK_OK;
 }

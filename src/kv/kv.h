@@ -21,8 +21,8 @@
  * first block's extra, so tenants with different salts never share). The index stores each
  * registered block's parent key and token ids and compares them on lookup, so a 64-bit hash
  * collision can never return wrong contents. A block registered with fewer than block_tokens
- * tokens is a partial block: it can be looked up only by a prompt whose tokens in that span start
- * with the registered ones, and the caller must copy it (copy-on-write) before appending.
+ * tokens is a partial block. Any registered block can also serve a prompt that shares only the
+ * beginning of its span (mk_kv_lookup_partial): the caller copies it (copy-on-write) and appends.
  *
  * Not thread-safe: owned by the engine thread.
  */
@@ -64,9 +64,10 @@ int mk_kv_register(mk_kv_pool *p, int block, uint64_t parent, const int32_t *tok
 /* Finds the full block after `parent` holding exactly tokens[0, block_tokens) under extra; on a
  * hit the block gains a reference (leaving the LRU if it was cached). -1 on a miss. */
 int mk_kv_lookup_full(mk_kv_pool *p, uint64_t parent, const int32_t *tokens, uint64_t extra);
-/* The longest registered partial block after `parent` whose tokens are a prefix of tokens[0, n)
- * (n < block_tokens allowed); on a hit *matched = its token count and the block gains a reference.
- * -1 on a miss. */
+/* The registered block (partial or full) after `parent` under extra that shares the longest common
+ * prefix with tokens[0, n) (n < block_tokens allowed): a block's first c positions depend only on
+ * its first c tokens, so those positions can be reused. On a hit *matched = c >= 1 and the block
+ * gains a reference; the caller copies what it needs (copy-on-write). -1 on a miss. */
 int mk_kv_lookup_partial(mk_kv_pool *p, uint64_t parent, const int32_t *tokens, int n, uint64_t extra,
                          int *matched);
 

@@ -57,11 +57,15 @@ Test(kv, full_and_partial_lookups_and_salt) {
     cr_assert_eq(mk_kv_lookup_partial(p, ka, q, 3, 0, &m), b);
     cr_assert_eq(m, 2);
     int32_t r[1] = {9};
-    cr_assert_eq(mk_kv_lookup_partial(p, ka, r, 1, 0, &m), -1, "a registered block longer than the prompt cannot serve it");
-    cr_assert_eq(m, 0);
+    cr_assert_eq(mk_kv_lookup_partial(p, ka, r, 1, 0, &m), b, "a block serves a prompt sharing only its beginning");
+    cr_assert_eq(m, 1);
+    int32_t v[3] = {5, 6, 99};
+    cr_assert_eq(mk_kv_lookup_partial(p, 0, v, 3, 0, &m), a, "so does a full block");
+    cr_assert_eq(m, 2);
+    cr_assert_eq(mk_kv_lookup_partial(p, 0, v, 3, 5, &m), -1, "not across salts");
     int refs[8] = {0};
-    refs[a] = 2;
-    refs[b] = 2;
+    refs[a] = 3;
+    refs[b] = 3;
     check(p, refs);
     mk_kv_pool_free(p);
 }
