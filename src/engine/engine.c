@@ -1,16 +1,19 @@
-/* engine.c — the engine thread, its waiting list and sequence slots, and per-request event queues
- * (engine.h).
+/* engine.c — the engine thread, the step loop over the scheduler and the batched forward, and
+ * per-request event queues (engine.h).
  *
- * Locks: e->mu guards the waiting list, the draining/stopping flags and the statistics; each
- * request's r->mu guards its event ring and reference count. The engine never holds e->mu while it
- * runs a forward pass, so submit and stats stay cheap during long steps. Lock order: e->mu before
- * r->mu (only mk_engine_submit and the admission scan take both).
+ * Locks: e->mu guards the incoming list, the draining/stopping flags and the statistics; each
+ * request's r->mu guards its event ring and reference count. The scheduler, the KV cache and the
+ * active list belong to the engine thread alone. The engine never holds e->mu while it runs a
+ * forward pass, so submit and stats stay cheap during long steps. Lock order: e->mu before r->mu.
  *
- * Memory: slots (one mk_seq each) and the logits buffer are allocated at create. A request's
- * sampler is created when it is admitted and freed when it leaves; its event ring starts at 32
- * entries and doubles only when the producer falls behind.
+ * Memory: the KV cache, the logits rows and the step's item arrays are allocated at create. A
+ * request's token buffer, block table and sampler are allocated when the engine takes it in and
+ * freed when it leaves; its event ring starts at 32 entries and doubles only when the producer
+ * falls behind.
  */
 #include "engine/engine.h"
+#include "engine/sched.h"
+#include "models/batch.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,14 +36,11 @@ typedef struct {
 
 struct mk_ereq {
     /* immutable after submit */
-    int32_t *prompt;
-    int n_prompt;
     mk_sampling_params sp;
     int32_t *bias_ids, *stop_ids, *eos;
     float *bias_vals;
-    int n_eos, max_tokens, priority;
+    int n_prompt, n_eos, max_tokens;
     double timeout_s;
-    uint64_t order;
     /* shared, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -53,25 +53,32 @@ struct mk_ereq {
     mk_ereq_info info;
     atomic_int cancel;
     /* engine thread only */
+    mk_sreq sr;   /* the scheduler's view: tokens, block table */
     mk_sampler *smp;
-    int slot, n_gen;
-    int32_t last;
-    struct mk_ereq *next; /* waiting list */
+    int slot, n_gen, in_sched;
+    struct mk_ereq *next;   /* incoming list (under e->mu), then the engine's active list */
 };
 
 struct mk_engine {
     mk_model *m;
     mk_engine_options o;
-    mk_seq **seqs;
-    mk_ereq **slot;
-    float *logits;
+    mk_kvcache *kv;
+    mk_kvcache_caps caps;
+    mk_sched *sched;
+    mk_ereq **slot;       /* [n_slots] owner of each slot */
+    float *logits;        /* [max_num_seqs][vocab] */
+    mk_sched_item *items; /* [max_num_seqs] */
+    mk_batch_item *bitems;
+    mk_sreq **preempted;
     int vocab;
     pthread_t th;
     int started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    mk_ereq *waiting;
-    int n_waiting, n_running, draining, stopping;
+    mk_ereq *incoming;    /* submitted, not yet seen by the engine thread (under mu) */
+    int n_incoming;
+    mk_ereq *active;      /* engine thread: every request it holds */
+    int draining, stopping;
     uint64_t next_order;
     mk_engine_stats st;
 };
@@ -82,7 +89,7 @@ static atomic_int g_live; /* mk_ereq objects alive in the process */
 
 static void req_free(mk_ereq *r) {
     mk_sampler_free(r->smp);
-    free(r->prompt);
+    mk_sreq_release(&r->sr);
     free(r->bias_ids);
     free(r->bias_vals);
     free(r->stop_ids);
@@ -189,142 +196,184 @@ void mk_ereq_get_info(mk_ereq *r, mk_ereq_info *out) {
 
 /* ---- engine --------------------------------------------------------------------------------- */
 
-/* Ends a request: FINISH event, statistics, slot released, the engine's reference dropped.
- * Called by the engine thread without e->mu held. */
+static void stats_sync(mk_engine *e) { /* e->mu held */
+    mk_sched_stats ss;
+    mk_sched_stats_get(e->sched, &ss);
+    e->st.running = ss.running;
+    e->st.waiting = ss.waiting + e->n_incoming;
+    e->st.prefix_cache_queries = ss.prefix_queries;
+    e->st.prefix_cache_hits = ss.prefix_hits;
+    e->st.preemptions = ss.preemptions;
+    mk_kv_stats ks;
+    mk_kv_stats_get(mk_kvcache_pool(e->kv), &ks);
+    e->st.kv_cache_usage = ks.n_blocks ? (double)ks.n_owned / ks.n_blocks : 0;
+}
+
+static void slot_release(mk_engine *e, mk_ereq *r) {
+    if (r->slot < 0) return;
+    e->slot[r->slot] = NULL;
+    r->slot = -1;
+    pthread_mutex_lock(&e->mu);
+    e->st.slots_in_use--;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void unlink_active(mk_engine *e, mk_ereq *r) {
+    for (mk_ereq **pp = &e->active; *pp; pp = &(*pp)->next)
+        if (*pp == r) { *pp = r->next; r->next = NULL; return; }
+}
+
+/* Ends a request: FINISH event, scheduler and slot released, statistics, the engine's reference
+ * dropped. Engine thread, e->mu not held. */
 static void finish(mk_engine *e, mk_ereq *r, mk_efinish why, const char *msg) {
     if (msg) {
         pthread_mutex_lock(&r->mu);
         snprintf(r->msg, sizeof r->msg, "%s", msg);
         pthread_mutex_unlock(&r->mu);
     }
+    if (r->in_sched) mk_sched_remove(e->sched, &r->sr);
+    r->in_sched = 0;
+    slot_release(e, r);
+    unlink_active(e, r);
     ev_item ev = {.type = MK_EV_FINISH, .finish = why, .t = mk_now()};
     push_ev(r, &ev);
     mk_sampler_free(r->smp);
     r->smp = NULL;
     pthread_mutex_lock(&e->mu);
-    if (r->slot >= 0) {
-        e->slot[r->slot] = NULL;
-        e->n_running--;
-        e->st.slots_in_use--;
-    }
     e->st.finished_total[why]++;
+    stats_sync(e);
     pthread_mutex_unlock(&e->mu);
-    r->slot = -1;
     req_unref(r);
 }
 
-/* One step of one running request: its prefill (first step) or one decode, then sampling. */
-static void step_one(mk_engine *e, mk_ereq *r) {
-    if (atomic_load(&r->cancel)) { finish(e, r, MK_EFIN_CANCEL, NULL); return; }
-    if (r->timeout_s > 0 && mk_now() - r->info.t_submit > r->timeout_s) {
-        finish(e, r, MK_EFIN_TIMEOUT, NULL);
-        return;
+/* Takes a submitted request into the scheduler: token buffer, block table, sampler. */
+static void take_in(mk_engine *e, mk_ereq *r, const int32_t *prompt) {
+    mk_err err = {0};
+    r->next = e->active;
+    e->active = r;
+    int rc = mk_sampler_create(&r->sp, e->vocab, r->eos, r->n_eos, prompt, r->n_prompt, &r->smp, &err);
+    if (!rc) {
+        pthread_mutex_lock(&r->mu);
+        r->info.seed = mk_sampler_seed(r->smp);
+        pthread_mutex_unlock(&r->mu);
+        mk_sched_add(e->sched, &r->sr);
+        r->in_sched = 1;
+    } else {
+        finish(e, r, MK_EFIN_ERROR, err.msg);
+    }
+}
+
+static int free_slot(mk_engine *e) {
+    for (int i = 0; i < e->caps.n_slots; i++)
+        if (!e->slot[i]) return i;
+    return -1;
+}
+
+/* One engine step: cancellations, the scheduler's plan, one batched forward, sampling. */
+static int step(mk_engine *e) {
+    double now = mk_now();
+    for (mk_ereq *r = e->active, *nx; r; r = nx) {
+        nx = r->next;
+        if (atomic_load(&r->cancel)) finish(e, r, MK_EFIN_CANCEL, NULL);
+        else if (r->timeout_s > 0 && now - r->info.t_submit > r->timeout_s) finish(e, r, MK_EFIN_TIMEOUT, NULL);
+    }
+    int np = 0;
+    int n = mk_sched_step(e->sched, e->items, e->o.max_num_seqs, e->preempted, &np);
+    for (int i = 0; i < np; i++) slot_release(e, (mk_ereq *)e->preempted[i]->owner);
+    if (!n) return 0;
+    int nl = 0;
+    for (int i = 0; i < n; i++) {
+        mk_sched_item *it = &e->items[i];
+        mk_ereq *r = it->req->owner;
+        if (r->slot < 0) {
+            r->slot = free_slot(e);
+            if (r->slot < 0) { /* cannot happen: running <= max_num_seqs == slots */
+                e->bitems[i].status = MK_EINTERNAL;
+                continue;
+            }
+            e->slot[r->slot] = r;
+            pthread_mutex_lock(&e->mu);
+            e->st.slots_in_use++;
+            pthread_mutex_unlock(&e->mu);
+            if (r->info.t_admit == 0) {
+                pthread_mutex_lock(&r->mu);
+                r->info.t_admit = mk_now();
+                r->info.n_cached = it->req->n_cached;
+                pthread_mutex_unlock(&r->mu);
+            }
+        }
+        e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .tokens = it->req->tokens + it->start,
+                                       .n = it->n, .blocks = it->req->blocks, .n_blocks = it->req->n_blocks,
+                                       .copy_from = it->copy_from, .copy_to = it->copy_to,
+                                       .logits = it->logits ? e->logits + (size_t)(nl++) * e->vocab : NULL};
     }
     mk_err err = {0};
-    mk_seq *s = e->seqs[r->slot];
-    int rc;
-    if (!r->smp) {
-        rc = mk_sampler_create(&r->sp, e->vocab, r->eos, r->n_eos, r->prompt, r->n_prompt, &r->smp, &err);
-        if (!rc) {
-            mk_seq_reset(s);
-            rc = mk_seq_forward(s, r->prompt, r->n_prompt, e->logits, &err);
+    mk_model_forward_batch(e->m, e->kv, e->bitems, n, &err);
+    mk_sched_commit(e->sched, e->items, n);
+    pthread_mutex_lock(&e->mu);
+    e->st.steps++;
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < n; i++) {
+        mk_sched_item *it = &e->items[i];
+        mk_ereq *r = it->req->owner;
+        if (e->bitems[i].status) {
+            finish(e, r, MK_EFIN_ERROR, err.msg[0] ? err.msg : mk_status_str(e->bitems[i].status));
+            continue;
         }
-        if (!rc) {
-            pthread_mutex_lock(&r->mu);
-            r->info.seed = mk_sampler_seed(r->smp);
-            pthread_mutex_unlock(&r->mu);
+        if (!it->logits) continue;
+        ev_item ev = {.type = MK_EV_TOKEN};
+        mk_err serr = {0};
+        if (mk_sampler_sample(r->smp, e->bitems[i].logits, &ev.tok, &serr)) {
+            finish(e, r, MK_EFIN_ERROR, serr.msg);
+            continue;
+        }
+        mk_sampler_accept(r->smp, ev.tok.token);
+        mk_sched_append(e->sched, &r->sr, ev.tok.token);
+        if (r->n_gen == 0) {
             pthread_mutex_lock(&e->mu);
             e->st.prompt_tokens_total += (uint64_t)r->n_prompt;
             pthread_mutex_unlock(&e->mu);
         }
-    } else {
-        rc = mk_seq_forward(s, &r->last, 1, e->logits, &err);
+        r->n_gen++;
+        ev.t = mk_now();
+        push_ev(r, &ev);
+        pthread_mutex_lock(&e->mu);
+        e->st.generation_tokens_total++;
+        pthread_mutex_unlock(&e->mu);
+        if (mk_sampler_is_stop_token(r->smp, ev.tok.token)) finish(e, r, MK_EFIN_STOP, NULL);
+        else if (r->n_gen >= r->max_tokens) finish(e, r, MK_EFIN_LENGTH, NULL);
     }
-    ev_item ev = {.type = MK_EV_TOKEN};
-    if (!rc) rc = mk_sampler_sample(r->smp, e->logits, &ev.tok, &err);
-    if (rc) { finish(e, r, MK_EFIN_ERROR, err.msg); return; }
-    mk_sampler_accept(r->smp, ev.tok.token);
-    r->last = ev.tok.token;
-    r->n_gen++;
-    ev.t = mk_now();
-    push_ev(r, &ev);
     pthread_mutex_lock(&e->mu);
-    e->st.generation_tokens_total++;
+    stats_sync(e);
     pthread_mutex_unlock(&e->mu);
-    if (mk_sampler_is_stop_token(r->smp, ev.tok.token)) finish(e, r, MK_EFIN_STOP, NULL);
-    else if (r->n_gen >= r->max_tokens) finish(e, r, MK_EFIN_LENGTH, NULL);
+    return n;
 }
 
-/* Removes cancelled or timed-out waiting requests (e->mu held); returns them chained for finish. */
-static mk_ereq *reap_waiting(mk_engine *e, double now) {
-    mk_ereq *dead = NULL, **pp = &e->waiting;
-    while (*pp) {
-        mk_ereq *r = *pp;
-        int gone = atomic_load(&r->cancel) || e->stopping ||
-                   (r->timeout_s > 0 && now - r->info.t_submit > r->timeout_s);
-        if (gone) {
-            *pp = r->next;
-            r->next = dead;
-            dead = r;
-            e->n_waiting--;
-        } else {
-            pp = &r->next;
-        }
-    }
-    return dead;
-}
-
-static void finish_chain(mk_engine *e, mk_ereq *dead) {
-    while (dead) {
-        mk_ereq *n = dead->next;
-        mk_efinish why = MK_EFIN_CANCEL;
-        if (!atomic_load(&dead->cancel) && !e->stopping && dead->timeout_s > 0) why = MK_EFIN_TIMEOUT;
-        finish(e, dead, why, NULL);
-        dead = n;
-    }
-}
-
+/* Prompts of requests in the incoming list are parked in their token buffers already. */
 static void *engine_main(void *arg) {
     mk_engine *e = arg;
-    pthread_mutex_lock(&e->mu);
     for (;;) {
-        mk_ereq *dead = reap_waiting(e, mk_now());
-        if (dead) {
-            pthread_mutex_unlock(&e->mu);
-            finish_chain(e, dead);
-            pthread_mutex_lock(&e->mu);
-            continue;
-        }
-        if (e->stopping) break;
-        /* admit FCFS (the list is kept in priority, then arrival order) */
-        for (int i = 0; i < e->o.max_num_seqs && e->waiting; i++) {
-            if (e->slot[i]) continue;
-            mk_ereq *r = e->waiting;
-            e->waiting = r->next;
-            r->next = NULL;
-            e->n_waiting--;
-            e->slot[i] = r;
-            r->slot = i;
-            e->n_running++;
-            e->st.slots_in_use++;
-            pthread_mutex_lock(&r->mu);
-            r->info.t_admit = mk_now();
-            pthread_mutex_unlock(&r->mu);
-        }
-        if (!e->n_running) {
-            pthread_cond_wait(&e->cv, &e->mu);
-            continue;
-        }
-        e->st.steps++;
-        pthread_mutex_unlock(&e->mu);
-        for (int i = 0; i < e->o.max_num_seqs; i++)
-            if (e->slot[i]) step_one(e, e->slot[i]);
         pthread_mutex_lock(&e->mu);
+        while (!e->incoming && !e->active && !e->stopping) pthread_cond_wait(&e->cv, &e->mu);
+        mk_ereq *in = e->incoming;
+        e->incoming = NULL;
+        e->n_incoming = 0;
+        int stop = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        /* oldest first: the incoming list is newest first */
+        mk_ereq *rev = NULL;
+        while (in) { mk_ereq *nx = in->next; in->next = rev; rev = in; in = nx; }
+        for (mk_ereq *r = rev, *nx; r; r = nx) {
+            nx = r->next;
+            take_in(e, r, r->sr.tokens);
+        }
+        if (stop) break;
+        if (!step(e) && e->active) { /* nothing schedulable now (cannot last): do not spin */
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
     }
-    pthread_mutex_unlock(&e->mu);
-    /* stopping: cancel whatever still runs */
-    for (int i = 0; i < e->o.max_num_seqs; i++)
-        if (e->slot[i]) finish(e, e->slot[i], MK_EFIN_CANCEL, NULL);
+    while (e->active) finish(e, e->active, MK_EFIN_CANCEL, NULL);
     return NULL;
 }
 
@@ -335,6 +384,8 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     if (o->max_model_len < 16)
         return mk_fail(err, MK_EINVAL, "max_model_len must be >= 16, got %d", o->max_model_len);
     if (o->max_waiting < 0) return mk_fail(err, MK_EINVAL, "max_waiting must be >= 0, got %d", o->max_waiting);
+    if (o->max_num_batched_tokens < 0 || o->long_prefill_token_threshold < 0)
+        return mk_fail(err, MK_EINVAL, "max_num_batched_tokens and long_prefill_token_threshold must be >= 0");
     mk_engine *e = calloc(1, sizeof *e);
     if (!e) return mk_fail(err, MK_ENOMEM, "out of memory");
     e->m = m;
@@ -342,24 +393,32 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->vocab = mk_model_vocab_size(m);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    e->seqs = calloc((size_t)o->max_num_seqs, sizeof *e->seqs);
-    e->slot = calloc((size_t)o->max_num_seqs, sizeof *e->slot);
-    e->logits = malloc(sizeof(float) * (size_t)e->vocab);
-    int rc = MK_OK;
-    if (!e->seqs || !e->slot || !e->logits) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
-    for (int i = 0; i < o->max_num_seqs; i++) {
-        if ((rc = mk_seq_create(m, o->max_model_len, &e->seqs[i], err))) {
-            mk_err_prefix(err, "engine: sequence slot %d of %d (max_model_len %d)", i, o->max_num_seqs, o->max_model_len);
-            goto fail;
-        }
-        if (mk_seq_capacity(e->seqs[i]) < o->max_model_len) {
-            rc = mk_fail(err, MK_ERANGE, "engine: max_model_len %d exceeds the model's context %d", o->max_model_len,
-                         mk_seq_capacity(e->seqs[i]));
-            goto fail;
-        }
+    int rc = mk_kvcache_create(m, o->max_num_seqs, o->max_model_len, o->kv_bytes, &e->kv, err);
+    if (rc) goto fail;
+    mk_kvcache_caps_get(e->kv, &e->caps);
+    mk_sched_opts so = {.max_num_seqs = o->max_num_seqs,
+                        .max_num_batched_tokens = o->max_num_batched_tokens ? o->max_num_batched_tokens
+                                                  : (o->max_model_len > 2048 ? o->max_model_len : 2048),
+                        .long_prefill_token_threshold = o->long_prefill_token_threshold ? o->long_prefill_token_threshold : 512,
+                        .replay = e->caps.replay,
+                        .prefix_caching = e->caps.prefix_caching && !o->no_prefix_caching};
+    if (!e->caps.chunked_prefill) { /* the whole prompt in one piece */
+        so.long_prefill_token_threshold = 0;
+        if (so.max_num_batched_tokens < o->max_model_len) so.max_num_batched_tokens = o->max_model_len;
     }
+    e->o.max_num_batched_tokens = so.max_num_batched_tokens;
+    e->o.long_prefill_token_threshold = so.long_prefill_token_threshold;
+    if ((rc = mk_sched_create(&so, mk_kvcache_pool(e->kv), &e->sched, err))) goto fail;
+    e->slot = calloc((size_t)e->caps.n_slots, sizeof *e->slot);
+    e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)o->max_num_seqs);
+    e->items = calloc((size_t)o->max_num_seqs, sizeof *e->items);
+    e->bitems = calloc((size_t)o->max_num_seqs, sizeof *e->bitems);
+    e->preempted = calloc((size_t)o->max_num_seqs, sizeof *e->preempted);
+    if (!e->slot || !e->logits || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
     e->st.max_num_seqs = o->max_num_seqs;
     e->st.max_model_len = o->max_model_len;
+    e->st.kv_blocks = e->caps.n_blocks;
+    e->st.kv_block_tokens = e->caps.block_tokens;
     if (pthread_create(&e->th, NULL, engine_main, e)) { rc = mk_fail(err, MK_ENOMEM, "engine: cannot start its thread"); goto fail; }
     e->started = 1;
     *out = e;
@@ -384,11 +443,13 @@ void mk_engine_free(mk_engine *e) {
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->th, NULL);
     }
-    if (e->seqs)
-        for (int i = 0; i < e->o.max_num_seqs; i++) mk_seq_free(e->seqs[i]);
-    free(e->seqs);
+    mk_sched_free(e->sched);
+    mk_kvcache_free(e->kv);
     free(e->slot);
     free(e->logits);
+    free(e->items);
+    free(e->bitems);
+    free(e->preempted);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -414,7 +475,14 @@ int mk_engine_submit(mk_engine *e, const mk_ereq_params *p, mk_ereq **out, mk_er
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     int fail = 0;
-    r->prompt = dup_arr(p->prompt, (size_t)p->n_prompt, sizeof(int32_t), &fail);
+    if (mk_sreq_init(&r->sr, p->n_prompt + p->max_tokens, e->caps.block_tokens, err)) fail = 1;
+    else {
+        memcpy(r->sr.tokens, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+        r->sr.n_tokens = r->sr.n_prompt = p->n_prompt;
+        r->sr.priority = p->priority;
+        r->sr.salt = p->cache_salt && *p->cache_salt ? mk_kv_hash_bytes(p->cache_salt, strlen(p->cache_salt)) : 0;
+        r->sr.owner = r;
+    }
     r->n_prompt = p->n_prompt;
     r->sp = p->sampling;
     r->bias_ids = dup_arr(p->sampling.bias_ids, (size_t)p->sampling.n_bias, sizeof(int32_t), &fail);
@@ -426,7 +494,6 @@ int mk_engine_submit(mk_engine *e, const mk_ereq_params *p, mk_ereq **out, mk_er
     r->sp.stop_ids = r->stop_ids;
     r->n_eos = p->n_eos;
     r->max_tokens = p->max_tokens;
-    r->priority = p->priority;
     r->timeout_s = p->timeout_s;
     r->cap = 32;
     r->ring = malloc(sizeof *r->ring * (size_t)r->cap);
@@ -444,20 +511,18 @@ int mk_engine_submit(mk_engine *e, const mk_ereq_params *p, mk_ereq **out, mk_er
         req_free(r);
         return mk_fail(err, MK_EBUSY, "the server is shutting down");
     }
-    int free_slots = e->o.max_num_seqs - e->n_running;
-    if (e->n_waiting >= e->o.max_waiting + (free_slots > 0 ? free_slots : 0)) {
-        int w = e->n_waiting;
+    int free_slots = e->o.max_num_seqs - e->st.running;
+    if (e->st.waiting >= e->o.max_waiting + (free_slots > 0 ? free_slots : 0)) {
+        int w = e->st.waiting;
         pthread_mutex_unlock(&e->mu);
         req_free(r);
         return mk_fail(err, MK_EBUSY, "the engine's queue is full (%d requests waiting)", w);
     }
-    r->order = e->next_order++;
-    mk_ereq **pp = &e->waiting;
-    while (*pp && ((*pp)->priority < r->priority || ((*pp)->priority == r->priority && (*pp)->order < r->order)))
-        pp = &(*pp)->next;
-    r->next = *pp;
-    *pp = r;
-    e->n_waiting++;
+    r->sr.arrival = e->next_order++;
+    r->next = e->incoming;
+    e->incoming = r;
+    e->n_incoming++;
+    e->st.waiting++;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     *out = r;
@@ -467,8 +532,6 @@ int mk_engine_submit(mk_engine *e, const mk_ereq_params *p, mk_ereq **out, mk_er
 void mk_engine_stats_get(mk_engine *e, mk_engine_stats *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->st;
-    out->running = e->n_running;
-    out->waiting = e->n_waiting;
     pthread_mutex_unlock(&e->mu);
     out->live_handles = atomic_load(&g_live);
 }

@@ -1,20 +1,22 @@
-/* engine.h — the engine: one thread that owns the model, every sequence and all per-request state,
- * and advances every admitted request by one step at a time.
+/* engine.h — the engine: one thread that owns the model, the KV cache, every sequence and all
+ * per-request state, and advances every admitted request by one step at a time (continuous
+ * batching: requests join and leave the batch at any step).
  *
  * Producers (the server's HTTP threads, tests) submit fully typed requests — token ids, sampling
- * parameters, limits; never JSON or text — and get back an mk_ereq handle. The engine thread takes
- * waiting requests FCFS (higher priority first) into free sequence slots, runs their prefill, and
- * on every step runs one decode for each running request, samples, and appends events (token,
- * finish) to the request's own output queue. The producer reads that queue with
+ * parameters, limits; never JSON or text — and get back an mk_ereq handle. Each step the engine
+ * thread asks the scheduler (engine/sched.h) for this step's work — running decodes first, then
+ * prefill chunks of running and newly admitted requests under a token budget, with prefix-cache
+ * hits and preemption by recompute when KV runs out — runs it as one batch
+ * (models/batch.h), samples for every request whose prompt is complete, and appends events
+ * (token, finish) to each request's own output queue. The producer reads that queue with
  * mk_ereq_next (blocking with a timeout) and detokenizes and matches stop strings itself; when it
  * sees a stop string or its client goes away, it calls mk_ereq_cancel, and the engine drops the
  * request at its next step. A request's resources (slot, sampler) are released by the engine when it
  * finishes or is cancelled; the handle itself is freed when both sides are done with it
  * (mk_ereq_release by the producer; the engine's reference drops when the request leaves).
  *
- * Batching: this version runs each running request's decode in turn (one forward per request per
- * step). The interface — submit, per-step advance of all requests, per-request event queue — is the
- * one continuous batching keeps; only the step function changes.
+ * Exactness: a request's tokens do not depend on what else is in the batch (each piece's logits
+ * are computed as if alone; sampling uses the request's own seeded RNG).
  *
  * Thread-safety: mk_engine_submit, mk_ereq_* and mk_engine_stats may be called from any thread.
  * Everything else is called by the thread that created the engine.
@@ -34,6 +36,10 @@ typedef struct {
     int max_num_seqs;  /* requests running at once (each holds one sequence slot); >= 1 */
     int max_model_len; /* tokens per sequence (prompt + output); >= 16 */
     int max_waiting;   /* requests waiting for a slot before submit refuses with MK_EBUSY; >= 0 */
+    int max_num_batched_tokens;       /* tokens per step; 0 = max(2048, max_model_len) */
+    int long_prefill_token_threshold; /* prefill tokens per request per step; 0 = 512 */
+    size_t kv_bytes;                  /* paged KV pool; 0 = room for max_num_seqs full sequences */
+    int no_prefix_caching;            /* 1 disables prefix caching */
 } mk_engine_options;
 
 /* The model is borrowed (must outlive the engine). Creates max_num_seqs sequences up front and
@@ -55,6 +61,7 @@ typedef struct {
     int max_tokens;    /* >= 1; n_prompt + max_tokens <= max_model_len */
     int priority;      /* lower runs first (vLLM's convention); 0 default */
     double timeout_s;  /* 0 = none; past it the request finishes with MK_FINISH_TIMEOUT */
+    const char *cache_salt; /* NULL or a tenant key: prefix-cache blocks are shared only within it */
 } mk_ereq_params;
 
 /* Refuses with MK_EINVAL (bad parameters; message names the field), MK_ERANGE (prompt + max_tokens
@@ -99,6 +106,7 @@ void mk_ereq_release(mk_ereq *r);
 typedef struct {
     double t_submit, t_admit, t_first, t_finish;
     int n_prompt, n_generated;
+    int n_cached;  /* prompt tokens found in the prefix cache (usage.prompt_tokens_details.cached_tokens) */
     uint64_t seed; /* the sampler's seed (request's or drawn) */
 } mk_ereq_info;
 void mk_ereq_get_info(mk_ereq *r, mk_ereq_info *out);
@@ -113,6 +121,10 @@ typedef struct {
     uint64_t prompt_tokens_total, generation_tokens_total;
     uint64_t finished_total[MK_EFIN_ERROR + 1]; /* by mk_efinish */
     uint64_t steps;       /* engine steps run */
+    uint64_t prefix_cache_queries, prefix_cache_hits; /* prompt tokens looked up / found */
+    uint64_t preemptions;
+    double kv_cache_usage;   /* fraction of KV blocks owned by requests [0, 1] */
+    int kv_blocks, kv_block_tokens;
 } mk_engine_stats;
 void mk_engine_stats_get(mk_engine *e, mk_engine_stats *out);
 

@@ -1,0 +1,65 @@
+/* batch.h — one engine step over many sequences, and the KV cache those sequences live in.
+ *
+ * The engine's scheduler (engine/sched.h) hands out pieces of work: tokens[start, start + n) of
+ * some request, over that request's block table in a paged pool (kv/kv.h). mk_model_forward_batch
+ * runs all pieces of a step and fills the logits of the pieces that asked for them. A request's
+ * logits must not depend on which other requests share the step (batch invariance).
+ *
+ * mk_kvcache is a model's cache: the block pool (bytes per block from the family's layout) plus
+ * per-slot state that does not live in blocks (one slot per running request). Families differ in
+ * what they support, reported by mk_kvcache_caps:
+ *   llama        paged KV (K and V rows of every layer for the block's token span); prefix
+ *                sharing; chunked prefill at any position.
+ *   deepseek_v4  (today) slot mode: each slot owns a whole sequence state (window ring, compressed
+ *                KV, compressor state) sized for max_model_len; blocks only account for memory;
+ *                no prefix sharing; the prompt runs in one piece at position 0, then one-token
+ *                decodes. The paged hybrid layout (one logical block = 256 token positions in every
+ *                group: window, CSA entries + indexer keys, HCA entries, compressor state at block
+ *                boundaries) is the next step; see src/kv/README.md.
+ */
+#ifndef MK_MODELS_BATCH_H
+#define MK_MODELS_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv.h"
+#include "minke.h"
+
+typedef struct mk_kvcache mk_kvcache;
+
+typedef struct {
+    int block_tokens;    /* tokens per logical block */
+    int n_blocks;        /* blocks in the pool */
+    int n_slots;         /* running requests at most */
+    int max_model_len;
+    int prefix_caching;  /* blocks can be shared between requests */
+    int chunked_prefill; /* a prompt can run in several pieces, at any position */
+    int replay;          /* tokens to recompute before a prefix-hit boundary */
+    size_t bytes;        /* memory of the pool and the slots */
+} mk_kvcache_caps;
+
+/* kv_bytes: memory for the paged pool (0 = enough for n_slots full-length sequences). Fails with
+ * a message naming the numbers when not even one full-length sequence fits. */
+int mk_kvcache_create(mk_model *m, int n_slots, int max_model_len, size_t kv_bytes, mk_kvcache **out, mk_err *err);
+void mk_kvcache_free(mk_kvcache *c);
+void mk_kvcache_caps_get(const mk_kvcache *c, mk_kvcache_caps *caps);
+mk_kv_pool *mk_kvcache_pool(mk_kvcache *c);
+
+typedef struct {
+    int slot;                /* the request's slot in [0, n_slots) */
+    int start;               /* position of tokens[0]; 0 starts the slot's state afresh */
+    const int32_t *tokens;   /* [n] */
+    int n;
+    const int *blocks;       /* the request's block table, covering [0, start + n) */
+    int n_blocks;
+    int copy_from, copy_to;  /* >= 0: copy block copy_from into blocks[copy_to] first (prefix hit) */
+    float *logits;           /* [vocab] logits of the last token, or NULL */
+    int status;              /* out: MK_OK, or why this piece failed (the others still ran) */
+} mk_batch_item;
+
+/* Runs every piece. Returns MK_OK when all succeeded; otherwise the status of the last failure
+ * (message in err) with each piece's own status in items[i].status. */
+int mk_model_forward_batch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err);
+
+#endif
