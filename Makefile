@@ -5,7 +5,7 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 OPT     ?= -O2 -g
 ARCH    ?= -march=x86-64-v2 -mtune=native
 CFLAGS  += $(CSTD) $(WARN) $(OPT) $(ARCH) -Iinclude -Isrc -fno-math-errno
-LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lpthread -lm
+LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl
 BUILD   ?= build
 
 SRC     := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
@@ -33,6 +33,10 @@ help:
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# GET /version reports the commit the server was built from
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+$(BUILD)/src/server/misc.o: CFLAGS += -DMK_GIT_COMMIT=\"$(GIT_COMMIT)\"
 
 $(BUILD)/libminke.a: $(OBJ)
 	@mkdir -p $(dir $@)
@@ -63,7 +67,7 @@ bench: $(BUILD)/minke $(BENCH_BIN)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-	        LDLIBS="-ljansson -lpcre2-8 -lutf8proc -lpthread -lm -fsanitize=address,undefined" test
+	        LDLIBS="-ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl -fsanitize=address,undefined" test
 
 FUZZ_TIME ?= 60
 FUZZ_SMOKE_TIME ?= 15
@@ -72,7 +76,7 @@ fuzz:
 	@set -e; for f in $(FUZZ_SRC); do \
 	  n=$$(basename $$f .c); \
 	  clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $$f \
-	    $$(find src -name '*.c' ! -path 'src/cli/*') -o build-fuzz/$$n -ljansson -lpcre2-8 -lutf8proc -lpthread -lm; \
+	    $$(find src -name '*.c' ! -path 'src/cli/*') -o build-fuzz/$$n -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl; \
 	  mkdir -p build-fuzz/corpus-$$n; \
 	  ./build-fuzz/$$n -max_total_time=$(FUZZ_TIME) -max_len=65536 build-fuzz/corpus-$$n fuzz/seeds/$$n; \
 	done
@@ -81,3 +85,43 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 -include $(OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+# ---- CUDA backend: `make cuda` builds src/ops/cuda (nvcc), the op tests and the GPU benchmark into
+# build-cuda/ (needs the CUDA toolkit, not a GPU; the tests skip cleanly without a device).
+# CUDA_GENCODE=... narrows the targets (bench/gpu/run.sh builds sm_90a only); CUBLAS=0 builds
+# without cuBLAS (bf16 GEMM then runs as chunked GEMVs).
+CUDA         ?= /usr/local/cuda
+NVCC         ?= $(CUDA)/bin/nvcc
+CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
+CUBLAS       ?= $(shell test -e $(CUDA)/lib64/libcublas.so && echo 1 || echo 0)
+CUDA_BUILD   := build-cuda
+NVCCFLAGS    ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Iinclude -Isrc -DMK_HAVE_CUBLAS=$(CUBLAS) \
+                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror -Werror all-warnings
+CUDA_CU      := $(sort $(wildcard src/ops/cuda/*.cu))
+CUDA_OBJ     := $(CUDA_CU:%.cu=$(CUDA_BUILD)/%.o)
+CUDA_HOST_SRC:= $(sort $(wildcard src/ops/cpu/*.c)) src/num/formats.c src/base/status.c src/base/threads.c
+CUDA_HOST_OBJ:= $(CUDA_HOST_SRC:%.c=$(CUDA_BUILD)/%.o)
+CUDA_LIBS    := -L$(CUDA)/lib64 -Xlinker -rpath -Xlinker $(CUDA)/lib64 $(if $(filter 1,$(CUBLAS)),-lcublas) -lpthread -lm
+CUDA_HDR     := src/ops/cuda/cuda_common.cuh src/ops/cuda/ops_cuda.h src/ops/ops.h src/base/status.h include/minke.h
+
+.PHONY: cuda cuda-clean
+cuda: $(CUDA_BUILD)/test_ops_cuda $(CUDA_BUILD)/bench_gpu
+
+$(CUDA_BUILD)/src/ops/cuda/%.o: src/ops/cuda/%.cu $(CUDA_HDR)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(CUDA_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(CUDA_BUILD)/test_ops_cuda: $(CUDA_BUILD)/tests/ops/test_ops_cuda.o $(CUDA_OBJ) $(CUDA_HOST_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
+
+$(CUDA_BUILD)/bench_gpu: bench/gpu/bench_gpu.cu $(CUDA_OBJ) $(CUDA_HOST_OBJ) $(CUDA_HDR)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_OBJ) $(CUDA_HOST_OBJ) $(CUDA_LIBS)
+
+cuda-clean:
+	rm -rf $(CUDA_BUILD)
+
+-include $(wildcard $(CUDA_BUILD)/src/*/*.d $(CUDA_BUILD)/src/*/*/*.d $(CUDA_BUILD)/tests/ops/*.d)

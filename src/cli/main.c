@@ -3,6 +3,7 @@
  *   minke logits --model DIR --tokens 0,5,7,... --prefill S [--out F.safetensors] [--dump DIR]
  *                [--force-decisions GOLDEN.safetensors] [--threads N] [--top K]
  *   minke info --model DIR
+ *   minke tokenize | render (cmd_text.c), generate | chat (cmd_generate.c), serve (cmd_serve.c)
  *
  * Options are declared once per subcommand in a table (name, argument, help) that produces the
  * help text and rejects unknown options with a message naming them.
@@ -205,6 +206,8 @@ static void usage(void) {
            "  render   print the chat prompt DeepSeek-V4's encoder makes from a messages file\n"
            "  generate stream a completion of --prompt (--chat: as a chat turn)\n"
            "  chat     interactive chat with history\n"
+           "  serve    HTTP server: OpenAI (chat, completions), Anthropic (messages) and vLLM APIs\n"
+           "  bench    benchmark an OpenAI-compatible server (bench serve) and chart results (bench plot)\n"
            "  help     this text; `minke <command> --help` for a command's options\n",
            MK_VERSION);
 }
@@ -224,6 +227,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "render")) return cmd_render(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     fprintf(stderr, "minke: unknown command '%s' (see minke help)\n", argv[1]);
     return 2;
 }

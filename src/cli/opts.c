@@ -11,7 +11,11 @@ static void print_help(const char *cmd, const char *usage, const cli_opt *o, int
     for (int k = 0; k < n; k++) {
         char left[64];
         snprintf(left, sizeof left, "%s%s%s", o[k].name, o[k].arg ? " " : "", o[k].arg ? o[k].arg : "");
-        printf("  %-32s %s\n", left, o[k].help);
+        char extra[160] = "";
+        if (o[k].def && o[k].env) snprintf(extra, sizeof extra, " (default %s; env %s)", o[k].def, o[k].env);
+        else if (o[k].def) snprintf(extra, sizeof extra, " (default %s)", o[k].def);
+        else if (o[k].env) snprintf(extra, sizeof extra, " (env %s)", o[k].env);
+        printf("  %-32s %s%s\n", left, o[k].help, extra);
     }
 }
 
@@ -39,6 +43,26 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
             fprintf(stderr, "minke %s: unknown option '%s' (see minke %s --help)\n", cmd, argv[i], cmd);
             return -1;
         }
+    }
+    /* environment, defaults, declared checks */
+    for (int k = 0; k < n; k++) {
+        const char *src = o[k].name;
+        if (!o[k].value && o[k].env) {
+            const char *e = getenv(o[k].env);
+            if (e && *e) {
+                o[k].value = o[k].arg ? e : (strcmp(e, "0") ? "1" : NULL);
+                src = o[k].env;
+            }
+        }
+        if (!o[k].value && o[k].def) {
+            o[k].value = o[k].def;
+            src = NULL;
+        }
+        if (!o[k].value || !src) continue;
+        long l;
+        double d;
+        if (o[k].kind == CLI_INT && cli_int(cmd, src, o[k].value, (long)o[k].lo, (long)o[k].hi, &l)) return -1;
+        if (o[k].kind == CLI_FLOAT && cli_float(cmd, src, o[k].value, o[k].lo, o[k].hi, &d)) return -1;
     }
     return 0;
 }
