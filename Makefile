@@ -29,6 +29,7 @@ help:
 	@echo "make asan       build and run the tests with AddressSanitizer + UBSan (build-asan/)"
 	@echo "make fuzz       build and run the libFuzzer targets for 60 s each (clang)"
 	@echo "make clean      remove build outputs"
+	@echo "make cuda       build the CUDA backend, its op tests and GPU benchmark (build-cuda/; nvcc, no GPU needed)"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -59,6 +60,7 @@ test: $(BUILD)/minke $(TEST_BIN)
 	@bash tests/tools/test_gen_dsv4.sh
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/tok_cli && python3 tests/tokenizer/prop_test.py $(BUILD)
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/gguf_cli && python3 tests/tokenizer/gguf_vs_llamacpp.py $(BUILD)
+	@python3 tests/llama/test_vs_llamacpp.py $(BUILD)/minke
 	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(FUZZ_SMOKE_TIME)
 	@echo "all tests passed"
 
@@ -95,8 +97,8 @@ NVCC         ?= $(CUDA)/bin/nvcc
 CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
 CUBLAS       ?= $(shell test -e $(CUDA)/lib64/libcublas.so && echo 1 || echo 0)
 CUDA_BUILD   := build-cuda
-NVCCFLAGS    ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Iinclude -Isrc -DMK_HAVE_CUBLAS=$(CUBLAS) \
-                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror -Werror all-warnings
+NVCC_WARN    ?= -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror -Werror all-warnings
+NVCCFLAGS    ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Iinclude -Isrc -DMK_HAVE_CUBLAS=$(CUBLAS) $(NVCC_WARN)
 CUDA_CU      := $(sort $(wildcard src/ops/cuda/*.cu))
 CUDA_OBJ     := $(CUDA_CU:%.cu=$(CUDA_BUILD)/%.o)
 CUDA_HOST_SRC:= $(sort $(wildcard src/ops/cpu/*.c)) src/num/formats.c src/base/status.c src/base/threads.c

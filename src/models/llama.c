@@ -5,18 +5,34 @@
  *               x += Wdown · (silu(Wgate·n2) * (Wup·n2))            n2 = rmsnorm(x) * ffn_norm
  *   logits = output · (rmsnorm(x) * output_norm)      (output = token_embd when tied)
  *
- * Numerics follow llama.cpp's CPU backend where it matters for comparing logits: activations in
- * f32, weight matmuls through the ggml block kernels (activations quantized to Q8 blocks as
- * llama.cpp does), K and V stored in the cache as f16 (llama.cpp's default cache type), softmax in
- * f32. RoPE: "normal" (adjacent pairs) for llama, "neox" (first half with second half) for qwen2.
+ * Numerics: llama.cpp's CPU backend, bit for bit (flash attention off, its default), so that on
+ * the same GGUF the logits are identical and greedy decoding picks the same tokens. Every op uses
+ * ggml's rounding points and summation order, for the instruction set llama.cpp would be built
+ * for on this CPU (mk_gx_isa_native(); num/ggml_exact.h lists the kernels):
+ *   - weight matmuls through the ggml block kernels (num/ggml_quant.h): activations quantized
+ *     to Q8_0 / Q8_1 as ggml does, dots in ggml's x86 order;
+ *   - RMSNorm with the sum of squares in double, then the weight as a separate product;
+ *   - RoPE angles by ggml's repeated product, sincosf, and the fused products GCC made of ggml's
+ *     rotation;
+ *   - K and V stored as f16 (llama.cpp's default cache type), V transposed as llama.cpp stores
+ *     it without flash attention; KQ = K · f16(q), softmax(KQ * scale) with exp on vector lanes
+ *     and the sum in double, KQV = V^T · f16(softmax). Which dot order: llama.cpp computes a
+ *     one-token call with ggml_vec_dot_f16 and a call of 2+ tokens with tinyBLAS (llamafile
+ *     sgemm), so a forward call here takes the path of a llama.cpp ubatch of the same size;
+ *     identical outputs need the same split of the prompt into calls (llama.cpp: one ubatch of up
+ *     to 512 tokens for the prompt, then one token per decode). Masked (future) positions, which
+ *     llama.cpp carries up to its padded KV length, contribute exact zeros, so only the causal
+ *     prefix, padded to the vector width, is computed here;
+ *   - SwiGLU on ggml_v_silu lanes.
+ * RoPE: "normal" (adjacent pairs) for llama, "neox" (first half with second half) for qwen2.
  */
 #include "models/llama.h"
 #include "base/status.h"
 #include "base/threads.h"
 #include "io/gguf.h"
 #include "num/formats.h"
+#include "num/ggml_exact.h"
 #include "num/ggml_quant.h"
-#include "ops/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +40,7 @@
 #include <string.h>
 
 #define LLAMA_MAX_LAYERS 256
+#define LLAMA_UBATCH 512 /* tokens per forward pass: llama.cpp's default n_ubatch */
 
 typedef struct {
     const mk_gguf_tensor *t; /* weight in ggml format: [n rows of k] */
@@ -47,18 +64,25 @@ struct llama_model {
     llama_layer layers[LLAMA_MAX_LAYERS];
     float *owned[LLAMA_MAX_LAYERS * 4 + 4]; /* aligned copies of misaligned f32 tensors */
     int n_owned;
-    float *inv_freq;                        /* [rot_dim / 2] */
+    mk_gx_isa isa;                          /* whose float order the kernels follow */
     mk_pool *pool;
 };
 
 struct llama_seq {
     llama_model *m;
     int max_len, pos;
-    float *kcache, *vcache; /* [layers][max_len][n_kv * head_dim], values rounded to f16 */
+    int vlen;               /* max_len rounded up to 64: the V^T row length */
+    uint16_t *kcache;       /* [layers][max_len][n_kv * head_dim] f16 */
+    uint16_t *vcache;       /* [layers][n_kv * head_dim][vlen] f16, transposed (zeros past pos) */
     int max_tok;            /* scratch sized for this many tokens per call */
-    float *x, *h, *q, *k, *v, *att, *o, *g, *u, *sc;
+    float *x, *h, *q, *k, *v, *att, *o, *g, *u; /* [T, dim] / [T, kv dim] / [T, ff] */
+    float *rope;            /* [T][rot_dim]: cos, sin per pair */
+    float *sc;              /* [n_head][vlen] attention scores / probabilities */
+    uint16_t *q16, *p16;    /* [n_head][head_dim], [n_head][vlen]: f16 operands of KQ, KQV */
     void *mmscratch;
     size_t mmscratch_bytes;
+    llama_dump_fn dump;
+    void *dump_ctx;
 };
 
 /* ---- loading -------------------------------------------------------------------------------- */
@@ -185,10 +209,7 @@ static int load_inner(llama_model *m, const char *path, const mk_model_options *
         if (!t->used && strcmp(t->name, "rope_freqs.weight"))
             return mk_fail(err, MK_EFORMAT, "%s: unexpected tensor '%s' for a %s model", path, t->name, m->arch);
     }
-    m->inv_freq = malloc(sizeof(float) * (size_t)(m->rot_dim / 2));
-    if (!m->inv_freq) return mk_fail(err, MK_ENOMEM, "out of memory");
-    for (int i = 0; i < m->rot_dim / 2; i++)
-        m->inv_freq[i] = powf(m->rope_base, -2.0f * (float)i / (float)m->rot_dim);
+    m->isa = mk_gx_isa_native();
     m->pool = mk_pool_create(opt ? opt->n_threads : 0);
     if (!m->pool) return mk_fail(err, MK_ENOMEM, "cannot create the thread pool");
     return MK_OK;
@@ -208,7 +229,6 @@ int llama_model_load(const char *path, const mk_model_options *opt, llama_model 
 void llama_model_free(llama_model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
-    free(m->inv_freq);
     mk_pool_free(m->pool);
     mk_gguf_close(m->g);
     free(m);
@@ -217,6 +237,8 @@ void llama_model_free(llama_model *m) {
 int llama_model_vocab_size(const llama_model *m) { return m->vocab; }
 struct mk_gguf *llama_model_gguf(const llama_model *m) { return m->g; }
 int llama_model_context(const llama_model *m) { return m->ctx; }
+mk_gx_isa llama_model_isa(const llama_model *m) { return m->isa; }
+void llama_model_set_isa(llama_model *m, mk_gx_isa isa) { m->isa = isa; }
 
 void llama_model_print_info(const llama_model *m, void *fp) {
     FILE *f = fp;
@@ -236,17 +258,18 @@ void llama_model_print_info(const llama_model *m, void *fp) {
     fprintf(f, "parameters by type:\n");
     for (int ty = 0; ty < 64; ty++)
         if (cnt[ty]) fprintf(f, "  %-6s %12llu params %10.2f MiB\n", mk_ggml_type_name((uint32_t)ty), (unsigned long long)cnt[ty], bytes[ty] / 1048576.0);
-    fprintf(f, "memory:\n  weights (mmapped) %.1f MiB\n  KV cache %.1f KiB per token (f16 values held as f32 here: %.1f KiB)\n",
-            mk_gguf_total_bytes(m->g) / 1048576.0, 2.0 * m->n_layers * m->n_kv * m->head_dim * 2 / 1024.0,
-            2.0 * m->n_layers * m->n_kv * m->head_dim * 4 / 1024.0);
+    fprintf(f, "memory:\n  weights (mmapped) %.1f MiB\n  KV cache %.1f KiB per token (f16)\n",
+            mk_gguf_total_bytes(m->g) / 1048576.0, 2.0 * m->n_layers * m->n_kv * m->head_dim * 2 / 1024.0);
+    fprintf(f, "numerics: llama.cpp's CPU order for %s\n", mk_gx_isa_name(m->isa));
 }
 
 /* ---- sequences ------------------------------------------------------------------------------ */
 
 static void free_scratch(llama_seq *s) {
     free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att); free(s->o);
-    free(s->g); free(s->u); free(s->sc); free(s->mmscratch);
-    s->x = s->h = s->q = s->k = s->v = s->att = s->o = s->g = s->u = s->sc = NULL;
+    free(s->g); free(s->u); free(s->rope); free(s->sc); free(s->q16); free(s->p16); free(s->mmscratch);
+    s->x = s->h = s->q = s->k = s->v = s->att = s->o = s->g = s->u = s->rope = s->sc = NULL;
+    s->q16 = s->p16 = NULL;
     s->mmscratch = NULL;
 }
 
@@ -255,7 +278,7 @@ static int ensure_scratch(llama_seq *s, int T, mk_err *err) {
     if (T <= s->max_tok) return MK_OK;
     const llama_model *m = s->m;
     free_scratch(s);
-    size_t Tz = (size_t)T, kvd = (size_t)m->n_kv * m->head_dim;
+    size_t Tz = (size_t)T, kvd = (size_t)m->n_kv * m->head_dim, nh = (size_t)m->n_head;
     s->x = malloc(sizeof(float) * Tz * m->dim);
     s->h = malloc(sizeof(float) * Tz * m->dim);
     s->q = malloc(sizeof(float) * Tz * m->dim);
@@ -265,7 +288,10 @@ static int ensure_scratch(llama_seq *s, int T, mk_err *err) {
     s->o = malloc(sizeof(float) * Tz * m->dim);
     s->g = malloc(sizeof(float) * Tz * m->ff);
     s->u = malloc(sizeof(float) * Tz * m->ff);
-    s->sc = malloc(sizeof(float) * (size_t)s->max_len * (size_t)m->n_head);
+    s->rope = malloc(sizeof(float) * Tz * (size_t)m->rot_dim);
+    s->sc = malloc(sizeof(float) * nh * (size_t)s->vlen);
+    s->q16 = malloc(sizeof(uint16_t) * nh * (size_t)m->head_dim);
+    s->p16 = calloc(nh * (size_t)s->vlen, sizeof(uint16_t));
     size_t mb = 0;
     const lweight *ws[] = {&m->embd, &m->output};
     for (int i = 0; i < 2; i++) {
@@ -282,7 +308,8 @@ static int ensure_scratch(llama_seq *s, int T, mk_err *err) {
     }
     s->mmscratch = malloc(mb + 64);
     s->mmscratch_bytes = mb;
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->g || !s->u || !s->sc || !s->mmscratch) {
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->g || !s->u || !s->rope || !s->sc ||
+        !s->q16 || !s->p16 || !s->mmscratch) {
         free_scratch(s);
         s->max_tok = 0;
         return mk_fail(err, MK_ENOMEM, "out of memory for a %d-token call", T);
@@ -300,11 +327,15 @@ int llama_seq_create(llama_model *m, int max_len, llama_seq **out, mk_err *err) 
     if (!s) return mk_fail(err, MK_ENOMEM, "out of memory");
     s->m = m;
     s->max_len = max_len;
-    size_t n = (size_t)m->n_layers * max_len * m->n_kv * m->head_dim;
-    s->kcache = calloc(n, sizeof(float));
-    s->vcache = calloc(n, sizeof(float));
-    int rc = (!s->kcache || !s->vcache) ? mk_fail(err, MK_ENOMEM, "out of memory for the KV cache (%zu MiB)", 2 * n * 4 >> 20)
-                                         : ensure_scratch(s, 1, err);
+    s->vlen = (max_len + 63) & ~63;
+    size_t kvd = (size_t)m->n_kv * m->head_dim;
+    /* zeroed: the V^T entries past the last position are read (times a zero probability) */
+    s->kcache = calloc((size_t)m->n_layers * max_len * kvd, sizeof(uint16_t));
+    s->vcache = calloc((size_t)m->n_layers * kvd * s->vlen, sizeof(uint16_t));
+    int rc = (!s->kcache || !s->vcache)
+                 ? mk_fail(err, MK_ENOMEM, "out of memory for the KV cache (%zu MiB)",
+                           (size_t)m->n_layers * kvd * (max_len + s->vlen) * 2 >> 20)
+                 : ensure_scratch(s, 1, err);
     if (rc) { llama_seq_free(s); return rc; }
     *out = s;
     return MK_OK;
@@ -322,30 +353,19 @@ void llama_seq_reset(llama_seq *s) { s->pos = 0; }
 int llama_seq_pos(const llama_seq *s) { return s->pos; }
 int llama_seq_capacity(const llama_seq *s) { return s->max_len; }
 
-/* ---- forward -------------------------------------------------------------------------------- */
-
-static float f16_round(float x);
-
-static void rmsnorm_f32(const float *x, int d, const float *w, float eps, float *y) {
-    double ss = 0.0;
-    for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
-    float r = 1.0f / sqrtf((float)(ss / d) + eps);
-    for (int i = 0; i < d; i++) y[i] = x[i] * r * w[i];
+void llama_seq_set_dump(llama_seq *s, llama_dump_fn fn, void *ctx) {
+    s->dump = fn;
+    s->dump_ctx = ctx;
 }
 
-static float f16_round(float x) { return mk_f16_to_f32(mk_f32_to_f16(x)); }
+/* ---- forward -------------------------------------------------------------------------------- */
 
-/* RoPE on one head vector at position pos. */
-static void rope(const llama_model *m, float *v, int pos) {
-    int half = m->rot_dim / 2;
-    for (int i = 0; i < half; i++) {
-        float th = (float)pos * m->inv_freq[i];
-        float c = cosf(th), s = sinf(th);
-        int a = m->neox ? i : 2 * i, b = m->neox ? i + half : 2 * i + 1;
-        float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * s;
-        v[b] = x0 * s + x1 * c;
-    }
+static void dump(llama_seq *s, const char *what, int layer, const float *x, int rows, int cols) {
+    if (!s->dump) return;
+    char name[64];
+    if (layer >= 0) snprintf(name, sizeof name, "%s-%d", what, layer);
+    else snprintf(name, sizeof name, "%s", what);
+    s->dump(s->dump_ctx, name, x, rows, cols);
 }
 
 static void mm(llama_seq *s, const lweight *w, const float *x, int T, float *y) {
@@ -357,34 +377,115 @@ typedef struct {
     int layer, T, start;
 } attn_job;
 
-/* Causal GQA attention of head h for all T query tokens. */
+/* Attention of head h for the T query tokens of this call, as llama.cpp's mul_mat / soft_max /
+ * mul_mat: scores over the causal prefix of P = pos + 1 keys, padded with masked entries to a
+ * multiple of 16 (the softmax's vector chunks; exp(-inf) = 0 exactly), probabilities rounded to
+ * f16, and V^T rows read up to a multiple of 64 (the f16 dot's step; zero probabilities there).
+ * One token: ggml_vec_dot_f16 order; two or more: tinyBLAS order (where llama.cpp can use it). */
 static void attn_head(void *ctx, int h, int tid) {
     (void)tid;
     attn_job *J = ctx;
     llama_seq *s = J->s;
     const llama_model *m = s->m;
-    int hd = m->head_dim, kvd = m->n_kv * hd, kvh = h / (m->n_head / m->n_kv);
-    const float *kc = s->kcache + (size_t)J->layer * s->max_len * kvd;
-    const float *vc = s->vcache + (size_t)J->layer * s->max_len * kvd;
-    float *sc = s->sc + (size_t)h * s->max_len;
-    float scale = 1.0f / sqrtf((float)hd);
-    float qh[512];
+    const mk_gx_isa isa = m->isa;
+    const int hd = m->head_dim, kvd = m->n_kv * hd, g = h / (m->n_head / m->n_kv);
+    const int kn = mk_gx_tb_kn(isa), batch = J->T >= 2 && kn > 0;
+    const int tb_kq = batch && hd % kn == 0, tb_kqv = batch && hd % 4 == 0;
+    const uint16_t *kc = s->kcache + (size_t)J->layer * s->max_len * kvd + (size_t)g * hd;
+    const uint16_t *vt = s->vcache + (size_t)J->layer * kvd * s->vlen + (size_t)g * hd * s->vlen;
+    float *sc = s->sc + (size_t)h * s->vlen;
+    uint16_t *q16 = s->q16 + (size_t)h * hd, *p16 = s->p16 + (size_t)h * s->vlen;
+    const float scale = 1.0f / sqrtf((float)hd);
     for (int t = 0; t < J->T; t++) {
-        int p = J->start + t;
-        const float *q0 = s->q + (size_t)t * m->dim + (size_t)h * hd;
-        for (int i = 0; i < hd; i++) qh[i] = q0[i];
-        const float *q = qh;
+        const int P = J->start + t + 1, P16 = (P + 15) & ~15, P64 = (P + 63) & ~63;
+        mk_gx_f32_to_f16(hd, s->q + (size_t)t * m->dim + (size_t)h * hd, q16);
+        mk_gx_dot_f16_n(isa, tb_kq, hd, kc, (size_t)kvd, P, q16, sc); /* KQ */
         float mx = -INFINITY;
-        for (int j = 0; j <= p; j++) {
-            sc[j] = mk_vdot(q, kc + (size_t)j * kvd + (size_t)kvh * hd, hd) * scale;
+        for (int j = 0; j < P; j++) {
+            sc[j] *= scale;
             if (sc[j] > mx) mx = sc[j];
         }
-        float sum = 0.0f;
-        for (int j = 0; j <= p; j++) sum += (sc[j] = expf(sc[j] - mx));
-        float *o = s->att + (size_t)t * m->dim + (size_t)h * hd;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int j = 0; j <= p; j++) mk_vaxpy(o, sc[j] / sum, vc + (size_t)j * kvd + (size_t)kvh * hd, hd);
+        for (int j = P; j < P16; j++) sc[j] = -INFINITY;
+        double sum = mk_gx_softmax_exp(isa, P16, sc, sc, mx);
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < P16; j++) sc[j] *= inv;
+        mk_gx_f32_to_f16(P16, sc, p16);
+        for (int j = P16; j < P64; j++) p16[j] = 0;
+        float *o = s->att + (size_t)t * m->dim + (size_t)h * hd; /* KQV: rows of V^T times p */
+        mk_gx_dot_f16_n(isa, tb_kqv, tb_kqv ? P16 : P64, vt, (size_t)s->vlen, hd, p16, o);
     }
+}
+
+/* One ubatch: T <= LLAMA_UBATCH tokens at s->pos (checked by the caller). */
+static int forward_ubatch(llama_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
+    llama_model *m = s->m;
+    int rc = ensure_scratch(s, T, err);
+    if (rc) return rc;
+    const int d = m->dim, hd = m->head_dim, kvd = m->n_kv * hd, start = s->pos, ff = m->ff;
+    const mk_gx_isa isa = m->isa;
+    size_t erow = mk_ggml_row_bytes(m->embd.t->type, d);
+    for (int t = 0; t < T; t++)
+        mk_ggml_dequant_row(m->embd.t->type, (const uint8_t *)m->embd.t->data + (size_t)tokens[t] * erow, s->x + (size_t)t * d, d);
+    dump(s, "embd", -1, s->x, T, d);
+    for (int t = 0; t < T; t++) mk_gx_rope_cache(m->rot_dim, m->rope_base, start + t, s->rope + (size_t)t * m->rot_dim);
+    for (int l = 0; l < m->n_layers; l++) {
+        const llama_layer *L = &m->layers[l];
+        /* the last layer's output is needed for the last token only (llama.cpp's inp_out_ids):
+         * from the attention output on, rows other than the last one are dropped */
+        const int last = l == m->n_layers - 1;
+        for (int t = 0; t < T; t++) mk_gx_rmsnorm(d, s->x + (size_t)t * d, L->attn_norm, m->eps, s->h + (size_t)t * d);
+        dump(s, "attn_norm", l, s->h, T, d);
+        mm(s, &L->wq, s->h, T, s->q);
+        mm(s, &L->wk, s->h, T, s->k);
+        mm(s, &L->wv, s->h, T, s->v);
+        uint16_t *kc = s->kcache + (size_t)l * s->max_len * kvd, *vt = s->vcache + (size_t)l * kvd * s->vlen;
+        for (int t = 0; t < T; t++) {
+            float *q = s->q + (size_t)t * d, *k = s->k + (size_t)t * kvd, *v = s->v + (size_t)t * kvd;
+            const float *rc_t = s->rope + (size_t)t * m->rot_dim;
+            if (L->bq) for (int i = 0; i < d; i++) q[i] += L->bq[i];
+            if (L->bk) for (int i = 0; i < kvd; i++) k[i] += L->bk[i];
+            if (L->bv) for (int i = 0; i < kvd; i++) v[i] += L->bv[i];
+            for (int h = 0; h < m->n_head; h++) mk_gx_rope(m->rot_dim, m->neox, rc_t, q + (size_t)h * hd);
+            for (int h = 0; h < m->n_kv; h++) mk_gx_rope(m->rot_dim, m->neox, rc_t, k + (size_t)h * hd);
+            mk_gx_f32_to_f16(kvd, k, kc + (size_t)(start + t) * kvd);
+            uint16_t v16[4096];
+            for (int i0 = 0; i0 < kvd; i0 += 4096) {
+                int n = kvd - i0 < 4096 ? kvd - i0 : 4096;
+                mk_gx_f32_to_f16(n, v + i0, v16);
+                for (int i = 0; i < n; i++) vt[(size_t)(i0 + i) * s->vlen + start + t] = v16[i];
+            }
+        }
+        dump(s, "Qcur", l, s->q, T, d);
+        dump(s, "Kcur", l, s->k, T, kvd);
+        dump(s, "Vcur", l, s->v, T, kvd);
+        attn_job J = {s, l, T, start};
+        mk_pool_run(m->pool, m->n_head, attn_head, &J);
+        dump(s, "kqv_out", l, s->att, T, d);
+        const int r0 = last ? T - 1 : 0, R = T - r0; /* rows kept from here on */
+        float *x = s->x + (size_t)r0 * d;
+        mm(s, &L->wo, s->att + (size_t)r0 * d, R, s->o);
+        dump(s, "attn_out", l, s->o, R, d);
+        for (size_t i = 0; i < (size_t)R * d; i++) x[i] += s->o[i];
+        dump(s, "ffn_inp", l, x, R, d);
+        for (int t = 0; t < R; t++) mk_gx_rmsnorm(d, x + (size_t)t * d, L->ffn_norm, m->eps, s->h + (size_t)t * d);
+        dump(s, "ffn_norm", l, s->h, R, d);
+        mm(s, &L->wgate, s->h, R, s->g);
+        mm(s, &L->wup, s->h, R, s->u);
+        for (int t = 0; t < R; t++) mk_gx_swiglu(isa, ff, s->g + (size_t)t * ff, s->g + (size_t)t * ff, s->u + (size_t)t * ff);
+        dump(s, "ffn_swiglu", l, s->g, R, ff);
+        mm(s, &L->wdown, s->g, R, s->o);
+        dump(s, "ffn_out", l, s->o, R, d);
+        for (size_t i = 0; i < (size_t)R * d; i++) x[i] += s->o[i];
+        dump(s, "l_out", l, x, R, d);
+    }
+    s->pos += T;
+    if (logits) {
+        mk_gx_rmsnorm(d, s->x + (size_t)(T - 1) * d, m->out_norm, m->eps, s->h);
+        dump(s, "result_norm", -1, s->h, 1, d);
+        mm(s, &m->output, s->h, 1, logits);
+        dump(s, "result_output", -1, logits, 1, m->vocab);
+    }
+    return MK_OK;
 }
 
 int llama_seq_forward(llama_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
@@ -395,47 +496,13 @@ int llama_seq_forward(llama_seq *s, const int32_t *tokens, int T, float *logits,
     for (int i = 0; i < T; i++)
         if (tokens[i] < 0 || tokens[i] >= m->vocab)
             return mk_fail(err, MK_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, m->vocab);
-    int rc = ensure_scratch(s, T, err);
-    if (rc) return rc;
-    int d = m->dim, hd = m->head_dim, kvd = m->n_kv * hd, start = s->pos;
-    size_t erow = mk_ggml_row_bytes(m->embd.t->type, d);
-    for (int t = 0; t < T; t++)
-        mk_ggml_dequant_row(m->embd.t->type, (const uint8_t *)m->embd.t->data + (size_t)tokens[t] * erow, s->x + (size_t)t * d, d);
-    for (int l = 0; l < m->n_layers; l++) {
-        const llama_layer *L = &m->layers[l];
-        for (int t = 0; t < T; t++) rmsnorm_f32(s->x + (size_t)t * d, d, L->attn_norm, m->eps, s->h + (size_t)t * d);
-        mm(s, &L->wq, s->h, T, s->q);
-        mm(s, &L->wk, s->h, T, s->k);
-        mm(s, &L->wv, s->h, T, s->v);
-        float *kc = s->kcache + (size_t)l * s->max_len * kvd, *vc = s->vcache + (size_t)l * s->max_len * kvd;
-        for (int t = 0; t < T; t++) {
-            float *q = s->q + (size_t)t * d, *k = s->k + (size_t)t * kvd, *v = s->v + (size_t)t * kvd;
-            if (L->bq) for (int i = 0; i < d; i++) q[i] += L->bq[i];
-            if (L->bk) for (int i = 0; i < kvd; i++) k[i] += L->bk[i];
-            if (L->bv) for (int i = 0; i < kvd; i++) v[i] += L->bv[i];
-            for (int h = 0; h < m->n_head; h++) rope(m, q + (size_t)h * hd, start + t);
-            for (int h = 0; h < m->n_kv; h++) rope(m, k + (size_t)h * hd, start + t);
-            float *kd = kc + (size_t)(start + t) * kvd, *vd = vc + (size_t)(start + t) * kvd;
-            for (int i = 0; i < kvd; i++) { kd[i] = f16_round(k[i]); vd[i] = f16_round(v[i]); }
-        }
-        attn_job J = {s, l, T, start};
-        mk_pool_run(m->pool, m->n_head, attn_head, &J);
-        mm(s, &L->wo, s->att, T, s->o);
-        for (size_t i = 0; i < (size_t)T * d; i++) s->x[i] += s->o[i];
-        for (int t = 0; t < T; t++) rmsnorm_f32(s->x + (size_t)t * d, d, L->ffn_norm, m->eps, s->h + (size_t)t * d);
-        mm(s, &L->wgate, s->h, T, s->g);
-        mm(s, &L->wup, s->h, T, s->u);
-        for (size_t i = 0; i < (size_t)T * m->ff; i++) {
-            float g = s->g[i];
-            s->g[i] = g / (1.0f + expf(-g)) * s->u[i];
-        }
-        mm(s, &L->wdown, s->g, T, s->o);
-        for (size_t i = 0; i < (size_t)T * d; i++) s->x[i] += s->o[i];
-    }
-    s->pos += T;
-    if (logits) {
-        rmsnorm_f32(s->x + (size_t)(T - 1) * d, d, m->out_norm, m->eps, s->h);
-        mm(s, &m->output, s->h, 1, logits);
+    /* llama.cpp runs a batch as ubatches of at most n_ubatch (512 by default) tokens, and the
+     * attention's summation order depends on the ubatch size, so a long prompt is split the same
+     * way (this also bounds the scratch memory) */
+    for (int i = 0; i < T; i += LLAMA_UBATCH) {
+        int n = T - i < LLAMA_UBATCH ? T - i : LLAMA_UBATCH;
+        int rc = forward_ubatch(s, tokens + i, n, i + n == T ? logits : NULL, err);
+        if (rc) return rc;
     }
     return MK_OK;
 }

@@ -8,11 +8,16 @@
  * How scalar and AVX2 stay bit-identical:
  *   - Integer parts are exact: every block dot is an int32 sum (maddubs pairs never saturate: the
  *     unsigned operand is <= 63, or <= 128 with a signed one of magnitude <= 127).
- *   - 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): block b's float contribution
+ *   - Q8_0 and Q4_1 follow llama.cpp's x86 vec_dot exactly (see lanes_fma), so that the Llama
+ *     family's logits are bit-identical to llama.cpp's: per block, 8 exact integer lane sums
+ *     (elements 4l..4l+3), each fused into float lane l with the block's scale; Q4_1's m * s terms
+ *     in one fused scalar chain; hsum8 at the end. The scalar code writes the same fmaf calls.
+ *   - the other 32-element formats (Q4_0, Q5_0, Q5_1): block b's float contribution
  *     (dw * dx) * (float)sumi is added into lane b % 8 of an 8-lane accumulator; the AVX2 kernel
  *     handles 8 blocks per step (eight int32 sums reduced into one vector of 8), which is exactly
  *     the scalar's lane update, and any last blocks that do not fill 8 go through scalar float
- *     code on the stored lanes. The lanes are summed by one fixed tree (hsum8).
+ *     code on the stored lanes. The lanes are summed by one fixed tree (hsum8). (llama.cpp on
+ *     x86 repacks Q4_0 into interleaved rows with their own kernels; these are not its order.)
  *   - 256-element formats (K-quants): one integer dot per super-block, then the same scalar float
  *     statements in both paths.
  *   - F16 / BF16 / F32: element i goes to lane i % 32; products of two halves (F16) are exact, so
@@ -29,7 +34,9 @@
  * Q6_K come from activation sums (stored next to the activations, or Q8_K's bsums) instead of
  * per-element subtractions, 32-element blocks are reduced 8 at a time into one vector of block
  * sums whose scales are converted 8 at a time (F16C), and the weights are prefetched PREFETCH
- * bytes ahead. On the Zen 3 machine this was written on, one core runs the Q4_x / Q5_x / K-quant
+ * bytes ahead (which matters: without it decode is 30% slower on the Zen 4 VM). Q8_0 and Q4_1,
+ * bound to llama.cpp's order (one fused multiply-add chain per row), run four weight rows per
+ * pass over the activations (dot4): four independent chains, one activation load. On the Zen 3 machine this was written on, one core runs the Q4_x / Q5_x / K-quant
  * dots at 12-18 GB/s of weights from L1 (Q8_0 27, the float types 30+), about its DRAM read rate.
  */
 #include "num/ggml_quant.h"
@@ -399,16 +406,6 @@ static inline int32_t idot_q4_0(const uint8_t *qs, const int8_t *x) {
     for (int j = 0; j < 16; j++) s += ((qs[j] & 15) - 8) * x[j] + ((qs[j] >> 4) - 8) * x[j + 16];
     return s;
 }
-static inline int32_t idot_q4_1(const uint8_t *qs, const int8_t *x) { /* sum q x, q unsigned */
-    int32_t s = 0;
-    for (int j = 0; j < 16; j++) s += (qs[j] & 15) * x[j] + (qs[j] >> 4) * x[j + 16];
-    return s;
-}
-static inline int32_t idot_q8_0(const uint8_t *qs, const int8_t *x) {
-    int32_t s = 0;
-    for (int j = 0; j < QK; j++) s += (int8_t)qs[j] * x[j];
-    return s;
-}
 
 static inline int32_t idot_q5(const uint8_t *qh4, const uint8_t *qs, const int8_t *x, int off) {
     int32_t s = 0;
@@ -439,11 +436,29 @@ static float dot_q5_0_s(const uint8_t *w, const void *act, int64_t n) {
     return hsum8_s(acc);
 }
 
+/* llama.cpp's x86 order for Q8_0 and Q4_1 (ggml_vec_dot_q8_0_q8_0, ggml_vec_dot_q4_1_q8_1, AVX2
+ * paths, which AVX-512 builds use too): per block, lane l of 8 holds the exact integer sum of
+ * elements 4l..4l+3 (what vpmaddubsw + vpmaddwd, or vpdpbusd, leave), converted to float and
+ * fused into float lane l with the block's scale (dw * dx): acc[l] = fma(d, isum[l], acc[l]);
+ * after the last block, hsum8. Q4_1's offset terms m * s are fused into one scalar in block
+ * order, added last. */
+static inline void lanes_fma(float *acc, float dw, float dx, const int32_t *isum) {
+    float d = dw * dx;
+    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)isum[l], acc[l]);
+}
+
 static float dot_q8_0_s(const uint8_t *w, const void *act, int64_t n) {
     act32 a = act32_view(act, n);
     float acc[8] = {0};
-    for (int64_t b = 0; b < n / QK; b++, w += 34)
-        lane_add(acc, b, h2f(rd16(w)), a.d[b], idot_q8_0(w + 2, a.q + QK * b));
+    for (int64_t b = 0; b < n / QK; b++, w += 34) {
+        const int8_t *q = (const int8_t *)(w + 2), *x = a.q + QK * b;
+        int32_t is[8];
+        for (int l = 0; l < 8; l++) {
+            is[l] = 0;
+            for (int e = 4 * l; e < 4 * l + 4; e++) is[l] += q[e] * x[e];
+        }
+        lanes_fma(acc, h2f(rd16(w)), a.d[b], is);
+    }
     return hsum8_s(acc);
 }
 
@@ -456,12 +471,19 @@ static inline void lane_add_m(float *accm, int64_t b, float m, float s) {
 
 static float dot_q4_1_s(const uint8_t *w, const void *act, int64_t n) {
     act32 a = act32_view(act, n);
-    float acc[8] = {0}, accm[8] = {0};
+    float acc[8] = {0}, summs = 0.0f;
     for (int64_t b = 0; b < n / QK; b++, w += 20) {
-        lane_add(acc, b, h2f(rd16(w)), a.d[b], idot_q4_1(w + 4, a.q + QK * b));
-        lane_add_m(accm, b, h2f(rd16(w + 2)), a.s[b]);
+        const uint8_t *qs = w + 4;
+        const int8_t *x = a.q + QK * b;
+        int32_t is[8];
+        for (int l = 0; l < 8; l++) {
+            is[l] = 0;
+            for (int e = 4 * l; e < 4 * l + 4; e++) is[l] += (e < 16 ? qs[e] & 15 : qs[e - 16] >> 4) * x[e];
+        }
+        summs = fmaf(h2f(rd16(w + 2)), a.s[b], summs);
+        lanes_fma(acc, h2f(rd16(w)), a.d[b], is);
     }
-    return hsum8_s(acc) + hsum8_s(accm);
+    return hsum8_s(acc) + summs;
 }
 
 static float dot_q5_1_s(const uint8_t *w, const void *act, int64_t n) {
@@ -1030,50 +1052,95 @@ MK_AVX2 static float dot_q5_0_v(const uint8_t *w, const void *act, int64_t n) {
     return hsum8_s(l);
 }
 
+/* Q8_0 / Q4_1 in llama.cpp's order (see lanes_fma): one block's 8 lanes of exact integer sums
+ * as floats */
+MK_AVX2 static inline __m256 bxy_q8_0(const uint8_t *blk, const int8_t *x) {
+    return _mm256_cvtepi32_ps(bdot_q8_0(blk, x));
+}
+MK_AVX2 static inline __m256 bxy_q4_1(const uint8_t *blk, const int8_t *x) {
+    return _mm256_cvtepi32_ps(bdot_q4_1(blk, x));
+}
+
+MK_AVX2 static inline float hsum8_v(__m256 v) { /* ggml's hsum_float_8 (= hsum8_s) */
+    __m128 t = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_add_ss(t, _mm_movehdup_ps(t));
+    return _mm_cvtss_f32(t);
+}
+
+MK_AVX2 static inline float fma_ss(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
 MK_AVX2 static float dot_q8_0_v(const uint8_t *w, const void *act, int64_t n) {
     act32 a = act32_view(act, n);
-    int64_t nb = n / QK, b = 0;
     __m256 acc = _mm256_setzero_ps();
-    for (; b + 8 <= nb; b += 8, w += 8 * 34) {
-        pf(w, 8 * 34);
-        __m256i v[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) v[i] = bdot_q8_0(w + 34 * i, a.q + QK * (b + i));
-        __m256i s = reduce8(v);
-        __m256 d = _mm256_mul_ps(h8(w, 34), _mm256_loadu_ps(a.d + b));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)));
+    for (int64_t b = 0; b < n / QK; b++, w += 34) {
+        pf(w, 34);
+        float d = h2f_v(rd16(w)) * a.d[b];
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), bxy_q8_0(w, a.q + QK * b), acc);
     }
-    float l[8];
-    _mm256_storeu_ps(l, acc);
-    for (; b < nb; b++, w += 34)
-        lane_add(l, b, h2f_v(rd16(w)), a.d[b], hsum_i32_8(bdot_q8_0(w, a.q + QK * b)));
-    return hsum8_s(l);
+    return hsum8_v(acc);
+}
+
+/* four rows of W (stride bytes apart) against one activation row: the same per-row order, with
+ * the activation block loaded once and four independent accumulation chains */
+MK_AVX2 static void dot4_q8_0_v(const uint8_t *w, size_t stride, const void *act, int64_t n, float *out) {
+    act32 a = act32_view(act, n);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK; b++, w += 34) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(a.q + QK * b));
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *wr = w + r * stride;
+            pf(wr, 34);
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(wr + 2));
+            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+            __m256 xy = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+            float d = h2f_v(rd16(wr)) * a.d[b];
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), xy, acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum8_v(acc[r]);
 }
 
 MK_AVX2 static float dot_q4_1_v(const uint8_t *w, const void *act, int64_t n) {
     act32 a = act32_view(act, n);
-    int64_t nb = n / QK, b = 0;
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    for (; b + 8 <= nb; b += 8, w += 8 * 20) {
-        pf(w, 8 * 20);
-        __m256i v[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) v[i] = bdot_q4_1(w + 20 * i, a.q + QK * (b + i));
-        __m256i s = reduce8(v);
-        __m256 dw, mw;
-        dm8(w, 20, &dw, &mw);
-        __m256 d = _mm256_mul_ps(dw, _mm256_loadu_ps(a.d + b));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)));
-        accm = _mm256_add_ps(accm, _mm256_mul_ps(mw, _mm256_loadu_ps(a.s + b)));
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t b = 0; b < n / QK; b++, w += 20) {
+        pf(w, 20);
+        float d = h2f_v(rd16(w)) * a.d[b];
+        summs = fma_ss(h2f_v(rd16(w + 2)), a.s[b], summs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), bxy_q4_1(w, a.q + QK * b), acc);
     }
-    float l[8], lm[8];
-    _mm256_storeu_ps(l, acc);
-    _mm256_storeu_ps(lm, accm);
-    for (; b < nb; b++, w += 20) {
-        lane_add(l, b, h2f_v(rd16(w)), a.d[b], hsum_i32_8(bdot_q4_1(w, a.q + QK * b)));
-        lane_add_m(lm, b, h2f_v(rd16(w + 2)), a.s[b]);
+    return hsum8_v(acc) + summs;
+}
+
+MK_AVX2 static void dot4_q4_1_v(const uint8_t *w, size_t stride, const void *act, int64_t n, float *out) {
+    act32 a = act32_view(act, n);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m128 summs[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i one16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < n / QK; b++, w += 20) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(a.q + QK * b));
+        __m128 dx = _mm_set_ss(a.d[b]), sx = _mm_set_ss(a.s[b]);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *wr = w + r * stride;
+            pf(wr, 20);
+            __m128i raw = _mm_loadu_si128((const __m128i *)(wr + 4));
+            __m256i q = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1), m4);
+            __m256 xy = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), one16));
+            /* the two halves d, m of the block, converted together */
+            __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)rd32(wr)));
+            __m128 d = _mm_mul_ss(dm, dx);
+            summs[r] = _mm_fmadd_ss(_mm_movehdup_ps(dm), sx, summs[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), xy, acc[r]);
+        }
     }
-    return hsum8_s(l) + hsum8_s(lm);
+    for (int r = 0; r < 4; r++) out[r] = hsum8_v(acc[r]) + _mm_cvtss_f32(summs[r]);
 }
 
 MK_AVX2 static float dot_q5_1_v(const uint8_t *w, const void *act, int64_t n) {
@@ -1223,6 +1290,8 @@ MK_AVX2 static float dot_q6_k_v(const uint8_t *w, const void *act, int64_t n) {
 
 typedef void (*dq_fn)(const uint8_t *p, float *y, int64_t nblocks);
 typedef float (*dot_fn)(const uint8_t *w, const void *act, int64_t n);
+/* four weight rows, `stride` bytes apart, against one activation row (AVX2 only; optional) */
+typedef void (*dot4_fn)(const uint8_t *w, size_t stride, const void *act, int64_t n, float *out);
 
 typedef struct {
     uint32_t type, act_type;
@@ -1231,6 +1300,7 @@ typedef struct {
     int bytes;    /* bytes per block */
     dq_fn dq[2];  /* scalar, AVX2 (both take a count of blocks) */
     dot_fn dot[2];
+    dot4_fn dot4;
 } type_info;
 
 #if MK_HAVE_X86
@@ -1240,17 +1310,17 @@ typedef struct {
 #endif
 
 static const type_info k_types[] = {
-    {MK_GGML_F32, MK_GGML_F32, "f32", 1, 4, {dq_f32_s, dq_f32_s}, {dot_f32_s, V(dot_f32_v)}},
-    {MK_GGML_F16, MK_GGML_F16, "f16", 1, 2, {dq_f16_s, V(dq_f16_v)}, {dot_f16_s, V(dot_f16_v)}},
-    {MK_GGML_BF16, MK_GGML_BF16, "bf16", 1, 2, {dq_bf16_s, V(dq_bf16_v)}, {dot_bf16_s, V(dot_bf16_v)}},
-    {MK_GGML_Q4_0, MK_GGML_Q8_0, "q4_0", QK, 18, {dq_q4_0_s, V(dq_q4_0_v)}, {dot_q4_0_s, V(dot_q4_0_v)}},
-    {MK_GGML_Q4_1, MK_GGML_Q8_1, "q4_1", QK, 20, {dq_q4_1_s, V(dq_q4_1_v)}, {dot_q4_1_s, V(dot_q4_1_v)}},
-    {MK_GGML_Q5_0, MK_GGML_Q8_0, "q5_0", QK, 22, {dq_q5_0_s, V(dq_q5_0_v)}, {dot_q5_0_s, V(dot_q5_0_v)}},
-    {MK_GGML_Q5_1, MK_GGML_Q8_1, "q5_1", QK, 24, {dq_q5_1_s, V(dq_q5_1_v)}, {dot_q5_1_s, V(dot_q5_1_v)}},
-    {MK_GGML_Q8_0, MK_GGML_Q8_0, "q8_0", QK, 34, {dq_q8_0_s, V(dq_q8_0_v)}, {dot_q8_0_s, V(dot_q8_0_v)}},
-    {MK_GGML_Q4_K, MK_GGML_Q8_K, "q4_K", QKK, 144, {dq_q4_k_s, V(dq_q4_k_v)}, {dot_q4_k_s, V(dot_q4_k_v)}},
-    {MK_GGML_Q5_K, MK_GGML_Q8_K, "q5_K", QKK, 176, {dq_q5_k_s, V(dq_q5_k_v)}, {dot_q5_k_s, V(dot_q5_k_v)}},
-    {MK_GGML_Q6_K, MK_GGML_Q8_K, "q6_K", QKK, 210, {dq_q6_k_s, V(dq_q6_k_v)}, {dot_q6_k_s, V(dot_q6_k_v)}},
+    {MK_GGML_F32, MK_GGML_F32, "f32", 1, 4, {dq_f32_s, dq_f32_s}, {dot_f32_s, V(dot_f32_v)}, NULL},
+    {MK_GGML_F16, MK_GGML_F16, "f16", 1, 2, {dq_f16_s, V(dq_f16_v)}, {dot_f16_s, V(dot_f16_v)}, NULL},
+    {MK_GGML_BF16, MK_GGML_BF16, "bf16", 1, 2, {dq_bf16_s, V(dq_bf16_v)}, {dot_bf16_s, V(dot_bf16_v)}, NULL},
+    {MK_GGML_Q4_0, MK_GGML_Q8_0, "q4_0", QK, 18, {dq_q4_0_s, V(dq_q4_0_v)}, {dot_q4_0_s, V(dot_q4_0_v)}, NULL},
+    {MK_GGML_Q4_1, MK_GGML_Q8_1, "q4_1", QK, 20, {dq_q4_1_s, V(dq_q4_1_v)}, {dot_q4_1_s, V(dot_q4_1_v)}, V(dot4_q4_1_v)},
+    {MK_GGML_Q5_0, MK_GGML_Q8_0, "q5_0", QK, 22, {dq_q5_0_s, V(dq_q5_0_v)}, {dot_q5_0_s, V(dot_q5_0_v)}, NULL},
+    {MK_GGML_Q5_1, MK_GGML_Q8_1, "q5_1", QK, 24, {dq_q5_1_s, V(dq_q5_1_v)}, {dot_q5_1_s, V(dot_q5_1_v)}, NULL},
+    {MK_GGML_Q8_0, MK_GGML_Q8_0, "q8_0", QK, 34, {dq_q8_0_s, V(dq_q8_0_v)}, {dot_q8_0_s, V(dot_q8_0_v)}, V(dot4_q8_0_v)},
+    {MK_GGML_Q4_K, MK_GGML_Q8_K, "q4_K", QKK, 144, {dq_q4_k_s, V(dq_q4_k_v)}, {dot_q4_k_s, V(dot_q4_k_v)}, NULL},
+    {MK_GGML_Q5_K, MK_GGML_Q8_K, "q5_K", QKK, 176, {dq_q5_k_s, V(dq_q5_k_v)}, {dot_q5_k_s, V(dot_q5_k_v)}, NULL},
+    {MK_GGML_Q6_K, MK_GGML_Q8_K, "q6_K", QKK, 210, {dq_q6_k_s, V(dq_q6_k_v)}, {dot_q6_k_s, V(dot_q6_k_v)}, NULL},
 };
 
 static const type_info *find_type(uint32_t type) {
@@ -1259,8 +1329,7 @@ static const type_info *find_type(uint32_t type) {
     return NULL;
 }
 
-/* 1 when the AVX2 kernels can run here (AVX2, FMA and F16C). */
-static int use_simd(void) {
+static int detect_simd(void) {
 #if MK_HAVE_X86
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
@@ -1271,6 +1340,14 @@ static int use_simd(void) {
 #else
     return 0;
 #endif
+}
+
+/* 1 when the AVX2 kernels can run here (AVX2, FMA and F16C). Detected once: CPUID is slow (in a
+ * virtual machine it traps to the hypervisor), and this is asked on every matmul. */
+static int use_simd(void) {
+    static volatile int simd = -1; /* benign race: every thread computes the same value */
+    if (simd < 0) simd = detect_simd();
+    return simd;
 }
 
 static void quant_act(uint32_t act_type, const float *x, int64_t n, uint8_t *out, int simd) {
@@ -1367,7 +1444,7 @@ float mk_ggml_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *a
 #define MM_ROWS 16          /* rows of W per pool task */
 #define MM_TILE 4           /* prefill: rows of W kept hot while all activation rows pass */
 #ifndef POOL_MIN_BYTES
-#define POOL_MIN_BYTES (256.0 * 1024) /* weight bytes x m below which the pool is not used */
+#define POOL_MIN_BYTES (32.0 * 1024) /* weight bytes x m below which the pool is not used */
 #endif
 #define QUANT_POOL_MIN 65536          /* activations (m x k) below which they are quantized inline */
 
@@ -1388,6 +1465,7 @@ typedef struct {
     float *y;
     int n, k, m, simd;
     dot_fn dot;
+    dot4_fn dot4;
 } mm_job;
 
 static void mm_quant_task(void *ctx, int r, int tid) {
@@ -1401,7 +1479,10 @@ static void mm_task(void *ctx, int t, int tid) {
     const mm_job *J = ctx;
     int j0 = t * MM_ROWS, j1 = j0 + MM_ROWS < J->n ? j0 + MM_ROWS : J->n;
     if (J->m == 1) {
-        for (int j = j0; j < j1; j++) J->y[j] = J->dot(J->W + (size_t)j * J->row_bytes, J->act, J->k);
+        int j = j0;
+        if (J->dot4)
+            for (; j + 4 <= j1; j += 4) J->dot4(J->W + (size_t)j * J->row_bytes, J->row_bytes, J->act, J->k, J->y + j);
+        for (; j < j1; j++) J->y[j] = J->dot(J->W + (size_t)j * J->row_bytes, J->act, J->k);
         return;
     }
     /* prefill: a few weight rows stay in L1 while every activation row passes over them */
@@ -1409,6 +1490,10 @@ static void mm_task(void *ctx, int t, int tid) {
         int je = jt + MM_TILE < j1 ? jt + MM_TILE : j1;
         for (int r = 0; r < J->m; r++) {
             const uint8_t *a = J->act + (size_t)r * J->stride;
+            if (J->dot4 && je - jt == 4) {
+                J->dot4(J->W + (size_t)jt * J->row_bytes, J->row_bytes, a, J->k, J->y + (size_t)r * J->n + jt);
+                continue;
+            }
             for (int j = jt; j < je; j++)
                 J->y[(size_t)r * J->n + j] = J->dot(J->W + (size_t)j * J->row_bytes, a, J->k);
         }
@@ -1433,6 +1518,7 @@ void mk_ggml_matmul(mk_pool *pool, uint32_t type, const void *W, int n, int k, c
     J.m = m;
     J.simd = use_simd();
     J.dot = t->dot[J.simd && t->dot[1] ? 1 : 0];
+    J.dot4 = J.simd ? t->dot4 : NULL;
     mk_pool_run((double)m * k >= QUANT_POOL_MIN ? pool : NULL, m, mm_quant_task, &J);
     /* Waking the pool costs about as much as streaming a couple of hundred KiB of weights. */
     if ((double)J.row_bytes * n * m < POOL_MIN_BYTES) pool = NULL;

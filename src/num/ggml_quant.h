@@ -63,10 +63,14 @@
  *
  * Determinism: every kernel has a scalar reference and an AVX2 version (chosen at run time:
  * AVX2 + FMA + F16C); they give bit-identical results. Integer block dots are exact; the float
- * steps after them (scale products, accumulation into 8 lanes by block index, the final
- * reduction tree) are the same operations in the same order in both. So a result does not depend
- * on the machine's SIMD level or the thread count. Against llama.cpp the dot products differ only
- * by fp32 reassociation (its lane structure differs), the activations and weights are identical.
+ * steps after them (scale products, accumulation into 8 lanes, the final reduction tree) are the
+ * same operations in the same order in both. So a result does not depend on the machine's SIMD
+ * level or the thread count.
+ * Against llama.cpp: the activations and weights are identical; the Q8_0 and Q4_1 dots are also
+ * computed in llama.cpp's x86 order (ggml_vec_dot_q8_0_q8_0 / _q4_1_q8_1: per block, the exact
+ * integer sums of elements 4l..4l+3 fused into 8 float lanes with the block's scale, hsum_float_8,
+ * plus Q4_1's fused m * s chain), so those give llama.cpp's bits. The other types differ from it by
+ * fp32 reassociation only (their lane structure differs; llama.cpp repacks Q4_0 / Q4_K on x86).
  *
  * Limits: a row length n must be a positive multiple of the block size (mk_ggml_row_bytes
  * returns 0 otherwise); non-finite activations give non-finite results. Nothing here aborts:

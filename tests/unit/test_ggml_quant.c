@@ -10,7 +10,9 @@
  *   4. random blocks: scalar and AVX2 dequantization, activation quantization and dots are bit-for-
  *      bit equal, and the dot agrees with sum(dequant(w) * x) within the activation's quantization
  *      error (and with sum(dequant(w) * dequant(act)) to fp32 rounding);
- *   5. mk_ggml_matmul: threaded == unthreaded == row-by-row vec_dot, m = 1 and m > 1;
+ *   5. mk_ggml_matmul: threaded == unthreaded == row-by-row vec_dot, m = 1 and m > 1 (which
+ *      also covers the four-row kernels of Q8_0 / Q4_1, whose llama.cpp order is checked against
+ *      a brute-force restatement in test_ggml_exact.c);
  *   6. invalid types and sizes give 0 / NaN, never a crash.
  *
  * The .c file is included so the scalar and AVX2 kernels can be called side by side.
