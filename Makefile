@@ -18,7 +18,7 @@ BENCH_SRC:= $(wildcard bench/*.c)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 FUZZ_SRC:= $(wildcard fuzz/*.c)
 
-.PHONY: all test unit golden bench asan fuzz clean help
+.PHONY: all test unit golden bench asan asan-run fuzz clean help
 all: $(BUILD)/minke
 
 help:
@@ -57,6 +57,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libminke.a
 test: $(BUILD)/minke $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t --jobs 2 $(TEST_ARGS); done
 	@bash tests/cli/test_cli.sh $(BUILD)/minke
+	@bash tests/server/run.sh $(BUILD)/minke
 	@bash tests/tools/test_gen_dsv4.sh
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/tok_cli && python3 tests/tokenizer/prop_test.py $(BUILD)
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/gguf_cli && python3 tests/tokenizer/gguf_vs_llamacpp.py $(BUILD)
@@ -67,9 +68,17 @@ test: $(BUILD)/minke $(TEST_BIN)
 bench: $(BUILD)/minke $(BENCH_BIN)
 	bash bench/run_cpu.sh $(BUILD)
 
+# AddressSanitizer + UBSan build (build-asan/): the C unit and golden tests, the CLI tests and the
+# server suite (tests/server, through the OpenAI and Anthropic SDKs) against the sanitized server.
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-	        LDLIBS="-ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl -fsanitize=address,undefined" test
+	        LDLIBS="-ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl -fsanitize=address,undefined" asan-run
+
+asan-run: $(BUILD)/minke $(TEST_BIN)
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t --jobs 2 $(TEST_ARGS); done
+	@bash tests/cli/test_cli.sh $(BUILD)/minke
+	@bash tests/server/run.sh $(BUILD)/minke
+	@echo "asan: all tests passed"
 
 FUZZ_TIME ?= 60
 FUZZ_SMOKE_TIME ?= 15
