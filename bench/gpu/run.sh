@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh — everything the GPU machine should do for the CUDA backend, in one call:
+# build (make cuda), run the op tests against the CPU twins, benchmark (HBM bandwidth, the linear
+# kernels at V4-Flash decode shapes, FP8 GEMM vs cuBLAS bf16), then re-run the tests on small
+# shapes under compute-sanitizer (memcheck). Results land in $OUT (default bench/gpu/out):
+#   results.md  the summary (machine, test table, benchmark tables, sanitizer verdict)
+#   log.txt     the whole console output;  test.txt, bench.md, sanitizer.txt  the parts
+# Usage (repository root or anywhere): bash bench/gpu/run.sh
+# Environment: CUDA_GENCODE (default sm_90a only, to build fast there), SKIP_SANITIZER=1.
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-bench/gpu/out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+JOBS=$(nproc 2>/dev/null || echo 4)
+GENCODE=${CUDA_GENCODE:--gencode arch=compute_90a,code=sm_90a}
+CUDA=${CUDA:-/usr/local/cuda}
+export PATH="$CUDA/bin:$PATH"
+T0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
+
+stamp "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit --format=csv 2>&1
+nvcc --version 2>&1 | tail -2
+echo "cores: $JOBS; kernel: $(uname -r)"
+
+stamp "build (make cuda, $GENCODE)"
+# Host warnings are not errors here: this machine's compilers may be newer than CI's.
+BUILD_VARS=(CUDA="$CUDA" CUDA_GENCODE="$GENCODE"
+            WARN="-Wall -Wextra -Wno-unused-parameter -Wno-format-truncation"
+            NVCC_WARN="-Xcompiler -Wall,-Wextra,-Wno-unused-parameter")
+if command -v make >/dev/null 2>&1; then
+    make cuda -j"$JOBS" "${BUILD_VARS[@]}"
+    BUILD_RC=$?
+else
+    echo "no make here: building with the same commands by hand"
+    CUBLAS=0; [ -e "$CUDA/lib64/libcublas.so" ] && CUBLAS=1
+    B=build-cuda/nomake; mkdir -p $B
+    CF="-std=c11 -D_GNU_SOURCE -O2 -march=x86-64-v2 -mtune=native -Iinclude -Isrc -fno-math-errno"
+    NF="-O3 -std=c++17 -lineinfo $GENCODE -Iinclude -Isrc -DMK_HAVE_CUBLAS=$CUBLAS"
+    for f in src/ops/cuda/*.cu; do nvcc $NF -c "$f" -o $B/$(basename "$f").o & done
+    for f in src/ops/cpu/*.c src/num/formats.c src/base/status.c src/base/threads.c tests/ops/test_ops_cuda.c; do
+        cc $CF -c "$f" -o $B/$(basename "$f").o &
+    done
+    wait
+    LIBS="-L$CUDA/lib64 -Xlinker -rpath -Xlinker $CUDA/lib64 -lpthread -lm"
+    [ $CUBLAS = 1 ] && LIBS="$LIBS -lcublas"
+    OBJS=$(ls $B/*.o | grep -v test_ops_cuda)
+    nvcc $GENCODE -o build-cuda/test_ops_cuda $B/test_ops_cuda.c.o $OBJS $LIBS &&
+        nvcc $NF -o build-cuda/bench_gpu bench/gpu/bench_gpu.cu $OBJS $LIBS
+    BUILD_RC=$?
+fi
+stamp "build rc $BUILD_RC"
+
+TEST_RC=-1
+BENCH_RC=-1
+SAN_RC=-1
+if [ "$BUILD_RC" = 0 ]; then
+    stamp "op tests (CUDA vs CPU)"
+    ./build-cuda/test_ops_cuda > "$OUT/test.txt" 2>&1
+    TEST_RC=$?
+    cat "$OUT/test.txt"
+    stamp "tests rc $TEST_RC"
+
+    stamp "benchmark"
+    ./build-cuda/bench_gpu "$OUT/bench.md"
+    BENCH_RC=$?
+    stamp "bench rc $BENCH_RC"
+
+    if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+        SAN=$(command -v compute-sanitizer || ls "$CUDA"/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
+        if [ -n "$SAN" ]; then
+            stamp "compute-sanitizer memcheck (tests --quick)"
+            timeout 200 "$SAN" --tool memcheck --error-exitcode 3 ./build-cuda/test_ops_cuda --quick > "$OUT/sanitizer.txt" 2>&1
+            SAN_RC=$?
+            tail -5 "$OUT/sanitizer.txt"
+            stamp "sanitizer rc $SAN_RC"
+        else
+            echo "compute-sanitizer not found" | tee "$OUT/sanitizer.txt"
+        fi
+    fi
+fi
+
+{
+    echo "# minke CUDA backend on the GPU machine ($(date -u +%Y-%m-%d))"
+    echo
+    echo '```'
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+    nvcc --version 2>&1 | tail -1
+    echo '```'
+    echo
+    echo "build rc $BUILD_RC, op tests rc $TEST_RC, benchmark rc $BENCH_RC, compute-sanitizer rc $SAN_RC (0 = clean; -1 = not run), total $(( $(date +%s) - T0 )) s"
+    echo
+    echo "## Op tests: CUDA vs the CPU ops (ops.h), random inputs"
+    echo
+    [ -f "$OUT/test.txt" ] && cat "$OUT/test.txt"
+    echo
+    [ -f "$OUT/bench.md" ] && sed 's/^# minke GPU benchmark//' "$OUT/bench.md"
+    echo
+    echo "## compute-sanitizer (memcheck, tests --quick)"
+    echo
+    echo '```'
+    [ -f "$OUT/sanitizer.txt" ] && grep -E "ERROR SUMMARY|checks,|Invalid|out of bounds|FAIL" "$OUT/sanitizer.txt" | head -20
+    echo '```'
+} > "$OUT/results.md"
+stamp "done: $OUT/results.md"

@@ -1,0 +1,147 @@
+/* attn.cu — sparse attention with the sink on the GPU (twin of mk_sparse_attn, basic.c): one
+ * query token over a gathered set of KV rows (K = V, a single shared head), all H heads.
+ *
+ * A block serves one query token and a group of HG heads, so each gathered row is read once
+ * per group rather than once per head. Rows are processed in chunks of 256 with the CPU's online
+ * softmax: scores of the chunk (a warp per row, lanes over D), the chunk maximum, rescaling of the
+ * running output and denominator when the maximum grows, probabilities rounded to bf16 before the
+ * PV product (the reference's acc_s_cast), the sink only in the denominator. The PV product runs
+ * with a thread per output element and fmaf in row order, which is what the CPU's AVX2 axpy does,
+ * so outside the score dot products (summed in another order) and expf the arithmetic matches.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#define ATT_CHUNK 256
+#define ATT_THREADS 256
+#define ATT_MAXD 1024
+
+template <int HG>
+__global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__restrict__ q, int H,
+                                                             int D,
+                                                             const float *const *__restrict__ rows,
+                                                             const int32_t *__restrict__ row_start,
+                                                             const float *__restrict__ sink,
+                                                             float scale, float *__restrict__ o) {
+    extern __shared__ float qs[];                 /* [HG][D] */
+    __shared__ float sc[HG][ATT_CHUNK];           /* scores, then bf16 probabilities */
+    __shared__ const float *rp[ATT_CHUNK];        /* the chunk's row pointers */
+    __shared__ float s_m[HG], s_den[HG], s_corr[HG];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t = blockIdx.y, h0 = blockIdx.x * HG;
+    const int r0 = row_start[t], n = row_start[t + 1] - r0;
+    constexpr int DJ = ATT_MAXD / ATT_THREADS; /* output elements per thread */
+    for (int i = tid; i < HG * D; i += ATT_THREADS) qs[i] = q[((size_t)t * H + h0) * D + i];
+    if (tid < HG) {
+        s_m[tid] = -INFINITY;
+        s_den[tid] = 0.0f;
+    }
+    float oacc[HG][DJ];
+#pragma unroll
+    for (int h = 0; h < HG; h++)
+#pragma unroll
+        for (int j = 0; j < DJ; j++) oacc[h][j] = 0.0f;
+    __syncthreads();
+    for (int b0 = 0; b0 < n; b0 += ATT_CHUNK) {
+        const int nb = min(ATT_CHUNK, n - b0);
+        for (int j = tid; j < nb; j += ATT_THREADS) rp[j] = rows[r0 + b0 + j];
+        __syncthreads();
+        /* scores: a warp per row */
+        for (int j = warp; j < nb; j += ATT_THREADS / 32) {
+            const float *kv = rp[j];
+            float s[HG];
+#pragma unroll
+            for (int h = 0; h < HG; h++) s[h] = 0.0f;
+            for (int d = lane; d < D; d += 32) {
+                float v = kv[d];
+#pragma unroll
+                for (int h = 0; h < HG; h++) s[h] = fmaf(qs[h * D + d], v, s[h]);
+            }
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float v = mk_d_warp_sum(s[h]);
+                if (lane == 0) sc[h][j] = __fmul_rn(v, scale);
+            }
+        }
+        __syncthreads();
+        /* per head (a warp each): chunk max, new running max, probabilities, denominator */
+        for (int h = warp; h < HG; h += ATT_THREADS / 32) {
+            float bm = -INFINITY;
+            for (int j = lane; j < nb; j += 32) bm = fmaxf(bm, sc[h][j]);
+            bm = mk_d_warp_max(bm);
+            float m = s_m[h], nm = bm > m ? bm : m;
+            float corr = (m != -INFINITY && nm != m) ? expf(m - nm) : 1.0f;
+            float psum = 0.0f;
+            for (int j = lane; j < nb; j += 32) {
+                float p = expf(sc[h][j] - nm);
+                psum += p;
+                sc[h][j] = mk_d_bf16r(p);
+            }
+            psum = mk_d_warp_sum(psum);
+            if (lane == 0) {
+                s_den[h] = s_den[h] * corr + psum;
+                s_m[h] = nm;
+                s_corr[h] = corr;
+            }
+        }
+        __syncthreads();
+        /* PV */
+#pragma unroll
+        for (int h = 0; h < HG; h++) {
+            float corr = s_corr[h];
+            if (corr != 1.0f)
+#pragma unroll
+                for (int j = 0; j < DJ; j++) oacc[h][j] *= corr;
+        }
+        for (int j = 0; j < nb; j++) {
+            const float *kv = rp[j];
+#pragma unroll
+            for (int jj = 0; jj < DJ; jj++) {
+                int d = tid + jj * ATT_THREADS;
+                if (d < D) {
+                    float v = kv[d];
+#pragma unroll
+                    for (int h = 0; h < HG; h++) oacc[h][jj] = fmaf(sc[h][j], v, oacc[h][jj]);
+                }
+            }
+        }
+        __syncthreads(); /* sc and rp are rewritten by the next chunk */
+    }
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        float den = n > 0 ? s_den[h] + expf(sink[h0 + h] - s_m[h]) : 1.0f;
+        float *oh = o + ((size_t)t * H + h0 + h) * D;
+#pragma unroll
+        for (int jj = 0; jj < DJ; jj++) {
+            int d = tid + jj * ATT_THREADS;
+            if (d < D) oh[d] = n > 0 ? mk_d_bf16r(oacc[h][jj] / den) : 0.0f;
+        }
+    }
+}
+
+template <int HG>
+static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
+                       const float *const *rows, const int32_t *row_start, const float *sink,
+                       float scale, float *o, mk_err *err) {
+    /* opt in once for the largest D (the bit is per kernel, so the size must not grow later) */
+    size_t smem = sizeof(float) * HG * D;
+    unsigned bit = HG == 8 ? MK_OPTIN_ATTN8 : HG == 4 ? MK_OPTIN_ATTN4 : HG == 2 ? MK_OPTIN_ATTN2 : MK_OPTIN_ATTN1;
+    int st = mk_cuda_smem_optin(ctx, bit, (const void *)k_sparse_attn<HG>, sizeof(float) * HG * ATT_MAXD, err);
+    if (st) return st;
+    dim3 grid(H / HG, T);
+    k_sparse_attn<HG><<<grid, ATT_THREADS, smem, ctx->stream>>>(q, H, D, rows, row_start, sink, scale, o);
+    MK_CU_LAUNCHED(err, "cuda: sparse attention launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
+                                   const float *const *rows, const int32_t *row_start,
+                                   const float *sink, float scale, float *o, mk_err *err) {
+    if (T <= 0 || H <= 0) return MK_OK;
+    if (D < 1 || D > ATT_MAXD)
+        return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention: D = %d (1..%d)", D, ATT_MAXD);
+    /* 8 heads per block when the queries fit comfortably in shared memory */
+    if (H % 8 == 0 && D <= 512) return attn_launch<8>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+    if (H % 4 == 0) return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+    if (H % 2 == 0) return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+    return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+}

@@ -1,0 +1,127 @@
+/* basic.cu — RMSNorm, interleaved RoPE (tables from mk_rope_table_init, YaRN included) and the
+ * Sylvester Hadamard transform on the GPU; twins of src/ops/cpu/basic.c.
+ *
+ * RMSNorm sums squares in double like the CPU op (so the fp32 mean almost always agrees to the
+ * last bit), then rounds each output to bf16. RoPE and Hadamard perform exactly the CPU's fp32
+ * operations in the same order, with contraction into FMA ruled out (__fmul_rn / __fadd_rn), so
+ * they are bit-identical to the CPU.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+/* One block per row. y may alias x: each thread reads its elements again before writing them. */
+__global__ void __launch_bounds__(256) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
+                                                 float eps, float *y) {
+    __shared__ double part[8];
+    const float *xr = x + (size_t)blockIdx.x * d;
+    float *yr = y + (size_t)blockIdx.x * d;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = mk_d_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    double tot = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
+    float var = (float)(tot / d);
+    float rs = 1.0f / sqrtf(__fadd_rn(var, eps));
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = __fmul_rn(xr[i], rs);
+        if (w) v = __fmul_rn(mk_d_bf16(w[i]), v);
+        yr[i] = mk_d_bf16r(v);
+    }
+}
+
+extern "C" int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,
+                               float eps, float *y, mk_err *err) {
+    if (rows <= 0) return MK_OK;
+    if (d <= 0) return mk_fail(err, MK_EINVAL, "cuda: rmsnorm: d = %d", d);
+    k_rmsnorm<<<rows, 256, 0, ctx->stream>>>(x, d, w, eps, y);
+    MK_CU_LAUNCHED(err, "cuda: rmsnorm launch");
+    return MK_OK;
+}
+
+/* ---- RoPE --------------------------------------------------------------------------------- */
+
+extern "C" int mk_cuda_rope_table_upload(mk_cuda_ctx *ctx, const mk_rope_table *host,
+                                         mk_rope_table *dev, mk_err *err) {
+    *dev = *host;
+    dev->cs = NULL;
+    size_t bytes = sizeof(float) * 2 * (size_t)host->max_pos * (size_t)host->half;
+    void *p = NULL;
+    int st = mk_cuda_alloc(ctx, bytes, &p, err);
+    if (st) return st;
+    st = mk_cuda_upload(ctx, p, host->cs, bytes, err);
+    if (st) {
+        mk_cuda_free(ctx, p);
+        return st;
+    }
+    dev->cs = (float *)p;
+    return MK_OK;
+}
+
+extern "C" void mk_cuda_rope_table_free(mk_cuda_ctx *ctx, mk_rope_table *dev) {
+    mk_cuda_free(ctx, dev->cs);
+    dev->cs = NULL;
+}
+
+/* One thread per rotated pair. */
+__global__ void k_rope(float *x, int n_vec, int stride, int half, const float *__restrict__ cs,
+                       int tab_half, int pos0, int vpp, int inverse) {
+    size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (id >= (size_t)n_vec * half) return;
+    int v = (int)(id / half), i = (int)(id - (size_t)v * half);
+    int pos = pos0 + v / vpp;
+    const float *c2 = cs + ((size_t)pos * tab_half + i) * 2;
+    float c = c2[0], s = inverse ? -c2[1] : c2[1];
+    float *p = x + (size_t)v * stride + 2 * i;
+    float a = p[0], b = p[1];
+    p[0] = mk_d_bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    p[1] = mk_d_bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
+extern "C" int mk_cuda_rope(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
+                            const mk_rope_table *t, int pos0, int vecs_per_pos, int inverse,
+                            mk_err *err) {
+    if (n_vec <= 0) return MK_OK;
+    if (rd <= 0 || rd % 2 || rd / 2 > t->half || vecs_per_pos <= 0 || !t->cs)
+        return mk_fail(err, MK_EINVAL, "cuda: rope: rd %d, table half %d, vecs_per_pos %d", rd,
+                       t->half, vecs_per_pos);
+    int last = pos0 + (n_vec - 1) / vecs_per_pos;
+    if (pos0 < 0 || last >= t->max_pos)
+        return mk_fail(err, MK_ERANGE, "cuda: rope: positions %d..%d outside the table (%d)", pos0,
+                       last, t->max_pos);
+    size_t n = (size_t)n_vec * (rd / 2);
+    k_rope<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n_vec, stride, rd / 2, t->cs,
+                                                                   t->half, pos0, vecs_per_pos, inverse);
+    MK_CU_LAUNCHED(err, "cuda: rope launch");
+    return MK_OK;
+}
+
+/* ---- Hadamard ----------------------------------------------------------------------------- */
+
+/* One block per row, the row in shared memory; the butterflies of basic.c, stage by stage. */
+__global__ void __launch_bounds__(256) k_hadamard(float *x, int n, float scale) {
+    extern __shared__ float hs[];
+    float *xr = x + (size_t)blockIdx.x * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) hs[i] = xr[i];
+    __syncthreads();
+    for (int h = 1; h < n; h <<= 1) {
+        for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
+            int j = (p / h) * 2 * h + (p % h);
+            float a = hs[j], b = hs[j + h];
+            hs[j] = __fadd_rn(a, b);
+            hs[j + h] = __fsub_rn(a, b);
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = mk_d_bf16r(__fmul_rn(hs[i], scale));
+}
+
+extern "C" int mk_cuda_hadamard(mk_cuda_ctx *ctx, float *x, int rows, int n, float scale,
+                                mk_err *err) {
+    if (rows <= 0) return MK_OK;
+    if (n < 1 || n > 8192 || (n & (n - 1)))
+        return mk_fail(err, MK_EINVAL, "cuda: hadamard: n = %d (a power of two up to 8192)", n);
+    k_hadamard<<<rows, 256, sizeof(float) * n, ctx->stream>>>(x, n, scale);
+    MK_CU_LAUNCHED(err, "cuda: hadamard launch");
+    return MK_OK;
+}

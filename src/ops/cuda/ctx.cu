@@ -1,0 +1,299 @@
+/* ctx.cu — the CUDA device context: device selection, the stream all ops run on, capabilities
+ * (read once from the device and logged with the kernel choices), the cuBLAS handle, device
+ * memory and weight upload, and the mapping of CUDA errors to mk_status.
+ *
+ * One context per device and thread of control; the ops are not thread-safe on one context
+ * (they share its stream and its one-time notes). Weight upload copies each tensor as stored in
+ * the checkpoint, so the device holds exactly the FP8/FP4 bytes and E8M0 scales the file has.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef MK_HAVE_CUBLAS
+#define MK_HAVE_CUBLAS 1
+#endif
+#if MK_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+int mk_cuda_fail(mk_err *err, cudaError_t e, const char *what) {
+    int st;
+    switch (e) {
+    case cudaErrorMemoryAllocation: st = MK_ENOMEM; break;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion: st = MK_ENOTSUP; break;
+    case cudaErrorInvalidValue: st = MK_EINVAL; break;
+    default: st = MK_EINTERNAL; break;
+    }
+    return mk_fail(err, st, "%s: CUDA error %d (%s): %s", what, (int)e, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
+}
+
+void mk_cuda_note(mk_cuda_ctx *ctx, unsigned bit, const char *msg) {
+    if (ctx->logged & (1u << bit)) return;
+    ctx->logged |= 1u << bit;
+    mk_log(MK_LOG_INFO, "cuda: %s", msg);
+}
+
+int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t bytes, mk_err *err) {
+    if (bytes <= 48 * 1024 || (ctx->optin & (1u << bit))) return MK_OK;
+    if (bytes > ctx->caps.smem_optin)
+        return mk_fail(err, MK_ENOTSUP, "cuda: a kernel needs %zu bytes of shared memory, the device "
+                       "allows %zu", bytes, ctx->caps.smem_optin);
+    MK_CU_TRY(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+              err, "cudaFuncSetAttribute(max dynamic shared memory)");
+    ctx->optin |= 1u << bit;
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky "no device / no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+static int read_caps(int dev, mk_cuda_caps *c, mk_err *err) {
+    memset(c, 0, sizeof *c);
+    c->device = dev;
+    cudaDeviceProp p;
+    MK_CU_TRY(cudaGetDeviceProperties(&p, dev), err, "cudaGetDeviceProperties");
+    snprintf(c->name, sizeof c->name, "%s", p.name);
+    c->cc_major = p.major;
+    c->cc_minor = p.minor;
+    c->mem_bytes = p.totalGlobalMem;
+    int v = 0;
+    MK_CU_TRY(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, dev), err,
+              "cudaDeviceGetAttribute(sm count)");
+    MK_CU_TRY(cudaDeviceGetAttribute(&c->clock_khz, cudaDevAttrClockRate, dev), err,
+              "cudaDeviceGetAttribute(clock)");
+    MK_CU_TRY(cudaDeviceGetAttribute(&c->mem_clock_khz, cudaDevAttrMemoryClockRate, dev), err,
+              "cudaDeviceGetAttribute(memory clock)");
+    MK_CU_TRY(cudaDeviceGetAttribute(&c->mem_bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev), err,
+              "cudaDeviceGetAttribute(bus width)");
+    MK_CU_TRY(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev), err,
+              "cudaDeviceGetAttribute(L2 size)");
+    c->l2_bytes = (size_t)v;
+    MK_CU_TRY(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), err,
+              "cudaDeviceGetAttribute(shared memory opt-in)");
+    c->smem_optin = (size_t)v;
+    c->dram_peak_gbs = 2.0 * (double)c->mem_clock_khz * 1e3 * (double)c->mem_bus_bits / 8.0 / 1e9;
+    MK_CU_TRY(cudaRuntimeGetVersion(&c->runtime_version), err, "cudaRuntimeGetVersion");
+    MK_CU_TRY(cudaDriverGetVersion(&c->driver_version), err, "cudaDriverGetVersion");
+    return MK_OK;
+}
+
+extern "C" void mk_cuda_ctx_describe(const mk_cuda_ctx *ctx, char *buf, size_t len) {
+    const mk_cuda_caps *c = &ctx->caps;
+    snprintf(buf, len,
+             "device %d: %s, compute capability %d.%d, %d SMs at %.0f MHz, %.1f GiB at %.0f MHz x "
+             "%d bit (datasheet-style peak %.0f GB/s), L2 %.0f MiB, shared memory per block %zu KiB "
+             "(opt-in); runtime %d, driver %d; cuBLAS %s\n"
+             "kernels: FP8 m<=8 mma.sync m16n8k32 e4m3 GEMV; FP8 m>8 mma.sync GEMM {64,128}x128x128 "
+             "(cp.async x3, ldmatrix, split-K); FP4 mma.sync GEMV (e2m1->e4m3 in registers, "
+             "m>8 in chunks of 8: no FP4 GEMM yet); BF16 m<=8 mma.sync m16n8k16 GEMV, m>8 %s; "
+             "FP8_DQ mma.sync m16n8k16 f16 GEMV; F32 warp-per-row FMA; GEMVs with programmatic "
+             "dependent launch",
+             c->device, c->name, c->cc_major, c->cc_minor, c->sm_count, c->clock_khz / 1e3,
+             (double)c->mem_bytes / (1u << 30), c->mem_clock_khz / 1e3, c->mem_bus_bits,
+             c->dram_peak_gbs, (double)c->l2_bytes / (1u << 20), c->smem_optin / 1024,
+             c->runtime_version, c->driver_version, c->have_cublas ? "yes" : "no",
+             c->have_cublas ? "cuBLAS GemmEx (bf16 in, fp32 accumulate)" : "GEMV chunks of 8");
+}
+
+extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
+    *out = NULL;
+    int n = mk_cuda_device_count();
+    if (device < 0 || device >= n)
+        return mk_fail(err, MK_ENOTSUP, "cuda: device %d requested, %d device(s) present", device, n);
+    mk_cuda_ctx *ctx = (mk_cuda_ctx *)calloc(1, sizeof *ctx);
+    if (!ctx) return mk_fail(err, MK_ENOMEM, "cuda: context allocation failed");
+    ctx->device = device;
+    ctx->tune.gemv_warps_per_sm = 16;
+    ctx->tune.gemv_max_splits = 1;
+    ctx->tune.gemv_pdl = 1;
+    int st = MK_OK;
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        st = mk_cuda_fail(err, e, "cudaSetDevice");
+        goto fail;
+    }
+    st = read_caps(device, &ctx->caps, err);
+    if (st) goto fail;
+    if (ctx->caps.cc_major < 9) {
+        st = mk_fail(err, MK_ENOTSUP,
+                     "cuda: %s has compute capability %d.%d; this build targets sm_90a (Hopper) and "
+                     "sm_100a (Blackwell)",
+                     ctx->caps.name, ctx->caps.cc_major, ctx->caps.cc_minor);
+        goto fail;
+    }
+    e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        st = mk_cuda_fail(err, e, "cudaStreamCreate");
+        goto fail;
+    }
+    e = cudaMalloc((void **)&ctx->counters, sizeof(unsigned) * MK_CUDA_COUNTERS);
+    if (e == cudaSuccess) e = cudaMemset(ctx->counters, 0, sizeof(unsigned) * MK_CUDA_COUNTERS);
+    if (e != cudaSuccess) {
+        st = mk_cuda_fail(err, e, "cuda: split-K counters");
+        goto fail;
+    }
+#if MK_HAVE_CUBLAS
+    {
+        cublasHandle_t h;
+        cublasStatus_t bs = cublasCreate(&h);
+        if (bs != CUBLAS_STATUS_SUCCESS) {
+            st = mk_fail(err, MK_EINTERNAL, "cuda: cublasCreate failed (status %d)", (int)bs);
+            goto fail;
+        }
+        cublasSetStream(h, ctx->stream);
+        ctx->cublas = h;
+        ctx->caps.have_cublas = 1;
+    }
+#endif
+    {
+        char desc[1024];
+        mk_cuda_ctx_describe(ctx, desc, sizeof desc);
+        mk_log(MK_LOG_INFO, "cuda: %s", desc);
+    }
+    *out = ctx;
+    return MK_OK;
+fail:
+    mk_cuda_ctx_free(ctx);
+    return st;
+}
+
+extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
+    if (!ctx) return;
+#if MK_HAVE_CUBLAS
+    if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
+#endif
+    if (ctx->counters) cudaFree(ctx->counters);
+    if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    free(ctx);
+}
+
+extern "C" void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t) { *t = ctx->tune; }
+
+extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t) {
+    ctx->tune = *t;
+    if (ctx->tune.gemv_warps_per_sm < 1) ctx->tune.gemv_warps_per_sm = 1;
+    if (ctx->tune.gemv_warps_per_sm > 64) ctx->tune.gemv_warps_per_sm = 64;
+    if (ctx->tune.gemv_max_splits < 1) ctx->tune.gemv_max_splits = 1;
+    if (ctx->tune.gemv_max_splits > 16) ctx->tune.gemv_max_splits = 16;
+    ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
+}
+
+extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }
+
+extern "C" void *mk_cuda_ctx_stream(mk_cuda_ctx *ctx) { return (void *)ctx->stream; }
+
+extern "C" int mk_cuda_ctx_sync(mk_cuda_ctx *ctx, mk_err *err) {
+    MK_CU_TRY(cudaStreamSynchronize(ctx->stream), err, "cuda: stream synchronize");
+    MK_CU_TRY(cudaGetLastError(), err, "cuda: after synchronize");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_alloc(mk_cuda_ctx *ctx, size_t bytes, void **dptr, mk_err *err) {
+    (void)ctx;
+    *dptr = NULL;
+    if (bytes == 0) bytes = 1;
+    cudaError_t e = cudaMalloc(dptr, bytes);
+    if (e != cudaSuccess) {
+        *dptr = NULL;
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+        return mk_cuda_fail(err, e, what);
+    }
+    return MK_OK;
+}
+
+extern "C" void mk_cuda_free(mk_cuda_ctx *ctx, void *dptr) {
+    (void)ctx;
+    if (dptr) cudaFree(dptr);
+}
+
+extern "C" int mk_cuda_upload(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes,
+                              mk_err *err) {
+    /* On the context's stream, not the legacy default stream: a pageable-memory cudaMemcpy may
+     * return before its DMA lands, and a non-blocking stream does not wait for the default one. */
+    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), err, "cuda: upload");
+    MK_CU_TRY(cudaStreamSynchronize(ctx->stream), err, "cuda: upload: stream synchronize");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes,
+                                mk_err *err) {
+    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), err, "cuda: download");
+    MK_CU_TRY(cudaStreamSynchronize(ctx->stream), err, "cuda: download: stream synchronize");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_memset(mk_cuda_ctx *ctx, void *dst, int value, size_t bytes, mk_err *err) {
+    MK_CU_TRY(cudaMemsetAsync(dst, value, bytes, ctx->stream), err, "cuda: memset");
+    return MK_OK;
+}
+
+/* ---- weights ---------------------------------------------------------------------------- */
+
+static size_t wmat_data_bytes(const mk_wmat *W) {
+    size_t nk = (size_t)W->n * (size_t)W->k;
+    switch (W->kind) {
+    case MK_W_BF16: return nk * 2;
+    case MK_W_F32: return nk * 4;
+    case MK_W_FP8:
+    case MK_W_FP8_DQ: return nk;
+    case MK_W_FP4: return nk / 2;
+    }
+    return 0;
+}
+
+static size_t wmat_scale_bytes(const mk_wmat *W) {
+    switch (W->kind) {
+    case MK_W_FP8:
+    case MK_W_FP8_DQ: return (size_t)((W->n + 127) / 128) * (size_t)((W->k + 127) / 128);
+    case MK_W_FP4: return (size_t)W->n * (size_t)(W->k / 32);
+    default: return 0;
+    }
+}
+
+extern "C" int mk_cuda_wmat_upload(mk_cuda_ctx *ctx, const mk_wmat *host, mk_wmat *dev,
+                                   mk_err *err) {
+    memset(dev, 0, sizeof *dev);
+    if (host->n <= 0 || host->k <= 0 || (host->kind == MK_W_FP4 && host->k % 32))
+        return mk_fail(err, MK_EINVAL, "cuda: weight upload: bad shape [%d, %d] for kind %d",
+                       host->n, host->k, (int)host->kind);
+    size_t db = wmat_data_bytes(host), sb = wmat_scale_bytes(host);
+    if (db == 0) return mk_fail(err, MK_EINVAL, "cuda: weight upload: unknown kind %d", (int)host->kind);
+    void *w = NULL, *s = NULL;
+    int st = mk_cuda_alloc(ctx, db, &w, err);
+    if (st) return st;
+    st = mk_cuda_upload(ctx, w, host->w, db, err);
+    if (!st && sb) {
+        st = mk_cuda_alloc(ctx, sb, &s, err);
+        if (!st) st = mk_cuda_upload(ctx, s, host->scale, sb, err);
+    }
+    if (st) {
+        mk_cuda_free(ctx, w);
+        mk_cuda_free(ctx, s);
+        return st;
+    }
+    *dev = *host;
+    dev->w = w;
+    dev->scale = (const uint8_t *)s;
+    return MK_OK;
+}
+
+extern "C" void mk_cuda_wmat_free(mk_cuda_ctx *ctx, mk_wmat *dev) {
+    mk_cuda_free(ctx, (void *)dev->w);
+    mk_cuda_free(ctx, (void *)dev->scale);
+    dev->w = NULL;
+    dev->scale = NULL;
+}

@@ -1,0 +1,255 @@
+/* cuda_common.cuh — what the CUDA op files share: the context struct, error mapping, and small
+ * device helpers (exact format decoding, bf16 rounding, the mma.sync / ldmatrix / cp.async
+ * wrappers). Internal to src/ops/cuda; the public API is ops_cuda.h.
+ *
+ * The .cu files are CUDA C: plain functions and structs, with C++ used only where the language
+ * needs it (templates over a few compile-time tile sizes, so register arrays stay in registers).
+ *
+ * Exactness helpers: where the CPU reference evaluates `a * b + c` as two roundings (the host
+ * build has no FMA), the kernels use __fmul_rn / __fadd_rn, which nvcc never contracts, so those
+ * ops are bit-identical to their CPU twins.
+ */
+#ifndef MK_OPS_CUDA_COMMON_CUH
+#define MK_OPS_CUDA_COMMON_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+extern "C" { /* base/status.h is a C header without C++ guards */
+#include "base/status.h"
+}
+#include "ops/cuda/ops_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+struct mk_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    mk_cuda_caps caps;
+    void *cublas;       /* cublasHandle_t, or NULL when built without cuBLAS */
+    unsigned logged;    /* bit per "slower path used" note already logged */
+    unsigned optin;     /* bit per kernel whose shared-memory opt-in is done */
+    mk_cuda_tuning tune;
+    unsigned *counters; /* [MK_CUDA_COUNTERS] zeroed arrival counters of split-K GEMV slabs; each
+                           launch leaves them zero again */
+};
+#define MK_CUDA_COUNTERS 65536
+
+/* Maps a CUDA error to an mk_status and writes "what: cuda error text" into err. */
+int mk_cuda_fail(mk_err *err, cudaError_t e, const char *what);
+
+#define MK_CU_TRY(call, err, what)                                  \
+    do {                                                            \
+        cudaError_t e_ = (call);                                    \
+        if (e_ != cudaSuccess) return mk_cuda_fail(err, e_, what);  \
+    } while (0)
+/* After a launch: configuration errors are reported here, faults at the next sync. */
+#define MK_CU_LAUNCHED(err, what) MK_CU_TRY(cudaGetLastError(), err, what)
+
+/* Logs `msg` once per context for note bit `bit` (slower paths, chosen kernels). */
+void mk_cuda_note(mk_cuda_ctx *ctx, unsigned bit, const char *msg);
+
+/* Kernels that need more than 48 KiB of dynamic shared memory must opt in, once per function
+ * and context (bit: the kernel's slot in ctx->optin; the call is not repeated, so launches can be
+ * captured into graphs). `bytes` must not grow between calls for one bit. */
+enum { MK_OPTIN_GEMM64 = 0, MK_OPTIN_GEMM128, MK_OPTIN_ATTN8, MK_OPTIN_ATTN4, MK_OPTIN_ATTN2,
+       MK_OPTIN_ATTN1 };
+int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t bytes, mk_err *err);
+
+/* ---- device helpers ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ float mk_d_bf16r(float f) {
+    return __bfloat162float(__float2bfloat16_rn(f));
+}
+
+/* e8m0 2^(e-127); e = 0 is the subnormal 2^-127, 255 NaN (as gemm.c's e8m0). */
+__device__ __forceinline__ float mk_d_e8m0(uint32_t e) {
+    uint32_t u = e == 0 ? 0x00400000u : e == 255 ? 0x7fc00000u : e << 23;
+    return __uint_as_float(u);
+}
+
+/* Exact e4m3 decoding: integer significand times a power of two. */
+__device__ __forceinline__ float mk_d_e4m3(uint32_t b) {
+    uint32_t e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) return __uint_as_float(0x7fc00000u);
+    if (e) v = (float)(8 + m) * __uint_as_float((e - 10 + 127) << 23);
+    else v = (float)m * __uint_as_float((uint32_t)(-9 + 127) << 23);
+    return (b & 0x80) ? -v : v;
+}
+
+/* e2m1 nibble value. */
+__device__ __forceinline__ float mk_d_e2m1(uint32_t nib) {
+    uint32_t mag = nib & 7, ee = mag >> 1, mm = mag & 1;
+    float v = ee == 0 ? 0.5f * (float)mm : (1.0f + 0.5f * (float)mm) * (float)(1u << (ee - 1));
+    return (nib & 8) ? -v : v;
+}
+
+__device__ __forceinline__ float mk_d_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* 2^ceil(log2(x)) from the fp32 bits of x, as mk_pow2_ceil. */
+__device__ __forceinline__ float mk_d_pow2_ceil(float x) {
+    uint32_t u = __float_as_uint(x);
+    int e = (int)((u >> 23) & 0xff) - 127;
+    if (u & 0x7fffffu) e += 1;
+    return ldexpf(1.0f, e);
+}
+
+/* Eight packed e2m1 nibbles (low nibble = even element) -> two words of four e4m3 bytes each:
+ * `ev` holds elements 0,2,4,6 and `od` elements 1,3,5,7. The byte s.ee.m -> s000.ee.m00 is an
+ * e4m3 whose value is the e2m1 value times 2^-6 exactly (ee = 0, the e2m1 half, lands on the
+ * e4m3 subnormal 4 * 2^-9), so the caller folds 2^6 into the block scale. */
+__device__ __forceinline__ void mk_d_fp4x8_to_e4m3(uint32_t w, uint32_t &ev, uint32_t &od) {
+    ev = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+    od = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+}
+
+/* D = A * B + C, m16n8k32, e4m3 x e4m3 -> f32. Fragments (lane = 4 * g + t):
+ *   a0: row g,   k 4t..4t+3     a1: row g+8, k 4t..4t+3
+ *   a2: row g,   k 16+4t..      a3: row g+8, k 16+4t..
+ *   b0: col g,   k 4t..4t+3     b1: col g,   k 16+4t..
+ *   c0, c1: row g, cols 2t, 2t+1;  c2, c3: row g+8, cols 2t, 2t+1 */
+__device__ __forceinline__ void mk_d_mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                              uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* D = A * B + C, m16n8k16, bf16 x bf16 -> f32. Fragments: each register holds two bf16 along k:
+ *   a0: row g, k 2t,2t+1   a1: row g+8, k 2t,2t+1   a2: row g, k 2t+8,+9   a3: row g+8, k 2t+8,+9
+ *   b0: col g, k 2t,2t+1   b1: col g, k 2t+8,+9;   c as above. */
+__device__ __forceinline__ void mk_d_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                              uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* D = A * B + C, m16n8k16, f16 x f16 -> f32 (fragments as mk_d_mma_bf16). */
+__device__ __forceinline__ void mk_d_mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two e4m3 bytes (low byte = first element) -> f16x2 (low half = first), exactly: every e4m3
+ * value, subnormals included, is a normal f16. */
+__device__ __forceinline__ uint32_t mk_d_e4m3x2_to_f16x2(uint32_t two) {
+    uint32_t r;
+    unsigned short h = (unsigned short)two;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(h));
+    return r;
+}
+
+/* Programmatic dependent launch (sm_90+). launch_dependents lets the next kernel of the stream be
+ * scheduled before this one ends; wait blocks until the previous kernel has completed and its
+ * memory is visible (immediately when the kernel was launched without the attribute). A kernel
+ * launched with the attribute must call mk_d_pdl_wait before it touches anything the previous
+ * kernel writes or reads-then-overwrites, and before it exits. */
+__device__ __forceinline__ void mk_d_pdl_launch_dependents(void) {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void mk_d_pdl_wait(void) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+/* 16-byte streaming load of weights: not kept in L1 (each byte is used once per call). */
+__device__ __forceinline__ uint4 mk_d_ld_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint4 mk_d_ld16(const void *p) {
+    return __ldg((const uint4 *)p);
+}
+
+__device__ __forceinline__ uint32_t mk_d_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* cp.async of 16 bytes; src_bytes = 0 fills the destination with zeros (rows past the end). */
+__device__ __forceinline__ void mk_d_cp_async16(void *smem, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mk_d_smem_addr(smem)),
+                 "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void mk_d_cp_async4(void *smem, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mk_d_smem_addr(smem)),
+                 "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void mk_d_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void mk_d_cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* ldmatrix x4 (four 8x8 b16 matrices = four 8-row x 16-byte tiles): lane l gives the address of
+ * row (l & 7) of matrix l >> 3; register i of lane 4g + t gets bytes 4t..4t+3 of row g of
+ * matrix i. */
+__device__ __forceinline__ void mk_d_ldmatrix_x4(uint32_t (&r)[4], const void *smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(mk_d_smem_addr(smem)));
+}
+
+__device__ __forceinline__ float mk_d_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double mk_d_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float mk_d_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Internal launchers shared between files (linear.cu dispatches to gemv.cu / gemm.cu). */
+int mk_cuda_quant_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
+                         float *sa, mk_err *err);
+int mk_cuda_to_bf16_launch(mk_cuda_ctx *ctx, const float *x, size_t n, uint16_t *y, mk_err *err);
+/* x [m, k] -> xh f16 [m, k] and sx [m, ceil(k/128)] with x = xh * sx per 128-block (sx a power of
+ * two putting the block's largest |x| in [2^14, 2^15]): exact for bf16 inputs down to 2^-23 of
+ * the block maximum. */
+int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint16_t *xh, float *sx,
+                            mk_err *err);
+int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err);
+
+/* gemv.cu: m <= 8 rows. xq/sa: quantized activations (natural layout for FP8, permuted for FP4);
+ * xb: bf16 activations [m, k]; ws: split-K partials, mk_cuda_gemv_splits(W) * m * n floats. */
+int mk_cuda_gemv_splits(const mk_cuda_ctx *ctx, const mk_wmat *W);
+int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
+                     float *y, int round, float *ws, mk_err *err);
+int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
+                     float *y, int round, float *ws, mk_err *err);
+int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
+                      int round, float *ws, mk_err *err);
+int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xh, const float *sx, int m,
+                    float *y, int round, float *ws, mk_err *err);
+/* Any kind, any m: FP8/FP4 read xq (natural layout) and sa, the others read x. */
+int mk_cuda_gemv_simple(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, const uint8_t *xq,
+                        const float *sa, int m, float *y, int round, mk_err *err);
+
+/* gemm.cu */
+int mk_cuda_gemm_fp8_splits(const mk_cuda_ctx *ctx, int m, int n, int k);
+int mk_cuda_gemm_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
+                     float *y, int round, float *ws, mk_err *err);
+int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m,
+                             float *y, int round, mk_err *err);
+
+#endif

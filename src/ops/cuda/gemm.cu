@@ -1,0 +1,254 @@
+/* gemm.cu — block-scaled FP8 GEMM for m > 8 activation rows (prefill, batched decode), and the
+ * cuBLAS bf16 GEMM used for bf16 weights at m > 8.
+ *
+ * FP8: C[m, n] = sum over 128-blocks kb of (sum_{k in kb} xq[m, k] w[n, k]) * sa[m, kb] * sb[n/128, kb]
+ * (the reference's fp8_gemm). A block computes a BM x 128 tile of C (BM = 64 or 128 tokens,
+ * 128 weight rows = one weight scale row, so sb is one scalar per kb), 8 warps as 2 x 4, each a
+ * (BM/2) x 32 sub-tile of m16n8k32 e4m3 MMAs. Per kb the A (activations) and B (weights) tiles,
+ * 128 bytes wide, arrive in shared memory by cp.async three stages ahead; 16-byte chunks are
+ * XOR-swizzled by row so ldmatrix reads them without bank conflicts. The four k32 slices of a
+ * block are summed into a zeroed partial, which is then scaled (sa from shared memory, sb) into
+ * the fp32 accumulators — the reference's promotion per 128-block. When the tile grid would leave
+ * SMs idle, K is split over gridDim.z and the partial results are summed in fixed order by a
+ * second kernel (deterministic).
+ *
+ * This is mma.sync, not wgmma: simpler and portable to sm_100a, but short of Hopper's peak; a
+ * wgmma/TMA version is the next step for prefill.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#ifndef MK_HAVE_CUBLAS
+#define MK_HAVE_CUBLAS 1
+#endif
+#if MK_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+#define G_STAGES 3
+
+template <int BM> static constexpr size_t gemm_smem_bytes(void) {
+    return (size_t)G_STAGES * (BM * 128 + 128 * 128 + BM * 4);
+}
+
+/* Queues the cp.async copies of block kb: A rows m0.. (zero-filled past M), B rows n0.., sa. */
+template <int BM>
+__device__ __forceinline__ void gemm_load(uint8_t *As, uint8_t *Bs, float *Ss,
+                                          const uint8_t *__restrict__ A,
+                                          const float *__restrict__ sa,
+                                          const uint8_t *__restrict__ B, int M, int K, int nb,
+                                          int m0, int n0, int kb, int tid) {
+#pragma unroll
+    for (int i = 0; i < BM * 8 / 256; i++) {
+        int id = tid + i * 256, r = id >> 3, c = id & 7, row = m0 + r;
+        const uint8_t *src = A + (size_t)(row < M ? row : 0) * K + (size_t)kb * 128 + c * 16;
+        mk_d_cp_async16(As + r * 128 + ((c ^ (r & 7)) << 4), src, row < M ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 128 * 8 / 256; i++) {
+        int id = tid + i * 256, r = id >> 3, c = id & 7;
+        const uint8_t *src = B + (size_t)(n0 + r) * K + (size_t)kb * 128 + c * 16;
+        mk_d_cp_async16(Bs + r * 128 + ((c ^ (r & 7)) << 4), src, 16);
+    }
+    if (tid < BM) {
+        int row = m0 + tid;
+        mk_d_cp_async4(Ss + tid, sa + (size_t)(row < M ? row : 0) * nb + kb, row < M ? 4 : 0);
+    }
+}
+
+/* A = xq e4m3 [M, K], sa [M, K/128], B = W e4m3 [N, K], Sb e8m0 [N/128, K/128].
+ * Grid (N/128, ceil(M/BM), splits); split z covers blocks [z * per, (z + 1) * per). */
+template <int BM>
+__global__ void __launch_bounds__(256) k_gemm_fp8(const uint8_t *__restrict__ A,
+                                                  const float *__restrict__ sa,
+                                                  const uint8_t *__restrict__ B,
+                                                  const uint8_t *__restrict__ Sb, int M, int N,
+                                                  int K, int per, float *__restrict__ Y,
+                                                  float *__restrict__ ws, int round) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    constexpr int WM = BM / 2, MT = WM / 16, NT = 4;
+    uint8_t *As = smem;
+    uint8_t *Bs = smem + G_STAGES * BM * 128;
+    float *Ss = (float *)(Bs + G_STAGES * 128 * 128);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 128, m0 = blockIdx.y * BM;
+    const int nb = K >> 7;
+    const int kbeg = blockIdx.z * per;
+    const int nk = min(nb, kbeg + per) - kbeg;
+
+    float tot[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) tot[mt][nt][0] = tot[mt][nt][1] = tot[mt][nt][2] = tot[mt][nt][3] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < G_STAGES - 1; s++) {
+        if (s < nk)
+            gemm_load<BM>(As + s * BM * 128, Bs + s * 128 * 128, Ss + s * BM, A, sa, B, M, K, nb, m0,
+                          n0, kbeg + s, tid);
+        mk_d_cp_async_commit();
+    }
+    for (int it = 0; it < nk; it++) {
+        mk_d_cp_async_wait<G_STAGES - 2>();
+        __syncthreads(); /* stage it is visible; stage it-1 is no longer read by anyone */
+        int nx = it + G_STAGES - 1;
+        if (nx < nk) {
+            int sn = nx % G_STAGES;
+            gemm_load<BM>(As + sn * BM * 128, Bs + sn * 128 * 128, Ss + sn * BM, A, sa, B, M, K, nb,
+                          m0, n0, kbeg + nx, tid);
+        }
+        mk_d_cp_async_commit();
+        const int st = it % G_STAGES;
+        const uint8_t *as = As + st * BM * 128, *bs = Bs + st * 128 * 128;
+        const float *ss = Ss + st * BM;
+        float part[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) part[mt][nt][0] = part[mt][nt][1] = part[mt][nt][2] = part[mt][nt][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            uint32_t af[MT][4], bf[NT][2];
+            const int mi = lane >> 3;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                int r = wm * WM + mt * 16 + (mi & 1) * 8 + (lane & 7);
+                int c = ks * 2 + (mi >> 1);
+                mk_d_ldmatrix_x4(af[mt], as + r * 128 + ((c ^ (r & 7)) << 4));
+            }
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                int r = wn * 32 + np * 16 + (mi >> 1) * 8 + (lane & 7);
+                int c = ks * 2 + (mi & 1);
+                uint32_t q[4];
+                mk_d_ldmatrix_x4(q, bs + r * 128 + ((c ^ (r & 7)) << 4));
+                bf[2 * np][0] = q[0];
+                bf[2 * np][1] = q[1];
+                bf[2 * np + 1][0] = q[2];
+                bf[2 * np + 1][1] = q[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    mk_d_mma_e4m3(part[mt][nt], af[mt][0], af[mt][1], af[mt][2], af[mt][3],
+                                  bf[nt][0], bf[nt][1]);
+        }
+        const float sb = mk_d_e8m0(Sb[(size_t)(n0 >> 7) * nb + kbeg + it]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            /* powers of two: part * (sa * sb) == (part * sa) * sb exactly */
+            float slo = ss[wm * WM + mt * 16 + g] * sb, shi = ss[wm * WM + mt * 16 + g + 8] * sb;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                tot[mt][nt][0] = fmaf(part[mt][nt][0], slo, tot[mt][nt][0]);
+                tot[mt][nt][1] = fmaf(part[mt][nt][1], slo, tot[mt][nt][1]);
+                tot[mt][nt][2] = fmaf(part[mt][nt][2], shi, tot[mt][nt][2]);
+                tot[mt][nt][3] = fmaf(part[mt][nt][3], shi, tot[mt][nt][3]);
+            }
+        }
+    }
+    mk_d_cp_async_wait<0>();
+
+    const bool split = gridDim.z > 1;
+    float *out = split ? ws + (size_t)blockIdx.z * M * N : Y;
+    const int rnd = split ? 0 : round;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        int rlo = m0 + wm * WM + mt * 16 + g, rhi = rlo + 8;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            int col = n0 + wn * 32 + nt * 8 + 2 * t;
+            if (rlo < M)
+                *(float2 *)(out + (size_t)rlo * N + col) =
+                    make_float2(rnd ? mk_d_bf16r(tot[mt][nt][0]) : tot[mt][nt][0],
+                                rnd ? mk_d_bf16r(tot[mt][nt][1]) : tot[mt][nt][1]);
+            if (rhi < M)
+                *(float2 *)(out + (size_t)rhi * N + col) =
+                    make_float2(rnd ? mk_d_bf16r(tot[mt][nt][2]) : tot[mt][nt][2],
+                                rnd ? mk_d_bf16r(tot[mt][nt][3]) : tot[mt][nt][3]);
+        }
+    }
+}
+
+/* Y = sum over splits of ws (in split order), rounded if asked. */
+__global__ void k_splitk_sum(const float *__restrict__ ws, int splits, size_t mn,
+                             float *__restrict__ Y, int round) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < mn;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = ws[i];
+        for (int z = 1; z < splits; z++) s += ws[(size_t)z * mn + i];
+        Y[i] = round ? mk_d_bf16r(s) : s;
+    }
+}
+
+int mk_cuda_gemm_fp8_splits(const mk_cuda_ctx *ctx, int m, int n, int k) {
+    int bm = m <= 64 ? 64 : 128;
+    int nb = k / 128;
+    long tiles = (long)((m + bm - 1) / bm) * (n / 128);
+    int sms = ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1;
+    if (tiles >= sms || nb <= 1) return 1;
+    /* at most one wave: a partial second wave costs as much as a full one */
+    int s = (int)(sms / tiles);
+    if (s > 8) s = 8;
+    if (s > nb) s = nb;
+    int per = (nb + s - 1) / s;
+    return (nb + per - 1) / per;
+}
+
+int mk_cuda_gemm_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
+                     float *y, int round, float *ws, mk_err *err) {
+    int n = W->n, k = W->k;
+    if (m < 1 || n % 128 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemm: needs n %% 128 == 0 and k %% 128 == 0 "
+                       "(m %d, n %d, k %d)", m, n, k);
+    int splits = mk_cuda_gemm_fp8_splits(ctx, m, n, k);
+    if (splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8 gemm: split-K needs a workspace");
+    int nb = k / 128, per = (nb + splits - 1) / splits;
+    const uint8_t *w = (const uint8_t *)W->w;
+    if (m <= 64) {
+        size_t sm = gemm_smem_bytes<64>();
+        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_GEMM64, (const void *)k_gemm_fp8<64>, sm, err);
+        if (st) return st;
+        dim3 grid(n / 128, (m + 63) / 64, splits);
+        k_gemm_fp8<64><<<grid, 256, sm, ctx->stream>>>(xq, sa, w, W->scale, m, n, k, per, y, ws, round);
+    } else {
+        size_t sm = gemm_smem_bytes<128>();
+        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_GEMM128, (const void *)k_gemm_fp8<128>, sm, err);
+        if (st) return st;
+        dim3 grid(n / 128, (m + 127) / 128, splits);
+        k_gemm_fp8<128><<<grid, 256, sm, ctx->stream>>>(xq, sa, w, W->scale, m, n, k, per, y, ws, round);
+    }
+    MK_CU_LAUNCHED(err, "cuda: fp8 gemm launch");
+    if (splits > 1) {
+        size_t mn = (size_t)m * n;
+        unsigned blocks = (unsigned)((mn + 255) / 256);
+        if (blocks > 65535u * 8) blocks = 65535u * 8;
+        k_splitk_sum<<<blocks, 256, 0, ctx->stream>>>(ws, splits, mn, y, round);
+        MK_CU_LAUNCHED(err, "cuda: split-K sum launch");
+    }
+    return MK_OK;
+}
+
+int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m,
+                             float *y, int round, mk_err *err) {
+#if MK_HAVE_CUBLAS
+    if (!ctx->cublas) return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemm: no cuBLAS handle");
+    /* Column-major view: y^T [n, m] = W [n, k] (stored as k x n, transposed) x x^T [k, m]. */
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t s = cublasGemmEx((cublasHandle_t)ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, W->n, m,
+                                    W->k, &alpha, W->w, CUDA_R_16BF, W->k, xb, CUDA_R_16BF, W->k,
+                                    &beta, y, CUDA_R_32F, W->n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return mk_fail(err, MK_EINTERNAL, "cuda: cublasGemmEx (bf16, m %d n %d k %d) failed: status %d",
+                       m, W->n, W->k, (int)s);
+    if (round) return mk_cuda_round_bf16_launch(ctx, y, (size_t)m * W->n, err);
+    return MK_OK;
+#else
+    (void)ctx; (void)W; (void)xb; (void)m; (void)y; (void)round;
+    return mk_fail(err, MK_ENOTSUP, "cuda: built without cuBLAS (bf16 gemm)");
+#endif
+}

@@ -1,0 +1,635 @@
+/* gemv.cu — the decode GEMVs (m <= 8 activation rows) on tensor cores, reading the checkpoint's
+ * FP8 / FP4 / bf16 bytes straight from device memory, plus a plain FMA kernel for every kind.
+ *
+ * Decode is memory-bound: a GEMV must stream W at close to the HBM rate, so each lane issues
+ * 16-byte loads and keeps several in flight, and the arithmetic is put where it costs nothing:
+ * the tensor cores. The weights are the A operand of mma.sync (16 output rows per warp) and the
+ * activation rows are the 8 columns of B, so m = 1..8 costs the same MMAs and the same bytes.
+ *
+ * Layout trick. The fragment layouts of mma.sync spread k over the four lanes of a quad, which
+ * would force 4-byte loads. But inside one scale block the order of k does not matter as long as
+ * A and B use the same order, so lane (g, t) loads 16 contiguous bytes of its row and feeds them
+ * to the MMA as if they were the k-slots the fragment assigns it; B (the activations) is loaded
+ * the same way, so every product pairs the right weight with the right activation.
+ *
+ *   FP8: a warp covers 16 rows x 64 k per step (two m16n8k32 MMAs), two steps per 128-block; the
+ *        four MMAs of a block sum into a zeroed partial that is then scaled by the activation and
+ *        weight block scales and added to fp32 accumulators (the reference's promotion per block).
+ *   FP4: the per-32 weight scale changes within what one MMA sums, so the B operand is made
+ *        block-diagonal: column (b, q) of B holds activation row b only in the k-slots of lane q
+ *        and zeros elsewhere. Lane q's 16 bytes are one 32-block, so C[row][(b, q)] is that
+ *        block's partial sum alone; it is scaled by its own e8m0 scale and the four q are summed
+ *        at the end. One MMA set serves two activation rows (8 columns = 2 rows x 4 blocks).
+ *        Nibbles are widened to e4m3 in registers (mk_d_fp4x8_to_e4m3: even and odd elements in
+ *        separate words, which the quantizer's permuted activation layout mirrors).
+ *   BF16: m16n8k16 bf16 MMAs; no scales, one accumulator over the whole k range.
+ *   FP8_DQ (wo_a): the reference uses these weights dequantized to bf16 with unquantized
+ *        activations, so the e4m3 bytes are widened to f16 (exact, cvt) and the activations are
+ *        f16 with a power-of-two scale per 128-block (exact for bf16 inputs within 2^23 of the
+ *        block maximum); m16n8k16 f16 MMAs, per-block scaling as for FP8.
+ * Every GEMV is launched with programmatic dependent launch: it signals at its start that the
+ * next kernel may be scheduled, issues its weight loads, and only then waits for the previous
+ * kernel (griddepcontrol.wait) before loading activations — so weight streaming overlaps the
+ * previous kernel's tail and the launch gap.
+ * K is split over the warps of a block (whole scale blocks each) so that enough loads are in
+ * flight to cover the memory latency; partial sums are added in warp order (deterministic). K can
+ * also be split over several blocks per slab (the last block of a slab adds the partials in split
+ * order), but on the H200 that extra pass cost more than it gained, so it is off by default
+ * (mk_cuda_tuning.gemv_max_splits; bench/gpu/results-2026-12-02.md has the measurements).
+ *
+ * Numerics: products of e4m3 x e4m3 (and e2m1 x e4m3, bf16 x bf16) are exact; the tensor core
+ * adds them with its own internal precision (the reference's TileLang kernel does the same), and
+ * scales are powers of two, so results match mk_linear up to summation order within a block.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#define GEMV_MAXW 8      /* warps per block */
+#define GEMV_MAXSPLIT 16 /* blocks per slab along k */
+
+/* Launch plan for `slabs` 16-row slabs over `units` k-units (128-blocks, or 32-k steps for bf16):
+ * enough warps in flight to cover the memory latency (~16 per SM), whole units per warp, and for
+ * short-and-wide matrices several blocks per slab along k (`splits`, gridDim.y) so that every SM
+ * streams. Warp w of split z covers units [(z * nw + w) * per, ... + per). */
+typedef struct {
+    int nw, splits, per;
+} gemv_plan;
+
+static gemv_plan plan_for(const mk_cuda_ctx *ctx, int slabs, int units) {
+    int target = ctx->caps.sm_count * ctx->tune.gemv_warps_per_sm;
+    int T = (target + slabs - 1) / slabs; /* warps per slab */
+    int maxs = ctx->tune.gemv_max_splits < GEMV_MAXSPLIT ? ctx->tune.gemv_max_splits : GEMV_MAXSPLIT;
+    if (T > GEMV_MAXW * maxs) T = GEMV_MAXW * maxs;
+    if (T > units) T = units;
+    if (T < 1) T = 1;
+    gemv_plan p;
+    p.per = (units + T - 1) / T;
+    int parts = (units + p.per - 1) / p.per;
+    p.nw = parts < GEMV_MAXW ? parts : GEMV_MAXW;
+    p.splits = (parts + p.nw - 1) / p.nw;
+    return p;
+}
+
+static int gemv_units(const mk_wmat *W) { return W->kind == MK_W_BF16 ? W->k / 32 : W->k / 128; }
+
+/* Launches a GEMV kernel on the context's stream, with programmatic dependent launch unless the
+ * tuning turns it off (the kernels call mk_d_pdl_wait before reading activations). */
+template <typename... P, typename... A>
+static cudaError_t gemv_launch(mk_cuda_ctx *ctx, dim3 grid, int threads, void (*kern)(P...),
+                               A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = ctx->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ctx->tune.gemv_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
+int mk_cuda_gemv_splits(const mk_cuda_ctx *ctx, const mk_wmat *W) {
+    return plan_for(ctx, W->n / 16, gemv_units(W)).splits;
+}
+
+__device__ __forceinline__ float gemv_out(float v, int round) { return round ? mk_d_bf16r(v) : v; }
+
+/* Sums the warps' accumulators in warp order into warp 0 (all threads must call it). */
+template <int NV>
+__device__ __forceinline__ void gemv_reduce(float (&acc)[NV], float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (nw == 1) return;
+#pragma unroll
+    for (int i = 0; i < NV; i++) red[(warp * 32 + lane) * NV + i] = acc[i];
+    __syncthreads();
+    if (warp == 0)
+        for (int w = 1; w < nw; w++)
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] += red[(w * 32 + lane) * NV + i];
+}
+
+/* Writes the block's [m, 16] result tile (shared memory, tile[col * 16 + row]) for its slab. With
+ * one split it goes straight to y. Otherwise each split stores its partial tile in ws and the last
+ * split to finish (a per-slab counter) adds the partials in split order — deterministic whatever
+ * the arrival order — and resets the counter for the next launch. All threads must call it. */
+__device__ void gemv_finish(const float *tile, int m, int n, int n0, float *__restrict__ y,
+                            int round, float *__restrict__ ws, unsigned *__restrict__ counters) {
+    __shared__ int is_last;
+    const int S = gridDim.y, tid = threadIdx.x, nt = blockDim.x;
+    if (S == 1) {
+        for (int i = tid; i < m * 16; i += nt)
+            y[(size_t)(i >> 4) * n + n0 + (i & 15)] = gemv_out(tile[i], round);
+        return;
+    }
+    for (int i = tid; i < m * 16; i += nt)
+        ws[((size_t)blockIdx.y * m + (i >> 4)) * n + n0 + (i & 15)] = tile[i];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) is_last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int i = tid; i < m * 16; i += nt) {
+        float s = 0.0f;
+        for (int z = 0; z < S; z++) s += __ldcg(ws + ((size_t)z * m + (i >> 4)) * n + n0 + (i & 15));
+        y[(size_t)(i >> 4) * n + n0 + (i & 15)] = gemv_out(s, round);
+    }
+    if (tid == 0) counters[blockIdx.x] = 0;
+}
+
+/* ---- FP8 ---------------------------------------------------------------------------------- */
+
+/* W e4m3 [n, k], S e8m0 [n/128, k/128], xq e4m3 [m, k], sa [m, k/128], y [m, n].
+ * Block (slab, split): 16 rows; warp w handles its `per` 128-blocks (see plan_for). */
+template <int U>
+__global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__ W,
+                                                     const uint8_t *__restrict__ S,
+                                                     const uint8_t *__restrict__ xq,
+                                                     const float *__restrict__ sa, int m, int n,
+                                                     int k, int per, float *__restrict__ y,
+                                                     int round, float *__restrict__ ws,
+                                                     unsigned *__restrict__ counters) {
+    __shared__ float red[GEMV_MAXW * 32 * 4];
+    __shared__ float tile[8 * 16];
+    mk_d_pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int nb = k >> 7;
+    const int kb0 = (blockIdx.y * nw + warp) * per, kb1 = min(nb, kb0 + per);
+    const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16; /* row g */
+    const uint8_t *w1 = w0 + (size_t)8 * k;                /* row g + 8 */
+    const bool xcol = g < m;                               /* this lane supplies B column g */
+    const uint8_t *xr = xq + (size_t)(xcol ? g : 0) * k + t * 16;
+    const uint8_t *sbr = S + (size_t)(n0 >> 7) * nb;
+    const int c0 = 2 * t, c1 = 2 * t + 1; /* the C columns (activation rows) this lane holds */
+    const bool v0 = c0 < m, v1 = c1 < m;
+    const float *sa0 = sa + (size_t)(v0 ? c0 : 0) * nb;
+    const float *sa1 = sa + (size_t)(v1 ? c1 : 0) * nb;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int kb = kb0; kb < kb1; kb += U) {
+        uint4 a[U][2][2], b[U][2]; /* [block][64-k step][row half] */
+        float f0[U], f1[U];        /* combined scales sa * sb of the two C columns */
+        float sbv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* weights first: they do not depend on the previous kernel */
+            if (kb + u < kb1) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    size_t off = (size_t)(kb + u) * 128 + s * 64;
+                    a[u][s][0] = mk_d_ld_stream(w0 + off);
+                    a[u][s][1] = mk_d_ld_stream(w1 + off);
+                }
+                sbv[u] = mk_d_e8m0(sbr[kb + u]);
+            }
+        }
+        mk_d_pdl_wait();
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < kb1) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    size_t off = (size_t)(kb + u) * 128 + s * 64;
+                    b[u][s] = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
+                }
+                f0[u] = v0 ? sa0[kb + u] * sbv[u] : 0.0f;
+                f1[u] = v1 ? sa1[kb + u] * sbv[u] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < kb1) {
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    mk_d_mma_e4m3(c, a[u][s][0].x, a[u][s][1].x, a[u][s][0].y, a[u][s][1].y,
+                                  b[u][s].x, b[u][s].y);
+                    mk_d_mma_e4m3(c, a[u][s][0].z, a[u][s][1].z, a[u][s][0].w, a[u][s][1].w,
+                                  b[u][s].z, b[u][s].w);
+                }
+                /* both scales are powers of two: c * (sa * sb) == (c * sa) * sb exactly */
+                acc[0] = fmaf(c[0], f0[u], acc[0]);
+                acc[1] = fmaf(c[1], f1[u], acc[1]);
+                acc[2] = fmaf(c[2], f0[u], acc[2]);
+                acc[3] = fmaf(c[3], f1[u], acc[3]);
+            }
+        }
+    }
+    mk_d_pdl_wait(); /* warps without work, before any write */
+    gemv_reduce<4>(acc, red);
+    if (warp == 0) {
+        if (v0) tile[c0 * 16 + g] = acc[0], tile[c0 * 16 + g + 8] = acc[2];
+        if (v1) tile[c1 * 16 + g] = acc[1], tile[c1 * 16 + g + 8] = acc[3];
+    }
+    __syncthreads();
+    gemv_finish(tile, m, n, n0, y, round, ws, counters);
+}
+
+int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
+                     float *y, int round, float *ws, mk_err *err) {
+    int n = W->n, k = W->k;
+    if (m < 1 || m > 8 || n % 16 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv: needs m in 1..8, n %% 16 == 0, k %% 128 == 0 "
+                       "(m %d, n %d, k %d)", m, n, k);
+    gemv_plan p = plan_for(ctx, n / 16, k / 128);
+    if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K needs a workspace");
+    dim3 grid(n / 16, p.splits);
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp8<4>, (const uint8_t *)W->w, W->scale, xq,
+                          sa, m, n, k, p.per, y, round, ws, ctx->counters),
+              err, "cuda: fp8 gemv launch");
+    return MK_OK;
+}
+
+/* ---- FP4 ---------------------------------------------------------------------------------- */
+
+/* W packed e2m1 [n, k/2], S e8m0 [n, k/32], xq e4m3 [m, k] in the permuted chunk order,
+ * sa [m, k/128]. NP pairs of activation rows per MMA set (m <= 2 NP). */
+template <int NP, int U>
+__global__ void __launch_bounds__(256, 2) k_gemv_fp4(const uint8_t *__restrict__ W,
+                                                     const uint8_t *__restrict__ S,
+                                                     const uint8_t *__restrict__ xq,
+                                                     const float *__restrict__ sa, int m, int n,
+                                                     int k, int per, float *__restrict__ y,
+                                                     int round, float *__restrict__ ws,
+                                                     unsigned *__restrict__ counters) {
+    __shared__ float red[GEMV_MAXW * 32 * 2 * NP];
+    __shared__ float tile[8 * 16];
+    mk_d_pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int nb = k >> 7, nsb = k >> 5;
+    const size_t rowb = (size_t)k >> 1;
+    const int kb0 = (blockIdx.y * nw + warp) * per, kb1 = min(nb, kb0 + per);
+    const uint8_t *w0 = W + (size_t)(n0 + g) * rowb + t * 16; /* 16 bytes = 32-block t of a kb */
+    const uint8_t *w1 = w0 + 8 * rowb;
+    /* the C columns 2t, 2t+1 are blocks q = 2(t&1), 2(t&1)+1 of activation row 2p + (t>>1) */
+    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb + 2 * (t & 1);
+    const uint8_t *s1p = s0p + (size_t)8 * nsb;
+    const bool diag = (g & 3) == t; /* B column g = (row 2p + (g>>2), block g&3): nonzero here */
+    float acc[NP][4];
+#pragma unroll
+    for (int p = 0; p < NP; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
+    for (int kb = kb0; kb < kb1; kb += U) {
+        uint4 a[U][2], xv[U][NP][2];
+        uint32_t sg[U], sg8[U];
+        float sav[U][NP];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* weights and their scales first */
+            if (kb + u < kb1) {
+                a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
+                a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
+                sg[u] = *(const uint16_t *)(s0p + 4 * (kb + u));
+                sg8[u] = *(const uint16_t *)(s1p + 4 * (kb + u));
+            }
+        }
+        mk_d_pdl_wait();
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < kb1) {
+#pragma unroll
+                for (int p = 0; p < NP; p++) {
+                    int b = 2 * p + (g >> 2);
+                    if (diag && b < m) {
+                        const uint8_t *xp = xq + (size_t)b * k + (size_t)(kb + u) * 128 + 32 * t;
+                        xv[u][p][0] = mk_d_ld16(xp);
+                        xv[u][p][1] = mk_d_ld16(xp + 16);
+                    } else {
+                        xv[u][p][0] = xv[u][p][1] = make_uint4(0, 0, 0, 0);
+                    }
+                    int bc = 2 * p + (t >> 1);
+                    sav[u][p] = bc < m ? sa[(size_t)bc * nb + kb + u] : 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < kb1) {
+                uint32_t e0[4], o0[4], e1[4], o1[4];
+                mk_d_fp4x8_to_e4m3(a[u][0].x, e0[0], o0[0]);
+                mk_d_fp4x8_to_e4m3(a[u][0].y, e0[1], o0[1]);
+                mk_d_fp4x8_to_e4m3(a[u][0].z, e0[2], o0[2]);
+                mk_d_fp4x8_to_e4m3(a[u][0].w, e0[3], o0[3]);
+                mk_d_fp4x8_to_e4m3(a[u][1].x, e1[0], o1[0]);
+                mk_d_fp4x8_to_e4m3(a[u][1].y, e1[1], o1[1]);
+                mk_d_fp4x8_to_e4m3(a[u][1].z, e1[2], o1[2]);
+                mk_d_fp4x8_to_e4m3(a[u][1].w, e1[3], o1[3]);
+                /* 64 undoes the 2^-6 of the widened nibbles (exact) */
+                float sb00 = 64.0f * mk_d_e8m0(sg[u] & 0xff), sb01 = 64.0f * mk_d_e8m0(sg[u] >> 8);
+                float sb10 = 64.0f * mk_d_e8m0(sg8[u] & 0xff), sb11 = 64.0f * mk_d_e8m0(sg8[u] >> 8);
+#pragma unroll
+                for (int p = 0; p < NP; p++) {
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mk_d_mma_e4m3(c, e0[0], e1[0], o0[0], o1[0], xv[u][p][0].x, xv[u][p][0].y);
+                    mk_d_mma_e4m3(c, e0[1], e1[1], o0[1], o1[1], xv[u][p][0].z, xv[u][p][0].w);
+                    mk_d_mma_e4m3(c, e0[2], e1[2], o0[2], o1[2], xv[u][p][1].x, xv[u][p][1].y);
+                    mk_d_mma_e4m3(c, e0[3], e1[3], o0[3], o1[3], xv[u][p][1].z, xv[u][p][1].w);
+                    float s = sav[u][p];
+                    acc[p][0] = fmaf(c[0], s * sb00, acc[p][0]);
+                    acc[p][1] = fmaf(c[1], s * sb01, acc[p][1]);
+                    acc[p][2] = fmaf(c[2], s * sb10, acc[p][2]);
+                    acc[p][3] = fmaf(c[3], s * sb11, acc[p][3]);
+                }
+            }
+        }
+    }
+    mk_d_pdl_wait(); /* warps without work, before any write */
+    /* sum the four blocks q of each (row, activation row): two here, two in lane t ^ 1 */
+    float r[2 * NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        float lo = acc[p][0] + acc[p][1], hi = acc[p][2] + acc[p][3];
+        lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+        hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        r[2 * p] = lo;
+        r[2 * p + 1] = hi;
+    }
+    gemv_reduce<2 * NP>(r, red);
+    if (warp == 0 && !(t & 1)) {
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            int bc = 2 * p + (t >> 1);
+            if (bc < m) tile[bc * 16 + g] = r[2 * p], tile[bc * 16 + g + 8] = r[2 * p + 1];
+        }
+    }
+    __syncthreads();
+    gemv_finish(tile, m, n, n0, y, round, ws, counters);
+}
+
+int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
+                     float *y, int round, float *ws, mk_err *err) {
+    int n = W->n, k = W->k;
+    if (m < 1 || m > 8 || n % 16 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp4 gemv: needs m in 1..8, n %% 16 == 0, k %% 128 == 0 "
+                       "(m %d, n %d, k %d)", m, n, k);
+    gemv_plan p = plan_for(ctx, n / 16, k / 128);
+    if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp4 gemv: split-K needs a workspace");
+    dim3 grid(n / 16, p.splits);
+    const uint8_t *w = (const uint8_t *)W->w;
+    cudaError_t e;
+    if (m <= 2)
+        e = gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp4<1, 4>, w, W->scale, xq, sa, m, n, k, p.per, y,
+                        round, ws, ctx->counters);
+    else if (m <= 4)
+        e = gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp4<2, 2>, w, W->scale, xq, sa, m, n, k, p.per, y,
+                        round, ws, ctx->counters);
+    else
+        e = gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp4<4, 1>, w, W->scale, xq, sa, m, n, k, p.per, y,
+                        round, ws, ctx->counters);
+    MK_CU_TRY(e, err, "cuda: fp4 gemv launch");
+    return MK_OK;
+}
+
+/* ---- BF16 --------------------------------------------------------------------------------- */
+
+/* W bf16 [n, k], xb bf16 [m, k]; a step is 32 k (16 bytes per lane and row). */
+template <int U>
+__global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict__ W,
+                                                      const uint16_t *__restrict__ xb, int m, int n,
+                                                      int k, int per, float *__restrict__ y,
+                                                      int round, float *__restrict__ ws,
+                                                      unsigned *__restrict__ counters) {
+    __shared__ float red[GEMV_MAXW * 32 * 4];
+    __shared__ float tile[8 * 16];
+    mk_d_pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int ns = k >> 5;
+    const int s0 = (blockIdx.y * nw + warp) * per, s1 = min(ns, s0 + per);
+    const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16;
+    const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
+    const bool xcol = g < m;
+    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int st = s0; st < s1; st += U) {
+        uint4 a[U][2], b[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (st + u < s1) {
+                size_t off = (size_t)(st + u) * 64;
+                a[u][0] = mk_d_ld_stream(w0 + off);
+                a[u][1] = mk_d_ld_stream(w1 + off);
+            }
+        }
+        mk_d_pdl_wait();
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (st + u < s1) b[u] = xcol ? mk_d_ld16(xr + (size_t)(st + u) * 64) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (st + u < s1) {
+                mk_d_mma_bf16(c, a[u][0].x, a[u][1].x, a[u][0].y, a[u][1].y, b[u].x, b[u].y);
+                mk_d_mma_bf16(c, a[u][0].z, a[u][1].z, a[u][0].w, a[u][1].w, b[u].z, b[u].w);
+            }
+        }
+    }
+    mk_d_pdl_wait(); /* warps without work, before any write */
+    gemv_reduce<4>(c, red);
+    if (warp == 0) {
+        if (c0 < m) tile[c0 * 16 + g] = c[0], tile[c0 * 16 + g + 8] = c[2];
+        if (c1 < m) tile[c1 * 16 + g] = c[1], tile[c1 * 16 + g + 8] = c[3];
+    }
+    __syncthreads();
+    gemv_finish(tile, m, n, n0, y, round, ws, counters);
+}
+
+int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
+                      int round, float *ws, mk_err *err) {
+    int n = W->n, k = W->k;
+    if (m < 1 || m > 8 || n % 16 || k % 32)
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m in 1..8, n %% 16 == 0, k %% 32 == 0 "
+                       "(m %d, n %d, k %d)", m, n, k);
+    gemv_plan p = plan_for(ctx, n / 16, k / 32);
+    if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
+    dim3 grid(n / 16, p.splits);
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, (const uint16_t *)W->w, xb, m, n, k,
+                          p.per, y, round, ws, ctx->counters),
+              err, "cuda: bf16 gemv launch");
+    return MK_OK;
+}
+
+/* ---- FP8_DQ (wo_a: FP8 storage used as dequantized values, activations not quantized) ------ */
+
+__device__ __forceinline__ uint32_t u4_word(const uint4 &v, int j) {
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+/* W e4m3 [n, k], S e8m0 [n/128, k/128], xh f16 [m, k], sx [m, k/128] (x = xh * sx per block).
+ * Like the FP8 GEMV (16 rows x 64 k per warp step, lane (g, t) owns 16 contiguous k), but with
+ * m16n8k16 f16 MMAs: the lane's 16 weight bytes become 8 f16 pairs by cvt (exact), its 16 f16
+ * activations are the matching B pairs. Per 128-block: partial * (sx * sb) into fp32. */
+template <int U>
+__global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ W,
+                                                    const uint8_t *__restrict__ S,
+                                                    const uint16_t *__restrict__ xh,
+                                                    const float *__restrict__ sx, int m, int n,
+                                                    int k, int per, float *__restrict__ y,
+                                                    int round, float *__restrict__ ws,
+                                                    unsigned *__restrict__ counters) {
+    __shared__ float red[GEMV_MAXW * 32 * 4];
+    __shared__ float tile[8 * 16];
+    mk_d_pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int nb = k >> 7;
+    const int kb0 = (blockIdx.y * nw + warp) * per, kb1 = min(nb, kb0 + per);
+    const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16;
+    const uint8_t *w1 = w0 + (size_t)8 * k;
+    const bool xcol = g < m;
+    const uint8_t *xr = (const uint8_t *)(xh + (size_t)(xcol ? g : 0) * k) + t * 32;
+    const uint8_t *sbr = S + (size_t)(n0 >> 7) * nb;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    const bool v0 = c0 < m, v1 = c1 < m;
+    const float *sx0 = sx + (size_t)(v0 ? c0 : 0) * nb;
+    const float *sx1 = sx + (size_t)(v1 ? c1 : 0) * nb;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int kb = kb0; kb < kb1; kb += U) {
+        uint4 a[U][2][2], b[U][2][2]; /* [block][64-k step][row half | activation half] */
+        float sbv[U], f0[U], f1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < kb1) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    size_t off = (size_t)(kb + u) * 128 + s * 64;
+                    a[u][s][0] = mk_d_ld_stream(w0 + off);
+                    a[u][s][1] = mk_d_ld_stream(w1 + off);
+                }
+                sbv[u] = mk_d_e8m0(sbr[kb + u]);
+            }
+        }
+        mk_d_pdl_wait();
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < kb1) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    size_t off = (size_t)(kb + u) * 256 + s * 128; /* bytes of f16 */
+                    b[u][s][0] = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
+                    b[u][s][1] = xcol ? mk_d_ld16(xr + off + 16) : make_uint4(0, 0, 0, 0);
+                }
+                f0[u] = v0 ? sx0[kb + u] * sbv[u] : 0.0f;
+                f1[u] = v1 ? sx1[kb + u] * sbv[u] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < kb1) {
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t wg = u4_word(a[u][s][0], j), wg8 = u4_word(a[u][s][1], j);
+                        const uint4 &bb = b[u][s][j >> 1];
+                        uint32_t bx = (j & 1) ? bb.z : bb.x, by = (j & 1) ? bb.w : bb.y;
+                        mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(wg & 0xffff),
+                                     mk_d_e4m3x2_to_f16x2(wg8 & 0xffff), mk_d_e4m3x2_to_f16x2(wg >> 16),
+                                     mk_d_e4m3x2_to_f16x2(wg8 >> 16), bx, by);
+                    }
+                }
+                acc[0] = fmaf(c[0], f0[u], acc[0]);
+                acc[1] = fmaf(c[1], f1[u], acc[1]);
+                acc[2] = fmaf(c[2], f0[u], acc[2]);
+                acc[3] = fmaf(c[3], f1[u], acc[3]);
+            }
+        }
+    }
+    mk_d_pdl_wait();
+    gemv_reduce<4>(acc, red);
+    if (warp == 0) {
+        if (v0) tile[c0 * 16 + g] = acc[0], tile[c0 * 16 + g + 8] = acc[2];
+        if (v1) tile[c1 * 16 + g] = acc[1], tile[c1 * 16 + g + 8] = acc[3];
+    }
+    __syncthreads();
+    gemv_finish(tile, m, n, n0, y, round, ws, counters);
+}
+
+int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xh, const float *sx, int m,
+                    float *y, int round, float *ws, mk_err *err) {
+    int n = W->n, k = W->k;
+    if (m < 1 || m > 8 || n % 16 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8_dq gemv: needs m in 1..8, n %% 16 == 0, k %% 128 == 0 "
+                       "(m %d, n %d, k %d)", m, n, k);
+    gemv_plan p = plan_for(ctx, n / 16, k / 128);
+    if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8_dq gemv: split-K needs a workspace");
+    dim3 grid(n / 16, p.splits);
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_dq<2>, (const uint8_t *)W->w, W->scale, xh, sx,
+                          m, n, k, p.per, y, round, ws, ctx->counters),
+              err, "cuda: fp8_dq gemv launch");
+    return MK_OK;
+}
+
+/* ---- simple: one warp per output feature, any kind and shape ----------------------------- */
+
+/* The scalar reference's structure (gemm_ref.c) with the k loop spread over the lanes: per
+ * scale block each lane sums its share, scales it, and the lanes' sums are added at the end. */
+__global__ void __launch_bounds__(256) k_gemv_simple(int kind, const void *__restrict__ Wv,
+                                                     const uint8_t *__restrict__ S,
+                                                     const float *__restrict__ x,
+                                                     const uint8_t *__restrict__ xq,
+                                                     const float *__restrict__ sa, int m, int n,
+                                                     int k, float *__restrict__ y, int round) {
+    const int j = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    const int lane = threadIdx.x & 31;
+    if (j >= n) return;
+    const int nb = (k + 127) >> 7;
+    for (int r = 0; r < m; r++) {
+        float acc = 0.0f;
+        if (kind == MK_W_BF16) {
+            const uint16_t *wr = (const uint16_t *)Wv + (size_t)j * k;
+            const float *xr = x + (size_t)r * k;
+            for (int i = lane; i < k; i += 32) acc += xr[i] * mk_d_bf16(wr[i]);
+        } else if (kind == MK_W_F32) {
+            const float *wr = (const float *)Wv + (size_t)j * k;
+            const float *xr = x + (size_t)r * k;
+            for (int i = lane; i < k; i += 32) acc += xr[i] * wr[i];
+        } else if (kind == MK_W_FP8) {
+            const uint8_t *wr = (const uint8_t *)Wv + (size_t)j * k;
+            const uint8_t *sr = S + (size_t)(j >> 7) * nb;
+            const uint8_t *qr = xq + (size_t)r * k;
+            for (int b = 0; b < nb; b++) {
+                float part = 0.0f;
+                int e = min(k, (b + 1) * 128);
+                for (int i = b * 128 + lane; i < e; i += 32) part += mk_d_e4m3(qr[i]) * mk_d_e4m3(wr[i]);
+                acc += part * sa[(size_t)r * nb + b] * mk_d_e8m0(sr[b]);
+            }
+        } else if (kind == MK_W_FP8_DQ) {
+            const uint8_t *wr = (const uint8_t *)Wv + (size_t)j * k;
+            const uint8_t *sr = S + (size_t)(j >> 7) * nb;
+            const float *xr = x + (size_t)r * k;
+            for (int b = 0; b < nb; b++) {
+                float sb = mk_d_e8m0(sr[b]);
+                int e = min(k, (b + 1) * 128);
+                for (int i = b * 128 + lane; i < e; i += 32) acc += xr[i] * (mk_d_e4m3(wr[i]) * sb);
+            }
+        } else { /* MK_W_FP4 */
+            const uint8_t *wr = (const uint8_t *)Wv + (size_t)j * (k / 2);
+            const uint8_t *sr = S + (size_t)j * (k / 32);
+            const uint8_t *qr = xq + (size_t)r * k;
+            for (int b = 0; b < k / 32; b++) {
+                int i = b * 32 + lane;
+                uint32_t byte = wr[i >> 1];
+                float part = mk_d_e4m3(qr[i]) * mk_d_e2m1((i & 1) ? byte >> 4 : byte & 15);
+                acc += part * sa[(size_t)r * nb + (b >> 2)] * mk_d_e8m0(sr[b]);
+            }
+        }
+        acc = mk_d_warp_sum(acc);
+        if (lane == 0) y[(size_t)r * n + j] = gemv_out(acc, round);
+    }
+}
+
+int mk_cuda_gemv_simple(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, const uint8_t *xq,
+                        const float *sa, int m, float *y, int round, mk_err *err) {
+    if (W->kind == MK_W_FP4 && W->k % 32)
+        return mk_fail(err, MK_EINVAL, "cuda: fp4 weights need k %% 32 == 0 (k = %d)", W->k);
+    unsigned blocks = (unsigned)(((size_t)W->n * 32 + 255) / 256);
+    k_gemv_simple<<<blocks, 256, 0, ctx->stream>>>((int)W->kind, W->w, W->scale, x, xq, sa, m, W->n,
+                                                   W->k, y, round);
+    MK_CU_LAUNCHED(err, "cuda: simple gemv launch");
+    return MK_OK;
+}

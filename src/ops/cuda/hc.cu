@@ -1,0 +1,181 @@
+/* hc.cu — manifold-constrained hyper-connections (mHC) on the GPU: hc_pre (mixing weights,
+ * Sinkhorn split, collapse of the hc streams), hc_post (spreading a sub-layer's output back) and
+ * the head collapse; twins of src/ops/cpu/hc.c.
+ *
+ * hc_pre / hc_head: one block per token. The (2+hc)*hc dot products over the hc*d flattened
+ * streams and the sum of squares are accumulated in double, like the CPU, then one thread runs
+ * the tiny 4x4 Sinkhorn in fp32 with the CPU's operation order (only expf may differ from the
+ * host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
+ * arithmetic. hc_post is elementwise and bit-identical to the CPU.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#define HC_MAX 4
+#define HC_MAXMIX ((2 + HC_MAX) * HC_MAX)
+
+__device__ __forceinline__ float hc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* mix[k] for k < nmix into smem mixs; block-wide. */
+__device__ void hc_mix_block(const float *__restrict__ ht, int n, const float *__restrict__ fn,
+                             int nmix, float norm_eps, float *mixs) {
+    __shared__ double red[8][HC_MAXMIX + 1];
+    double acc[HC_MAXMIX + 1];
+#pragma unroll
+    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        double v = ht[i];
+        acc[HC_MAXMIX] += v * v;
+#pragma unroll
+        for (int q = 0; q < HC_MAXMIX; q++)
+            if (q < nmix) acc[q] += v * (double)fn[(size_t)q * n + i];
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int q = 0; q <= HC_MAXMIX; q++) {
+        double s = mk_d_warp_sum_d(acc[q]);
+        if (lane == 0) red[warp][q] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double ss = 0.0;
+        for (int w = 0; w < nw; w++) ss += red[w][HC_MAXMIX];
+        float r = 1.0f / sqrtf(__fadd_rn((float)(ss / n), norm_eps));
+        for (int q = 0; q < nmix; q++) {
+            double a = 0.0;
+            for (int w = 0; w < nw; w++) a += red[w][q];
+            mixs[q] = __fmul_rn((float)a, r);
+        }
+    }
+    __syncthreads();
+}
+
+/* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
+__device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, const float *pre,
+                                  float *__restrict__ y) {
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(pre[i], ht[(size_t)i * d + k]));
+        y[k] = mk_d_bf16r(acc);
+    }
+}
+
+__global__ void __launch_bounds__(256) k_hc_pre(const float *__restrict__ h, int hc, int d,
+                                                const float *__restrict__ fn,
+                                                const float *__restrict__ scale,
+                                                const float *__restrict__ base, int iters,
+                                                float hc_eps, float norm_eps, float *__restrict__ x,
+                                                float *__restrict__ post, float *__restrict__ comb) {
+    __shared__ float mix[HC_MAXMIX];
+    __shared__ float pre[HC_MAX];
+    const int t = blockIdx.x, nmix = (2 + hc) * hc;
+    const float *ht = h + (size_t)t * hc * d;
+    hc_mix_block(ht, hc * d, fn, nmix, norm_eps, mix);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < hc; i++) {
+            pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
+            post[(size_t)t * hc + i] =
+                2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + i], scale[1]), base[hc + i]));
+        }
+        float C[HC_MAX][HC_MAX];
+        for (int i = 0; i < hc; i++) {
+            float mx = -INFINITY;
+            for (int j = 0; j < hc; j++) {
+                C[i][j] = __fadd_rn(__fmul_rn(mix[2 * hc + hc * i + j], scale[2]), base[2 * hc + hc * i + j]);
+                if (C[i][j] > mx) mx = C[i][j];
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < hc; j++) sum += (C[i][j] = expf(C[i][j] - mx));
+            for (int j = 0; j < hc; j++) C[i][j] = C[i][j] / sum + hc_eps;
+        }
+        for (int it = 0; it < iters; it++) {
+            if (it > 0) {
+                for (int i = 0; i < hc; i++) {
+                    float rs = 0.0f;
+                    for (int j = 0; j < hc; j++) rs += C[i][j];
+                    for (int j = 0; j < hc; j++) C[i][j] /= rs + hc_eps;
+                }
+            }
+            for (int j = 0; j < hc; j++) {
+                float cs = 0.0f;
+                for (int i = 0; i < hc; i++) cs += C[i][j];
+                for (int i = 0; i < hc; i++) C[i][j] /= cs + hc_eps;
+            }
+        }
+        for (int i = 0; i < hc; i++)
+            for (int j = 0; j < hc; j++) comb[((size_t)t * hc + i) * hc + j] = C[i][j];
+    }
+    __syncthreads();
+    hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
+}
+
+__global__ void __launch_bounds__(256) k_hc_head(const float *__restrict__ h, int hc, int d,
+                                                 const float *__restrict__ fn,
+                                                 const float *__restrict__ scale,
+                                                 const float *__restrict__ base, float hc_eps,
+                                                 float norm_eps, float *__restrict__ y) {
+    __shared__ float mix[HC_MAXMIX];
+    __shared__ float pre[HC_MAX];
+    const int t = blockIdx.x;
+    const float *ht = h + (size_t)t * hc * d;
+    hc_mix_block(ht, hc * d, fn, hc, norm_eps, mix);
+    if (threadIdx.x == 0)
+        for (int i = 0; i < hc; i++)
+            pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
+    __syncthreads();
+    hc_collapse_block(ht, hc, d, pre, y + (size_t)t * d);
+}
+
+/* out[t][j][k] = bf16(post[j] * x[k] + sum_i comb[i][j] * res[i][k]), one thread per output. */
+__global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__ res,
+                          const float *__restrict__ post, const float *__restrict__ comb, int s,
+                          int hc, int d, float *__restrict__ out) {
+    size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t per_tok = (size_t)hc * d;
+    if (id >= (size_t)s * per_tok) return;
+    int t = (int)(id / per_tok);
+    int j = (int)((id - (size_t)t * per_tok) / d);
+    int k = (int)(id - (size_t)t * per_tok - (size_t)j * d);
+    const float *rt = res + (size_t)t * per_tok;
+    const float *ct = comb + (size_t)t * hc * hc;
+    float acc = __fmul_rn(post[(size_t)t * hc + j], x[(size_t)t * d + k]);
+    for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(ct[i * hc + j], rt[(size_t)i * d + k]));
+    out[id] = mk_d_bf16r(acc);
+}
+
+static int hc_check(int s, int hc, int d, mk_err *err) {
+    if (hc < 1 || hc > HC_MAX || d < 1 || s < 0)
+        return mk_fail(err, MK_ENOTSUP, "cuda: hc: hc %d (1..%d), d %d, s %d", hc, HC_MAX, d, s);
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,
+                              const float *fn, const float *scale, const float *base, int iters,
+                              float hc_eps, float norm_eps, float *x, float *post, float *comb,
+                              mk_err *err) {
+    int st = hc_check(s, hc, d, err);
+    if (st || s == 0) return st;
+    k_hc_pre<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, iters, hc_eps, norm_eps, x, post, comb);
+    MK_CU_LAUNCHED(err, "cuda: hc_pre launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res,
+                               const float *post, const float *comb, int s, int hc, int d,
+                               float *out, mk_err *err) {
+    int st = hc_check(s, hc, d, err);
+    if (st || s == 0) return st;
+    size_t n = (size_t)s * hc * d;
+    k_hc_post<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, res, post, comb, s, hc, d, out);
+    MK_CU_LAUNCHED(err, "cuda: hc_post launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,
+                               const float *fn, const float *scale, const float *base,
+                               float hc_eps, float norm_eps, float *y, mk_err *err) {
+    int st = hc_check(s, hc, d, err);
+    if (st || s == 0) return st;
+    k_hc_head<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, hc_eps, norm_eps, y);
+    MK_CU_LAUNCHED(err, "cuda: hc_head launch");
+    return MK_OK;
+}

@@ -1,0 +1,189 @@
+/* linear.cu — mk_cuda_linear: picks the kernel for a weight kind and activation count, prepares
+ * the activations (FP8 quantization per 128-block, natural or permuted layout; bf16 conversion)
+ * in the caller's scratch, and launches (gemv.cu, gemm.cu).
+ *
+ * Scratch layout (each part 256-byte aligned): xq e4m3 [m, k] | sa f32 [m, ceil(k/128)] |
+ * xb bf16 [m, k] | split-K partials f32 (FP8 GEMM: [splits, m, n]; GEMV: [splits, min(m, 8), n]).
+ * It is sized by mk_cuda_linear_scratch from the same split rules the launchers use.
+ *
+ * Choices (logged once per context when a slower path is taken):
+ *   FP8  m <= 8: GEMV;  m > 8: GEMM (n, k multiples of 128) — else GEMV in chunks of 8, else simple
+ *   FP4  GEMV (chunks of 8 rows when m > 8; k multiple of 128) — else simple
+ *   BF16 m <= 8: GEMV;  m > 8: cuBLAS — else GEMV chunks, else simple
+ *   FP8_DQ GEMV (f16 tensor cores; chunks of 8 rows when m > 8) — else simple
+ *   F32: simple
+ * Scratch parts by path: xq/sa for FP8/FP4; xb for bf16; xb (as f16) and sa (as the f16 scales)
+ * for FP8_DQ.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+enum { NOTE_FP4_CHUNKS = 0, NOTE_SIMPLE_F32, NOTE_SIMPLE_DQ, NOTE_SIMPLE_SHAPE, NOTE_CHUNKS };
+
+static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+static int gemv_ok(const mk_wmat *W) {
+    switch (W->kind) {
+    case MK_W_FP8: return W->n % 16 == 0 && W->k % 128 == 0;
+    case MK_W_FP4: return W->n % 16 == 0 && W->k % 128 == 0;
+    case MK_W_BF16: return W->n % 16 == 0 && W->k % 32 == 0;
+    case MK_W_FP8_DQ: return W->n % 16 == 0 && W->k % 128 == 0;
+    default: return 0;
+    }
+}
+
+typedef struct {
+    size_t xq, sa, xb, ws, total;
+} scratch_layout;
+
+static scratch_layout layout_for(const mk_cuda_ctx *ctx, const mk_wmat *W, int m) {
+    scratch_layout L;
+    size_t mk = (size_t)m * W->k, nb = (size_t)(W->k + 127) / 128;
+    L.xq = 0;
+    L.sa = align256(mk);
+    L.xb = L.sa + align256((size_t)m * nb * 4);
+    L.ws = L.xb + align256(mk * 2);
+    L.total = L.ws;
+    size_t ws = 0; /* split-K partials: the larger of the GEMM's and the GEMV's */
+    if (W->kind == MK_W_FP8 && W->n % 128 == 0 && W->k % 128 == 0) { /* any m: GEMM may be forced */
+        int s = mk_cuda_gemm_fp8_splits(ctx, m, W->n, W->k);
+        if (s > 1) ws = (size_t)s * m * W->n * 4;
+    }
+    if (gemv_ok(W)) {
+        int s = mk_cuda_gemv_splits(ctx, W);
+        size_t g = s > 1 ? (size_t)s * (m < 8 ? m : 8) * W->n * 4 : 0;
+        if (g > ws) ws = g;
+    }
+    L.total += align256(ws);
+    L.total += 256;
+    return L;
+}
+
+extern "C" size_t mk_cuda_linear_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int m) {
+    return layout_for(ctx, W, m < 1 ? 1 : m).total;
+}
+
+static int gemm_ok(const mk_cuda_ctx *ctx, const mk_wmat *W) {
+    if (W->kind == MK_W_FP8) return W->n % 128 == 0 && W->k % 128 == 0;
+    if (W->kind == MK_W_BF16) return ctx->cublas != NULL;
+    return 0;
+}
+
+static mk_cuda_kernel resolve(const mk_cuda_ctx *ctx, mk_cuda_kernel kern, const mk_wmat *W, int m) {
+    if (kern != MK_CUDA_K_AUTO) return kern;
+    switch (W->kind) {
+    case MK_W_FP8:
+    case MK_W_BF16:
+        if (m <= 8 && gemv_ok(W)) return MK_CUDA_K_GEMV;
+        if (m > 8 && gemm_ok(ctx, W)) return MK_CUDA_K_GEMM;
+        return gemv_ok(W) ? MK_CUDA_K_GEMV : MK_CUDA_K_SIMPLE;
+    case MK_W_FP4:
+    case MK_W_FP8_DQ: return gemv_ok(W) ? MK_CUDA_K_GEMV : MK_CUDA_K_SIMPLE;
+    default: return MK_CUDA_K_SIMPLE;
+    }
+}
+
+extern "C" const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cuda_kernel kern,
+                                                  const mk_wmat *W, int m) {
+    switch (resolve(ctx, kern, W, m)) {
+    case MK_CUDA_K_SIMPLE: return "simple (warp per row, FMA)";
+    case MK_CUDA_K_GEMV:
+        if (W->kind == MK_W_FP8) return m > 8 ? "fp8 mma gemv (chunks of 8)" : "fp8 mma gemv";
+        if (W->kind == MK_W_FP4) return m > 8 ? "fp4 mma gemv (chunks of 8)" : "fp4 mma gemv";
+        if (W->kind == MK_W_BF16) return m > 8 ? "bf16 mma gemv (chunks of 8)" : "bf16 mma gemv";
+        if (W->kind == MK_W_FP8_DQ) return m > 8 ? "fp8_dq f16 mma gemv (chunks of 8)" : "fp8_dq f16 mma gemv";
+        return "?";
+    case MK_CUDA_K_GEMM: return W->kind == MK_W_FP8 ? "fp8 mma gemm" : "cublas bf16 gemm";
+    default: return "?";
+    }
+}
+
+extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flags,
+                                 const mk_wmat *W, const float *x, int m, float *y, int round_bf16,
+                                 void *scratch, size_t scratch_bytes, mk_err *err) {
+    if (m < 0 || !W || !W->w) return mk_fail(err, MK_EINVAL, "cuda: linear: bad arguments");
+    if (m == 0) return MK_OK;
+    if ((W->kind == MK_W_FP8 || W->kind == MK_W_FP8_DQ || W->kind == MK_W_FP4) && !W->scale)
+        return mk_fail(err, MK_EINVAL, "cuda: linear: quantized weights without scales");
+    scratch_layout L = layout_for(ctx, W, m);
+    if (scratch_bytes < L.total || !scratch)
+        return mk_fail(err, MK_EINVAL, "cuda: linear: scratch of %zu bytes, %zu needed (m %d, n %d, k %d)",
+                       scratch_bytes, L.total, m, W->n, W->k);
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    uint8_t *xq = base + L.xq;
+    float *sa = (float *)(base + L.sa);
+    uint16_t *xb = (uint16_t *)(base + L.xb);
+    float *ws = (float *)(base + L.ws);
+    const int n = W->n, k = W->k, nb = (k + 127) / 128;
+    const int reuse = flags & MK_CUDA_LIN_REUSE_X;
+    const int quantized = W->kind == MK_W_FP8 || W->kind == MK_W_FP4;
+    int st;
+
+    mk_cuda_kernel kk = resolve(ctx, kern, W, m);
+    switch (kk) {
+    case MK_CUDA_K_SIMPLE:
+        if (W->kind == MK_W_F32) mk_cuda_note(ctx, NOTE_SIMPLE_F32, "f32 weights use the simple FMA kernel");
+        else if (W->kind == MK_W_FP8_DQ) mk_cuda_note(ctx, NOTE_SIMPLE_DQ, "fp8_dq weights (wo_a) use the simple FMA kernel");
+        else if (kern == MK_CUDA_K_AUTO)
+            mk_cuda_note(ctx, NOTE_SIMPLE_SHAPE, "a weight shape outside the tensor-core kernels' "
+                         "constraints uses the simple FMA kernel (slow)");
+        if (quantized && !reuse) {
+            st = mk_cuda_quant_launch(ctx, x, m, k, 0, xq, sa, err);
+            if (st) return st;
+        }
+        return mk_cuda_gemv_simple(ctx, W, x, xq, sa, m, y, round_bf16, err);
+    case MK_CUDA_K_GEMV:
+        if (!gemv_ok(W))
+            return mk_fail(err, MK_ENOTSUP, "cuda: linear: no tensor-core gemv for kind %d shape [%d, %d]",
+                           (int)W->kind, n, k);
+        if (m > 8) {
+            if (W->kind == MK_W_FP4)
+                mk_cuda_note(ctx, NOTE_FP4_CHUNKS, "fp4 weights with more than 8 rows run the gemv in "
+                             "chunks of 8 (no fp4 gemm kernel yet)");
+            else if (kern == MK_CUDA_K_AUTO)
+                mk_cuda_note(ctx, NOTE_CHUNKS, "a linear with more than 8 rows runs the gemv in chunks of 8");
+        }
+        if (!reuse) {
+            if (quantized) st = mk_cuda_quant_launch(ctx, x, m, k, W->kind == MK_W_FP4, xq, sa, err);
+            else if (W->kind == MK_W_FP8_DQ) st = mk_cuda_f16_prep_launch(ctx, x, m, k, xb, sa, err);
+            else st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * k, xb, err);
+            if (st) return st;
+        }
+        for (int r0 = 0; r0 < m; r0 += 8) {
+            int mm = m - r0 < 8 ? m - r0 : 8;
+            float *yr = y + (size_t)r0 * n;
+            if (W->kind == MK_W_FP8)
+                st = mk_cuda_gemv_fp8(ctx, W, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
+            else if (W->kind == MK_W_FP4)
+                st = mk_cuda_gemv_fp4(ctx, W, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
+            else if (W->kind == MK_W_FP8_DQ)
+                st = mk_cuda_gemv_dq(ctx, W, xb + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
+            else
+                st = mk_cuda_gemv_bf16(ctx, W, xb + (size_t)r0 * k, mm, yr, round_bf16, ws, err);
+            if (st) return st;
+        }
+        return MK_OK;
+    case MK_CUDA_K_GEMM:
+        if (!gemm_ok(ctx, W))
+            return mk_fail(err, MK_ENOTSUP, "cuda: linear: no gemm for kind %d shape [%d, %d]",
+                           (int)W->kind, n, k);
+        if (W->kind == MK_W_FP8) {
+            if (!reuse) {
+                st = mk_cuda_quant_launch(ctx, x, m, k, 0, xq, sa, err);
+                if (st) return st;
+            }
+            return mk_cuda_gemm_fp8(ctx, W, xq, sa, m, y, round_bf16, ws, err);
+        }
+        if (!reuse) {
+            st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * k, xb, err);
+            if (st) return st;
+        }
+        return mk_cuda_gemm_bf16_cublas(ctx, W, xb, m, y, round_bf16, err);
+    default: return mk_fail(err, MK_EINVAL, "cuda: linear: unknown kernel %d", (int)kern);
+    }
+}
+
+extern "C" int mk_cuda_linear(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, float *y,
+                              int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
+    return mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, W, x, m, y, round_bf16, scratch, scratch_bytes,
+                             err);
+}

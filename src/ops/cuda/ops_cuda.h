@@ -1,0 +1,190 @@
+/* ops_cuda.h — the CUDA backend of ops.h (Hopper sm_90a; Blackwell sm_100a compiles), as a C API.
+ *
+ * Every op of ops.h has a twin here with the same numerics contract; the CPU op is the reference
+ * and tests/ops/test_ops_cuda.c checks each twin against it on random inputs with a stated
+ * tolerance. The conventions are those of ops.h: activations are fp32 arrays (holding bf16 values
+ * where the DeepSeek reference keeps bf16), shapes row-major and contiguous, outputs rounded to
+ * bf16 where the CPU op rounds. All pointers passed to the ops are DEVICE pointers (allocate them
+ * with mk_cuda_alloc); the ops are queued on the context's stream and return as soon as the
+ * kernels are launched, so an error in a running kernel surfaces at the next mk_cuda_ctx_sync
+ * (or copy). Every function returns MK_OK or a negative mk_status with a message in err; CUDA
+ * errors are mapped to a status and their text is kept. Nothing here exits or aborts.
+ *
+ * Weights are uploaded once from the mmapped checkpoint exactly as stored (FP8 E4M3 bytes with
+ * E8M0 128x128 block scales, packed FP4 E2M1 with E8M0 per-32 scales, bf16, f32): the GEMV/GEMM
+ * kernels read the quantized bytes directly, there is no dequantized copy.
+ *
+ * Kernels of mk_cuda_linear (the context logs which ones it uses at creation):
+ *   FP8,  m <= 8   tensor-core GEMV (mma.sync m16n8k32 e4m3, weights as the A operand, the batch
+ *                  as the 8 columns), per-128 partial sums promoted to fp32 with both scales;
+ *   FP8,  m > 8    tensor-core GEMM (cp.async 3-stage pipeline, ldmatrix, mma.sync m16n8k32,
+ *                  {64,128}x128x128 tiles, split-K when the grid would leave SMs idle);
+ *   FP4,  any m    tensor-core GEMV: E2M1 nibbles widened to E4M3 in registers (exact), the
+ *                  per-32 scales applied per block through a block-diagonal activation operand;
+ *                  m > 8 runs in chunks of 8 rows (logged: there is no FP4 GEMM kernel yet);
+ *   BF16, m <= 8   tensor-core GEMV (mma.sync m16n8k16 bf16); m > 8: cuBLAS (bf16 in, fp32 out);
+ *   FP8_DQ         tensor-core GEMV (mma.sync m16n8k16 f16): e4m3 weights widened exactly to f16,
+ *                  activations as f16 times a power-of-two scale per 128-block; m > 8 in chunks;
+ *   F32            a plain warp-per-row FMA kernel ("simple"), any m (logged).
+ * The GEMVs are launched with programmatic dependent launch: a GEMV starts streaming its weights
+ * while the kernel before it finishes, and waits for it only before reading activations.
+ * The "simple" kernel exists for every kind and serves as a second, independent implementation
+ * in the tests and benchmarks.
+ */
+#ifndef MK_OPS_CUDA_OPS_CUDA_H
+#define MK_OPS_CUDA_OPS_CUDA_H
+
+#include "minke.h"
+#include "ops/ops.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- device and context ------------------------------------------------------------------- */
+
+typedef struct mk_cuda_ctx mk_cuda_ctx;
+
+typedef struct {
+    int device;
+    char name[256];
+    int cc_major, cc_minor;
+    int sm_count;
+    int clock_khz;            /* peak SM clock */
+    int mem_clock_khz;        /* peak memory clock */
+    int mem_bus_bits;
+    size_t mem_bytes;         /* total device memory */
+    size_t l2_bytes;
+    size_t smem_optin;        /* max shared memory per block after opt-in */
+    double dram_peak_gbs;     /* 2 * mem_clock * bus_width / 8: the datasheet-style figure */
+    int runtime_version, driver_version;
+    int have_cublas;
+} mk_cuda_caps;
+
+/* Number of usable CUDA devices; 0 when there is no device or no driver (never an error). */
+int mk_cuda_device_count(void);
+/* Creates a context on `device`: selects it, makes a non-blocking stream, reads capabilities,
+ * creates the cuBLAS handle. Logs the capabilities and kernel choices at info level. */
+int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err);
+void mk_cuda_ctx_free(mk_cuda_ctx *ctx);
+const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx);
+/* The context's stream (a cudaStream_t) for callers that add their own work or capture graphs. */
+void *mk_cuda_ctx_stream(mk_cuda_ctx *ctx);
+/* Waits for all queued work; returns the first asynchronous error, if any. */
+int mk_cuda_ctx_sync(mk_cuda_ctx *ctx, mk_err *err);
+/* Writes a human-readable description (device, capabilities, kernel choices) into buf. */
+void mk_cuda_ctx_describe(const mk_cuda_ctx *ctx, char *buf, size_t len);
+
+/* Kernel tuning knobs (benchmarks sweep them; the defaults are what was measured best). Changing
+ * them changes mk_cuda_linear_scratch: size scratch after setting them. */
+typedef struct {
+    int gemv_warps_per_sm; /* resident warps the GEMV launch plan aims at per SM (default 16) */
+    int gemv_max_splits;   /* blocks per 16-row slab along k, 1..16 (default 1: measured best) */
+    int gemv_pdl;          /* 1: launch GEMVs with programmatic dependent launch (default 1) */
+} mk_cuda_tuning;
+void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
+void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+int mk_cuda_alloc(mk_cuda_ctx *ctx, size_t bytes, void **dptr, mk_err *err);
+void mk_cuda_free(mk_cuda_ctx *ctx, void *dptr);
+/* Copies ordered on the context's stream, waited for before returning (so they see queued
+ * results, and kernels queued afterwards see the uploaded data). */
+int mk_cuda_upload(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+/* Asynchronous memset on the stream. */
+int mk_cuda_memset(mk_cuda_ctx *ctx, void *dst, int value, size_t bytes, mk_err *err);
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+/* Copies W's data (and scales) as stored to new device memory; dev gets the same kind and shape
+ * with device pointers. Free with mk_cuda_wmat_free. */
+int mk_cuda_wmat_upload(mk_cuda_ctx *ctx, const mk_wmat *host, mk_wmat *dev, mk_err *err);
+void mk_cuda_wmat_free(mk_cuda_ctx *ctx, mk_wmat *dev);
+
+/* ---- linear ------------------------------------------------------------------------------- */
+
+typedef enum {
+    MK_CUDA_K_AUTO = 0, /* what mk_cuda_linear picks (see the header comment) */
+    MK_CUDA_K_SIMPLE,   /* warp-per-row FMA kernel, any kind and shape */
+    MK_CUDA_K_GEMV,     /* tensor-core GEMV (FP8, FP4, BF16); m > 8 in chunks of 8 */
+    MK_CUDA_K_GEMM,     /* tensor-core GEMM (FP8); cuBLAS (BF16) */
+} mk_cuda_kernel;
+
+enum {
+    /* The scratch already holds the quantized (FP8/FP4) or bf16-converted activations of this
+     * very x from the previous call with the same W kind, m and k: skip that step (the model
+     * quantizes one input once for several projections). */
+    MK_CUDA_LIN_REUSE_X = 1,
+};
+
+/* Bytes of scratch mk_cuda_linear needs for W and m rows (quantized activations, scales, bf16
+ * copy, split-K partials). */
+size_t mk_cuda_linear_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int m);
+/* y[m, n] = x[m, k] @ W^T with the numerics of mk_linear (ops.h); W holds device pointers
+ * (mk_cuda_wmat_upload), x and y are device arrays, scratch a device buffer of at least
+ * mk_cuda_linear_scratch bytes. For BF16 weights the tensor-core path rounds x to bf16 first
+ * (the reference's activations are bf16 there, so this is exact for real inputs). */
+int mk_cuda_linear(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, float *y,
+                   int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
+int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flags, const mk_wmat *W,
+                      const float *x, int m, float *y, int round_bf16, void *scratch,
+                      size_t scratch_bytes, mk_err *err);
+/* Name of the kernel `kern` resolves to for W and m (for logs and benchmarks). */
+const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cuda_kernel kern,
+                                       const mk_wmat *W, int m);
+
+/* The activation quantizer of the FP8/FP4 paths, exposed for tests: x [m, k] -> q e4m3 bytes
+ * [m, k] and sa [m, ceil(k/128)] (power-of-two scales), exactly mk_act_quant_block per 128-block.
+ * perm = 1 stores each 8-element chunk in the order 0,2,4,6,1,3,5,7 (the FP4 kernel's layout). */
+int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
+                      float *sa, mk_err *err);
+
+/* ---- norms, rope, hadamard ---------------------------------------------------------------- */
+
+/* mk_rmsnorm over rows [rows, d]; w bf16 [d] (device) or NULL. y may alias x. */
+int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,
+                    float eps, float *y, mk_err *err);
+
+/* Copies a host RoPE table (mk_rope_table_init) to the device: dev->cs becomes a device pointer. */
+int mk_cuda_rope_table_upload(mk_cuda_ctx *ctx, const mk_rope_table *host, mk_rope_table *dev,
+                              mk_err *err);
+void mk_cuda_rope_table_free(mk_cuda_ctx *ctx, mk_rope_table *dev);
+/* mk_rope on n_vec vectors: vector v starts at x + v * stride (x points at the rotated dims of
+ * the first vector) and is rotated by position pos0 + v / vecs_per_pos. E.g. q [T, H, D] with the
+ * rope dims last: x = q + D - rd, stride = D, vecs_per_pos = H. t is a device table. */
+int mk_cuda_rope(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
+                 const mk_rope_table *t, int pos0, int vecs_per_pos, int inverse, mk_err *err);
+
+/* mk_hadamard on each of `rows` rows of n values (n a power of two, <= 8192), in place. */
+int mk_cuda_hadamard(mk_cuda_ctx *ctx, float *x, int rows, int n, float scale, mk_err *err);
+
+/* ---- hyper-connections (mk_hc_pre / mk_hc_post / mk_hc_head; hc <= 4) --------------------- */
+
+int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
+                   const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
+                   float *x, float *post, float *comb, mk_err *err);
+int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
+                    const float *comb, int s, int hc, int d, float *out, mk_err *err);
+int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
+                    const float *scale, const float *base, float hc_eps, float norm_eps, float *y,
+                    mk_err *err);
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* mk_sparse_attn for T query tokens at once: query t attends over the KV rows
+ * rows[row_start[t] .. row_start[t+1]) (a device array of device pointers to D-float rows; K = V),
+ * q [T, H, D], sink [H], o [T, H, D]. D <= 1024. */
+int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
+                        const float *const *rows, const int32_t *row_start, const float *sink,
+                        float scale, float *o, mk_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

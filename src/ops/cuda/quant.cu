@@ -1,0 +1,146 @@
+/* quant.cu — activation preparation for the linear kernels: the reference's FP8 act_quant per
+ * 128-wide block (bit-exact twin of mk_act_quant_block), fp32 -> bf16 conversion for the bf16
+ * tensor-core path, and an in-place bf16 rounding of outputs.
+ *
+ * act_quant: amax = max(max|x|, 1e-4); s = 2^ceil(log2(amax * (1/448))) from the fp32 bits;
+ * q = e4m3_rn(clamp(x / s, -448, 448)). One warp per (row, block), four values per lane; the
+ * e4m3 rounding is the hardware's cvt.rn.satfinite (round to nearest even, like torch's cast and
+ * mk_f32_to_e4m3; inputs are already clamped, so saturation never triggers). The FP4 GEMV wants
+ * each 8-element chunk as (0,2,4,6,1,3,5,7) — the order in which it widens packed nibbles — so
+ * with perm = 1 the bytes are stored in that order. f16_prep feeds the FP8_DQ GEMV (f16 tensor
+ * cores): activations as f16 times a power-of-two scale per 128-block.
+ * These kernels signal programmatic dependent launch at their start, so the GEMV that follows
+ * can begin streaming weights while they run (it waits for them before reading activations).
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+__global__ void k_act_quant(const float *__restrict__ x, int m, int k, int perm,
+                            uint8_t *__restrict__ q, float *__restrict__ sa) {
+    mk_d_pdl_launch_dependents(); /* the GEMV after this may start streaming its weights */
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    int nb = (k + 127) >> 7;
+    if (warp >= m * nb) return;
+    int r = warp / nb, b = warp - r * nb;
+    int base = b * 128, w = min(128, k - base);
+    const float *xr = x + (size_t)r * k + base;
+    float v[4], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane * 4 + j;
+        v[j] = i < w ? xr[i] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    amax = mk_d_warp_max(amax);
+    amax = fmaxf(amax, 1e-4f);
+    float s = mk_d_pow2_ceil(__fmul_rn(amax, 1.0f / 448.0f));
+    uint8_t *qr = q + (size_t)r * k + base;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane * 4 + j;
+        if (i >= w) continue;
+        float t = __fdiv_rn(v[j], s);
+        t = fminf(fmaxf(t, -448.0f), 448.0f);
+        uint8_t byte = (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
+        int pos = i;
+        if (perm) { /* within the 8-chunk: even e -> e/2, odd e -> 4 + e/2 */
+            int e = i & 7;
+            pos = (i & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1));
+        }
+        qr[pos] = byte;
+    }
+    if (lane == 0) sa[(size_t)r * nb + b] = s;
+}
+
+__global__ void k_to_bf16(const float *__restrict__ x, size_t n, __nv_bfloat16 *__restrict__ y) {
+    mk_d_pdl_launch_dependents();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* One warp per (row, 128-block): xh = f16(x / s), s = 2^(ceil(log2 amax) - 15) (1 for an all-zero
+ * block), so |xh| <= 2^15 and every bf16 value down to 2^-23 of amax is exact in f16. */
+__global__ void k_f16_prep(const float *__restrict__ x, int m, int k, __half *__restrict__ xh,
+                           float *__restrict__ sx) {
+    mk_d_pdl_launch_dependents();
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    int nb = (k + 127) >> 7;
+    if (warp >= m * nb) return;
+    int r = warp / nb, b = warp - r * nb;
+    int base = b * 128, w = min(128, k - base);
+    const float *xr = x + (size_t)r * k + base;
+    float v[4], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane * 4 + j;
+        v[j] = i < w ? xr[i] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    amax = mk_d_warp_max(amax);
+    float s = 1.0f;
+    if (amax > 0.0f && amax <= 3.402823466e38f) {
+        uint32_t u = __float_as_uint(amax);
+        int e = (int)((u >> 23) & 0xff) - 127 + ((u & 0x7fffffu) != 0) - 15;
+        s = ldexpf(1.0f, e < -126 ? -126 : e);
+    }
+    __half *hr = xh + (size_t)r * k + base;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane * 4 + j;
+        if (i < w) hr[i] = __float2half_rn(__fdiv_rn(v[j], s));
+    }
+    if (lane == 0) sx[(size_t)r * nb + b] = s;
+}
+
+__global__ void k_round_bf16(float *__restrict__ y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = mk_d_bf16r(y[i]);
+}
+
+static unsigned grid_for(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    if (b > 65535u * 8) b = 65535u * 8;
+    return (unsigned)(b ? b : 1);
+}
+
+int mk_cuda_quant_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
+                         float *sa, mk_err *err) {
+    if (m <= 0 || k <= 0) return MK_OK;
+    if (perm && k % 8) return mk_fail(err, MK_EINVAL, "cuda: act_quant: permuted layout needs k %% 8 == 0 (k = %d)", k);
+    size_t warps = (size_t)m * ((k + 127) / 128);
+    unsigned blocks = (unsigned)((warps + 7) / 8);
+    k_act_quant<<<blocks, 256, 0, ctx->stream>>>(x, m, k, perm, q, sa);
+    MK_CU_LAUNCHED(err, "cuda: act_quant launch");
+    return MK_OK;
+}
+
+int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint16_t *xh, float *sx,
+                            mk_err *err) {
+    if (m <= 0 || k <= 0) return MK_OK;
+    size_t warps = (size_t)m * ((k + 127) / 128);
+    k_f16_prep<<<(unsigned)((warps + 7) / 8), 256, 0, ctx->stream>>>(x, m, k, (__half *)xh, sx);
+    MK_CU_LAUNCHED(err, "cuda: f16_prep launch");
+    return MK_OK;
+}
+
+int mk_cuda_to_bf16_launch(mk_cuda_ctx *ctx, const float *x, size_t n, uint16_t *y, mk_err *err) {
+    if (!n) return MK_OK;
+    k_to_bf16<<<grid_for(n, 256), 256, 0, ctx->stream>>>(x, n, (__nv_bfloat16 *)y);
+    MK_CU_LAUNCHED(err, "cuda: to_bf16 launch");
+    return MK_OK;
+}
+
+int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err) {
+    if (!n) return MK_OK;
+    k_round_bf16<<<grid_for(n, 256), 256, 0, ctx->stream>>>(y, n);
+    MK_CU_LAUNCHED(err, "cuda: round_bf16 launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm,
+                                 uint8_t *q, float *sa, mk_err *err) {
+    return mk_cuda_quant_launch(ctx, x, m, k, perm, q, sa, err);
+}

@@ -1,0 +1,545 @@
+/* test_ops_cuda.c — every CUDA op (src/ops/cuda) against its CPU twin (ops.h) on random inputs.
+ *
+ * For each op and shape it prints the largest absolute difference, the largest elementwise
+ * relative difference (over outputs at least 1e-3 of the largest), the normalised error
+ * max|gpu - cpu| / max|cpu|, the tolerance and the verdict; it exits 1 if any check fails, and
+ * 0 with "skipped: no CUDA device" where there is no GPU. Outputs are poisoned (NaN bytes) before
+ * each GPU run, so an unwritten element fails. Fresh random inputs for every check (seeded, so a
+ * failure reproduces; MK_TEST_SEED changes the seed). Every linear runs twice and must give
+ * bit-identical results (deterministic split-K reductions), and a third time right behind the
+ * second with the prepared activations reused (programmatic dependent launch overlap).
+ *
+ * Tolerances, and why (the CPU ops are the reference):
+ *   exact (0)      act_quant, RoPE, Hadamard, hc_post: the same fp32 operations in the same order
+ *   rel 2^-7       RMSNorm, hc_pre / hc_head collapse: one bf16 ulp where the fp32 scale before
+ *                  rounding differs in its last bit (double sums in another order, expf)
+ *   rel 1e-5       hc_pre post / comb (fp32, expf may differ by an ulp)
+ *   norm 1e-5      simple FMA kernels, unrounded (fp32 sums in another order)
+ *   norm 1e-4      tensor-core GEMV / GEMM (FP8, FP4, bf16) and cuBLAS, unrounded: exact
+ *                  products, fp32 sums in another order, and inside one MMA the tensor core's own
+ *                  addition (as in the reference's TileLang kernel). Measured on the H200:
+ *                  <= 2e-6; the margin covers data where the tensor core's reduced internal
+ *                  precision shows more.
+ *   norm 1e-2      any linear with bf16-rounded outputs (one bf16 ulp is 2^-8 relative)
+ *   norm 8e-3      sparse attention (bf16 probabilities and outputs; score sums in another order)
+ *
+ * Usage: test_ops_cuda [--quick]   (--quick drops the largest shapes, e.g. for compute-sanitizer)
+ */
+#include "base/status.h"
+#include "base/threads.h"
+#include "num/formats.h"
+#include "ops/cuda/ops_cuda.h"
+#include "ops/ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mk_cuda_ctx *ctx;
+static mk_pool *pool;
+static int n_checks, n_fail, quick;
+
+#define CK(call)                                                                           \
+    do {                                                                                   \
+        mk_err err_ = {0};                                                                 \
+        int s_ = (call);                                                                   \
+        if (s_) {                                                                          \
+            fprintf(stderr, "FATAL %s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, s_, \
+                    err_.msg);                                                             \
+            exit(2);                                                                       \
+        }                                                                                  \
+    } while (0)
+/* CK expects the call to use `&err_` as its error argument. */
+
+/* ---- random inputs ------------------------------------------------------------------------- */
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd64(void) {
+    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rnd_u(void) { return (float)((rnd64() >> 40) * (1.0 / 16777216.0)); }
+static float rnd_n(void) {
+    float u1 = rnd_u(), u2 = rnd_u();
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+/* bf16 activations, roughly normal, 1% outliers x16 (what makes block scales differ). */
+static void fill_act(float *x, size_t n, float sd) {
+    for (size_t i = 0; i < n; i++) {
+        float v = rnd_n() * sd;
+        if (rnd_u() < 0.01f) v *= 16.0f;
+        x[i] = mk_bf16r(v);
+    }
+}
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* ---- device helpers ------------------------------------------------------------------------- */
+
+static void *dup_dev(const void *h, size_t bytes) {
+    void *d = NULL;
+    CK(mk_cuda_alloc(ctx, bytes, &d, &err_));
+    CK(mk_cuda_upload(ctx, d, h, bytes, &err_));
+    return d;
+}
+static void *poisoned_dev(size_t bytes) {
+    void *d = NULL;
+    CK(mk_cuda_alloc(ctx, bytes, &d, &err_));
+    CK(mk_cuda_memset(ctx, d, 0xff, bytes, &err_));
+    return d;
+}
+static void fetch(void *h, const void *d, size_t bytes) {
+    CK(mk_cuda_ctx_sync(ctx, &err_));
+    CK(mk_cuda_download(ctx, h, d, bytes, &err_));
+}
+
+/* ---- comparison ------------------------------------------------------------------------------ */
+
+enum { EXACT, NORM, REL };
+
+static void compare(const char *op, const char *shape, const float *ref, const float *got, size_t n,
+                    int metric, double tol) {
+    double maxref = 0.0, maxabs = 0.0, maxrel = 0.0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) != isnan(ref[i]) || isinf(got[i]) != isinf(ref[i])) {
+            bad = 1;
+            continue;
+        }
+        if (isnan(ref[i]) || isinf(ref[i])) continue;
+        double d = fabs((double)got[i] - ref[i]);
+        if (d > maxabs) maxabs = d;
+        if (fabs(ref[i]) >= 1e-3 * maxref && fabs(ref[i]) > 0) {
+            double r = d / fabs(ref[i]);
+            if (r > maxrel) maxrel = r;
+        }
+    }
+    double nerr = maxref > 0 ? maxabs / maxref : maxabs;
+    int pass = !bad;
+    const char *mname = metric == EXACT ? "exact" : metric == NORM ? "norm" : "rel";
+    if (metric == EXACT) pass = pass && maxabs == 0.0;
+    else if (metric == NORM) pass = pass && nerr <= tol;
+    else pass = pass && maxrel <= tol;
+    n_checks++;
+    if (!pass) n_fail++;
+    printf("| %-40s | %-26s | %10.3g | %10.3g | %10.3g | %-5s %-7.2g | %s%s |\n", op, shape, maxabs,
+           maxrel, nerr, mname, tol, pass ? "PASS" : "FAIL", bad ? " (nan/inf/unwritten)" : "");
+    fflush(stdout);
+}
+
+/* ---- act_quant -------------------------------------------------------------------------------- */
+
+static void test_act_quant(int m, int k, int perm) {
+    float *x = xmalloc(sizeof(float) * m * k);
+    fill_act(x, (size_t)m * k, 1.0f);
+    for (int i = 0; i < k && i < 128; i++) x[i] *= 1e-6f; /* a block below the 1e-4 amax floor */
+    int nb = (k + 127) / 128;
+    float *qref = xmalloc(sizeof(float) * m * k), *sref = xmalloc(sizeof(float) * m * nb);
+    for (int r = 0; r < m; r++)
+        for (int b = 0; b < nb; b++) {
+            int w = k - b * 128 < 128 ? k - b * 128 : 128;
+            sref[r * nb + b] = mk_act_quant_block(x + (size_t)r * k + b * 128, w, qref + (size_t)r * k + b * 128);
+        }
+    float *dx = dup_dev(x, sizeof(float) * m * k);
+    uint8_t *dq = poisoned_dev((size_t)m * k);
+    float *ds = poisoned_dev(sizeof(float) * m * nb);
+    CK(mk_cuda_act_quant(ctx, dx, m, k, perm, dq, ds, &err_));
+    uint8_t *q = xmalloc((size_t)m * k);
+    float *s = xmalloc(sizeof(float) * m * nb), *qv = xmalloc(sizeof(float) * m * k);
+    fetch(q, dq, (size_t)m * k);
+    fetch(s, ds, sizeof(float) * m * nb);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < k; i++) {
+            int pos = i;
+            if (perm) {
+                int e = i & 7;
+                pos = (i & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1));
+            }
+            qv[(size_t)r * k + i] = mk_e4m3_to_f32(q[(size_t)r * k + pos]);
+        }
+    char shape[64];
+    snprintf(shape, sizeof shape, "m%d k%d%s", m, k, perm ? " perm" : "");
+    compare("act_quant values", shape, qref, qv, (size_t)m * k, EXACT, 0);
+    compare("act_quant scales", shape, sref, s, (size_t)m * nb, EXACT, 0);
+    mk_cuda_free(ctx, dx);
+    mk_cuda_free(ctx, dq);
+    mk_cuda_free(ctx, ds);
+    free(x), free(qref), free(sref), free(q), free(s), free(qv);
+}
+
+/* ---- linear --------------------------------------------------------------------------------- */
+
+static const char *kind_name(mk_wkind k) {
+    switch (k) {
+    case MK_W_BF16: return "bf16";
+    case MK_W_F32: return "f32";
+    case MK_W_FP8: return "fp8";
+    case MK_W_FP4: return "fp4";
+    case MK_W_FP8_DQ: return "fp8_dq";
+    }
+    return "?";
+}
+
+/* Random weights in the checkpoint's formats: FP8 bytes (no NaN codes), FP4 bytes, e8m0 scales
+ * in 2^-10 .. 2^-3, bf16 / f32 values ~ N(0, 0.05). */
+static void make_weights(mk_wmat *W, mk_wkind kind, int n, int k) {
+    memset(W, 0, sizeof *W);
+    W->kind = kind;
+    W->n = n;
+    W->k = k;
+    size_t nk = (size_t)n * k, ns = 0;
+    if (kind == MK_W_FP8 || kind == MK_W_FP8_DQ) {
+        uint8_t *w = xmalloc(nk);
+        for (size_t i = 0; i < nk; i++) {
+            uint8_t b = (uint8_t)rnd64();
+            if ((b & 0x7f) == 0x7f) b ^= 1;
+            w[i] = b;
+        }
+        W->w = w;
+        ns = (size_t)((n + 127) / 128) * ((k + 127) / 128);
+    } else if (kind == MK_W_FP4) {
+        uint8_t *w = xmalloc(nk / 2);
+        for (size_t i = 0; i < nk / 2; i++) w[i] = (uint8_t)rnd64();
+        W->w = w;
+        ns = (size_t)n * (k / 32);
+    } else if (kind == MK_W_BF16) {
+        uint16_t *w = xmalloc(nk * 2);
+        for (size_t i = 0; i < nk; i++) w[i] = mk_f32_to_bf16(rnd_n() * 0.05f);
+        W->w = w;
+    } else {
+        float *w = xmalloc(nk * 4);
+        for (size_t i = 0; i < nk; i++) w[i] = rnd_n() * 0.05f;
+        W->w = w;
+    }
+    if (ns) {
+        uint8_t *s = xmalloc(ns);
+        for (size_t i = 0; i < ns; i++) s[i] = (uint8_t)(117 + rnd64() % 8);
+        W->scale = s;
+    }
+}
+
+static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_kernel kern) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, kind, n, k);
+    float *x = xmalloc(sizeof(float) * m * k), *yref = xmalloc(sizeof(float) * m * n),
+          *y = xmalloc(sizeof(float) * m * n);
+    fill_act(x, (size_t)m * k, 1.0f);
+    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(m, k));
+    mk_linear(pool, &Wh, x, m, yref, round, scr);
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k);
+    float *dy = poisoned_dev(sizeof(float) * m * n);
+    size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
+    void *ds = poisoned_dev(sb);
+    /* twice, re-poisoning y: the second run checks that split-K counters were left reset and
+     * that the result is bit-for-bit deterministic */
+    float *y1 = xmalloc(sizeof(float) * m * n);
+    float *dy3 = poisoned_dev(sizeof(float) * m * n);
+    CK(mk_cuda_linear_ex(ctx, kern, 0, &Wd, dx, m, dy, round, ds, sb, &err_));
+    fetch(y1, dy, sizeof(float) * m * n);
+    CK(mk_cuda_memset(ctx, dy, 0xff, sizeof(float) * m * n, &err_));
+    CK(mk_cuda_linear_ex(ctx, kern, 0, &Wd, dx, m, dy, round, ds, sb, &err_));
+    /* and a third time right behind the second (no sync), reusing its prepared activations, into
+     * another buffer: with programmatic dependent launch this GEMV starts while the second runs */
+    CK(mk_cuda_linear_ex(ctx, kern, MK_CUDA_LIN_REUSE_X, &Wd, dx, m, dy3, round, ds, sb, &err_));
+    fetch(y, dy, sizeof(float) * m * n);
+    int same = memcmp(y1, y, sizeof(float) * m * n) == 0;
+    fetch(y1, dy3, sizeof(float) * m * n);
+    same = same && memcmp(y1, y, sizeof(float) * m * n) == 0;
+    mk_cuda_free(ctx, dy3);
+    free(y1);
+    const char *kn = mk_cuda_linear_kernel_name(ctx, kern, &Wd, m);
+    int tc = strstr(kn, "mma") != NULL || strstr(kn, "cublas") != NULL;
+    double tol;
+    if (round) tol = 1e-2;
+    else if (!tc) tol = 1e-5;
+    else if (kind == MK_W_BF16) tol = 1e-4;
+    else tol = 1e-4;
+    char op[64], shape[64];
+    snprintf(op, sizeof op, "linear %s %s", kind_name(kind), kn);
+    snprintf(shape, sizeof shape, "n%d k%d m%d%s", n, k, m, round ? " bf16out" : "");
+    compare(op, shape, yref, y, (size_t)m * n, NORM, tol);
+    if (!same) {
+        n_fail++;
+        printf("| %-40s | %-26s | repeated run differs: FAIL |\n", op, shape);
+    }
+    mk_cuda_wmat_free(ctx, &Wd);
+    mk_cuda_free(ctx, dx);
+    mk_cuda_free(ctx, dy);
+    mk_cuda_free(ctx, ds);
+    free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(scr);
+}
+
+/* ---- norms, rope, hadamard ------------------------------------------------------------------ */
+
+static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
+    float *x = xmalloc(sizeof(float) * rows * d), *yref = xmalloc(sizeof(float) * rows * d),
+          *y = xmalloc(sizeof(float) * rows * d);
+    uint16_t *w = xmalloc(2 * (size_t)d);
+    fill_act(x, (size_t)rows * d, 3.0f);
+    for (int i = 0; i < d; i++) w[i] = mk_f32_to_bf16(1.0f + 0.3f * rnd_n());
+    mk_rmsnorm(x, rows, d, with_w ? w : NULL, 1e-6f, yref);
+    float *dx = dup_dev(x, sizeof(float) * rows * d);
+    uint16_t *dw = dup_dev(w, 2 * (size_t)d);
+    float *dy = in_place ? dx : poisoned_dev(sizeof(float) * rows * d);
+    CK(mk_cuda_rmsnorm(ctx, dx, rows, d, with_w ? dw : NULL, 1e-6f, dy, &err_));
+    fetch(y, dy, sizeof(float) * rows * d);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%d%s%s", rows, d, with_w ? " w" : "", in_place ? " in-place" : "");
+    compare("rmsnorm", shape, yref, y, (size_t)rows * d, REL, 1.0 / 128);
+    mk_cuda_free(ctx, dx);
+    mk_cuda_free(ctx, dw);
+    if (!in_place) mk_cuda_free(ctx, dy);
+    free(x), free(yref), free(y), free(w);
+}
+
+static void test_rope(int T, int H, int D, int rd, double base, int orig, int pos0, int inverse) {
+    mk_rope_table tab, dtab;
+    if (mk_rope_table_init(&tab, 256, rd, base, orig, 16.0, 32.0, 1.0)) exit(2);
+    size_t n = (size_t)T * H * D;
+    float *q = xmalloc(sizeof(float) * n), *qref = xmalloc(sizeof(float) * n), *got = xmalloc(sizeof(float) * n);
+    fill_act(q, n, 1.0f);
+    memcpy(qref, q, sizeof(float) * n);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) mk_rope(qref + ((size_t)t * H + h) * D + D - rd, rd, &tab, pos0 + t, inverse);
+    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
+    float *dq = dup_dev(q, sizeof(float) * n);
+    CK(mk_cuda_rope(ctx, dq + D - rd, T * H, D, rd, &dtab, pos0, H, inverse, &err_));
+    fetch(got, dq, sizeof(float) * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%dx%d rd%d base%g%s", T, H, D, rd, base, orig ? " yarn" : "");
+    compare(inverse ? "rope inverse" : "rope", shape, qref, got, n, EXACT, 0);
+    mk_cuda_rope_table_free(ctx, &dtab);
+    mk_rope_table_free(&tab);
+    mk_cuda_free(ctx, dq);
+    free(q), free(qref), free(got);
+}
+
+static void test_hadamard(int rows, int n) {
+    float *x = xmalloc(sizeof(float) * rows * n), *ref = xmalloc(sizeof(float) * rows * n),
+          *got = xmalloc(sizeof(float) * rows * n);
+    fill_act(x, (size_t)rows * n, 1.0f);
+    memcpy(ref, x, sizeof(float) * rows * n);
+    float sc = 1.0f / sqrtf((float)n);
+    for (int r = 0; r < rows; r++) mk_hadamard(ref + (size_t)r * n, n, sc);
+    float *dx = dup_dev(x, sizeof(float) * rows * n);
+    CK(mk_cuda_hadamard(ctx, dx, rows, n, sc, &err_));
+    fetch(got, dx, sizeof(float) * rows * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%d", rows, n);
+    compare("hadamard", shape, ref, got, (size_t)rows * n, EXACT, 0);
+    mk_cuda_free(ctx, dx);
+    free(x), free(ref), free(got);
+}
+
+/* ---- hyper-connections ------------------------------------------------------------------------ */
+
+static void test_hc(int s, int hc, int d) {
+    int n = hc * d, nmix = (2 + hc) * hc;
+    float *h = xmalloc(sizeof(float) * s * n), *fn = xmalloc(sizeof(float) * nmix * n);
+    float scale[3] = {0.5f + rnd_u(), 0.5f + rnd_u(), 0.5f + rnd_u()}, base[64];
+    fill_act(h, (size_t)s * n, 1.0f);
+    for (size_t i = 0; i < (size_t)nmix * n; i++) fn[i] = rnd_n() * 0.01f;
+    for (int i = 0; i < nmix; i++) base[i] = rnd_n() * 0.5f;
+    float *x = xmalloc(sizeof(float) * s * d), *post = xmalloc(sizeof(float) * s * hc),
+          *comb = xmalloc(sizeof(float) * s * hc * hc);
+    float *gx = xmalloc(sizeof(float) * s * d), *gpost = xmalloc(sizeof(float) * s * hc),
+          *gcomb = xmalloc(sizeof(float) * s * hc * hc);
+    mk_hc_pre(h, s, hc, d, fn, scale, base, 20, 1e-6f, 1e-6f, x, post, comb);
+    float *dh = dup_dev(h, sizeof(float) * s * n), *dfn = dup_dev(fn, sizeof(float) * nmix * n);
+    float *dsc = dup_dev(scale, sizeof scale), *dba = dup_dev(base, sizeof(float) * nmix);
+    float *dx = poisoned_dev(sizeof(float) * s * d), *dpost = poisoned_dev(sizeof(float) * s * hc),
+          *dcomb = poisoned_dev(sizeof(float) * s * hc * hc);
+    CK(mk_cuda_hc_pre(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dx, dpost, dcomb, &err_));
+    fetch(gx, dx, sizeof(float) * s * d);
+    fetch(gpost, dpost, sizeof(float) * s * hc);
+    fetch(gcomb, dcomb, sizeof(float) * s * hc * hc);
+    char shape[64];
+    snprintf(shape, sizeof shape, "s%d hc%d d%d", s, hc, d);
+    compare("hc_pre x", shape, x, gx, (size_t)s * d, REL, 1.0 / 128);
+    compare("hc_pre post", shape, post, gpost, (size_t)s * hc, REL, 1e-5);
+    compare("hc_pre comb", shape, comb, gcomb, (size_t)s * hc * hc, REL, 1e-5);
+
+    /* hc_post on the CPU's own pre outputs (so it is checked alone): sub-layer output ~ x */
+    float *sub = xmalloc(sizeof(float) * s * d), *out = xmalloc(sizeof(float) * s * n),
+          *gout = xmalloc(sizeof(float) * s * n);
+    fill_act(sub, (size_t)s * d, 1.0f);
+    mk_hc_post(sub, h, post, comb, s, hc, d, out);
+    float *dsub = dup_dev(sub, sizeof(float) * s * d), *dpost2 = dup_dev(post, sizeof(float) * s * hc),
+          *dcomb2 = dup_dev(comb, sizeof(float) * s * hc * hc), *dout = poisoned_dev(sizeof(float) * s * n);
+    CK(mk_cuda_hc_post(ctx, dsub, dh, dpost2, dcomb2, s, hc, d, dout, &err_));
+    fetch(gout, dout, sizeof(float) * s * n);
+    compare("hc_post", shape, out, gout, (size_t)s * n, EXACT, 0);
+
+    /* head: fn [hc, hc*d], scale [1], base [hc] (the first rows of the pre parameters) */
+    mk_hc_head(h, s, hc, d, fn, scale, base, 1e-6f, 1e-6f, x);
+    CK(mk_cuda_memset(ctx, dx, 0xff, sizeof(float) * s * d, &err_));
+    CK(mk_cuda_hc_head(ctx, dh, s, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dx, &err_));
+    fetch(gx, dx, sizeof(float) * s * d);
+    compare("hc_head", shape, x, gx, (size_t)s * d, REL, 1.0 / 128);
+
+    void *dev[] = {dh, dfn, dsc, dba, dx, dpost, dcomb, dsub, dpost2, dcomb2, dout};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(h), free(fn), free(x), free(post), free(comb), free(gx), free(gpost), free(gcomb);
+    free(sub), free(out), free(gout);
+}
+
+/* ---- sparse attention ------------------------------------------------------------------------- */
+
+static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
+    float *kvp = xmalloc(sizeof(float) * pool_rows * D);
+    fill_act(kvp, (size_t)pool_rows * D, 1.0f);
+    float *q = xmalloc(sizeof(float) * T * H * D), *sink = xmalloc(sizeof(float) * H);
+    fill_act(q, (size_t)T * H * D, 1.5f);
+    for (int h = 0; h < H; h++) sink[h] = rnd_n();
+    int total = 0;
+    for (int t = 0; t < T; t++) total += ns[t];
+    int32_t *idx = xmalloc(sizeof(int32_t) * (total + 1)), *start = xmalloc(sizeof(int32_t) * (T + 1));
+    for (int i = 0; i < total; i++) idx[i] = (int32_t)(rnd64() % (uint64_t)pool_rows);
+    start[0] = 0;
+    for (int t = 0; t < T; t++) start[t + 1] = start[t] + ns[t];
+    float scale = 1.0f / sqrtf((float)D);
+    float *oref = xmalloc(sizeof(float) * T * H * D), *o = xmalloc(sizeof(float) * T * H * D);
+    const float **rows = xmalloc(sizeof(float *) * (total + 1));
+    for (int i = 0; i < total; i++) rows[i] = kvp + (size_t)idx[i] * D;
+    for (int t = 0; t < T; t++)
+        mk_sparse_attn(pool, q + (size_t)t * H * D, H, D, rows + start[t], ns[t], sink, scale,
+                       oref + (size_t)t * H * D);
+    float *dkv = dup_dev(kvp, sizeof(float) * pool_rows * D);
+    const float **drows_h = xmalloc(sizeof(float *) * (total + 1));
+    for (int i = 0; i < total; i++) drows_h[i] = dkv + (size_t)idx[i] * D;
+    void *drows = dup_dev(drows_h, sizeof(float *) * (total + 1));
+    int32_t *dstart = dup_dev(start, sizeof(int32_t) * (T + 1));
+    float *dq = dup_dev(q, sizeof(float) * T * H * D), *dsink = dup_dev(sink, sizeof(float) * H);
+    float *dout = poisoned_dev(sizeof(float) * T * H * D);
+    CK(mk_cuda_sparse_attn(ctx, dq, T, H, D, (const float *const *)drows, dstart, dsink, scale, dout, &err_));
+    fetch(o, dout, sizeof(float) * T * H * D);
+    char shape[64];
+    int l = snprintf(shape, sizeof shape, "H%d D%d n=", H, D);
+    for (int t = 0; t < T && l < 60; t++) l += snprintf(shape + l, sizeof shape - l, "%s%d", t ? "," : "", ns[t]);
+    compare("sparse_attn", shape, oref, o, (size_t)T * H * D, NORM, 8e-3);
+    void *dev[] = {dkv, drows, dstart, dq, dsink, dout};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(kvp), free(q), free(sink), free(idx), free(start), free(oref), free(o), free(rows), free(drows_h);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+    if (getenv("MK_TEST_SEED")) rs = strtoull(getenv("MK_TEST_SEED"), NULL, 0);
+    if (mk_cuda_device_count() == 0) {
+        printf("skipped: no CUDA device\n");
+        return 0;
+    }
+    mk_num_init();
+    {
+        mk_err err = {0};
+        if (mk_cuda_ctx_create(0, &ctx, &err)) {
+            fprintf(stderr, "cuda context: %s\n", err.msg);
+            return 1;
+        }
+    }
+    pool = mk_pool_create(0);
+    char desc[1024];
+    mk_cuda_ctx_describe(ctx, desc, sizeof desc);
+    printf("%s\n\n", desc);
+    printf("| %-40s | %-26s | %10s | %10s | %10s | %-13s | %s |\n", "op", "shape", "max abs", "max rel",
+           "norm err", "tolerance", "result");
+    printf("|---|---|---|---|---|---|---|\n");
+
+    test_act_quant(3, 4096, 0);
+    test_act_quant(2, 1000, 0);
+    test_act_quant(3, 4096, 1);
+
+    /* FP8: decode GEMV (m <= 8), GEMM (m > 8, incl. partial tiles and split-K), simple */
+    test_linear(MK_W_FP8, 512, 1024, 1, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 4096, 1, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 4096, 3, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 2048, 4096, 8, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 4096, 1, 1, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 4096, 3, 0, MK_CUDA_K_SIMPLE);
+    test_linear(MK_W_FP8, 1024, 1024, 9, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 2048, 64, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 2048, 64, 1, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 1024, 130, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 1024, 2048, 200, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8, 512, 1024, 4, 0, MK_CUDA_K_GEMM);
+    test_linear(MK_W_FP8, 256, 1000, 2, 0, MK_CUDA_K_AUTO); /* k % 128 != 0: simple */
+    if (!quick) test_linear(MK_W_FP8, 4096, 4096, 256, 0, MK_CUDA_K_AUTO);
+    /* FP4 experts */
+    test_linear(MK_W_FP4, 2048, 4096, 1, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP4, 4096, 2048, 2, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP4, 2048, 4096, 3, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP4, 2048, 4096, 8, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP4, 1024, 2048, 20, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP4, 2048, 4096, 1, 1, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP4, 2048, 4096, 2, 0, MK_CUDA_K_SIMPLE);
+    /* BF16 (head, gate, compressor), F32 (hc fn), FP8_DQ (wo_a) */
+    test_linear(MK_W_BF16, 1024, 4096, 1, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_BF16, 256, 4096, 1, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_BF16, 2048, 4096, 8, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_BF16, 1024, 4096, 1, 1, MK_CUDA_K_AUTO);
+    test_linear(MK_W_BF16, 1024, 4096, 40, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_BF16, 1024, 4096, 2, 0, MK_CUDA_K_SIMPLE);
+    test_linear(MK_W_F32, 24, 16384, 3, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8_DQ, 1024, 4096, 1, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8_DQ, 1024, 4096, 4, 1, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8_DQ, 1024, 4096, 8, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8_DQ, 1024, 2048, 20, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_FP8_DQ, 1024, 4096, 2, 0, MK_CUDA_K_SIMPLE);
+    {
+        /* the GEMVs with k split over several blocks per slab (off by default), and without
+         * programmatic dependent launch */
+        mk_cuda_tuning def, t;
+        mk_cuda_ctx_get_tuning(ctx, &def);
+        t = def;
+        t.gemv_max_splits = 16;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        printf("| (tuning: gemv_max_splits = 16) | | | | | | |\n");
+        test_linear(MK_W_FP8, 1024, 4096, 1, 0, MK_CUDA_K_AUTO);
+        test_linear(MK_W_FP8, 2048, 4096, 8, 1, MK_CUDA_K_AUTO);
+        test_linear(MK_W_FP4, 2048, 4096, 3, 0, MK_CUDA_K_AUTO);
+        test_linear(MK_W_BF16, 256, 4096, 1, 0, MK_CUDA_K_AUTO);
+        test_linear(MK_W_FP8_DQ, 1024, 4096, 2, 0, MK_CUDA_K_AUTO);
+        t = def;
+        t.gemv_pdl = 0;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        printf("| (tuning: gemv_pdl = 0) | | | | | | |\n");
+        test_linear(MK_W_FP8, 1024, 4096, 3, 0, MK_CUDA_K_AUTO);
+        test_linear(MK_W_FP4, 2048, 4096, 1, 0, MK_CUDA_K_AUTO);
+        mk_cuda_ctx_set_tuning(ctx, &def);
+    }
+
+    test_rmsnorm(5, 4096, 1, 0);
+    test_rmsnorm(3, 512, 0, 0);
+    test_rmsnorm(4, 1024, 1, 1);
+    test_rope(3, 64, 512, 64, 160000.0, 65536, 7, 0);
+    test_rope(3, 64, 512, 64, 160000.0, 65536, 7, 1);
+    test_rope(2, 1, 512, 64, 10000.0, 0, 100, 0);
+    test_hadamard(7, 128);
+    test_hadamard(3, 512);
+    test_hc(3, 4, 4096);
+    {
+        int ns[3] = {0, 300, 640};
+        test_attn(64, 512, 3, ns, 1000);
+        int ns2[2] = {1, 129};
+        test_attn(8, 128, 2, ns2, 200);
+    }
+
+    printf("\n%d checks, %d failed\n", n_checks, n_fail);
+    mk_pool_free(pool);
+    mk_cuda_ctx_free(ctx);
+    return n_fail ? 1 : 0;
+}
