@@ -58,6 +58,7 @@ test: $(BUILD)/minke $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t --jobs 2 $(TEST_ARGS); done
 	@bash tests/cli/test_cli.sh $(BUILD)/minke
 	@bash tests/server/run.sh $(BUILD)/minke
+	@bash tests/bench/test_bench.sh $(BUILD)/minke
 	@bash tests/tools/test_gen_dsv4.sh
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/tok_cli && python3 tests/tokenizer/prop_test.py $(BUILD)
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/gguf_cli && python3 tests/tokenizer/gguf_vs_llamacpp.py $(BUILD)
