@@ -302,7 +302,7 @@ static int step(mk_engine *e) {
                 pthread_mutex_unlock(&r->mu);
             }
         }
-        e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .tokens = it->req->tokens + it->start,
+        e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
                                        .n = it->n, .blocks = it->req->blocks, .n_blocks = it->req->n_blocks,
                                        .copy_from = it->copy_from, .copy_to = it->copy_to,
                                        .logits = it->logits ? e->logits + (size_t)(nl++) * e->vocab : NULL};

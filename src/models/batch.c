@@ -1,58 +1,118 @@
 /* batch.c — mk_kvcache and mk_model_forward_batch (batch.h).
  *
- * Slot mode (every family until its paged forward lands): each slot owns an mk_seq of
- * max_model_len; a piece at start 0 resets the slot; pieces run one after another through
- * mk_seq_forward. The pool exists for the scheduler's accounting (0 bytes per block) and is sized
- * so that every slot can hold a full-length sequence, so slot mode never preempts. */
+ * Llama family: paged. The pool's blocks hold K and V^T of every layer (llama.h has the layout);
+ * a step copies the blocks of partial prefix hits (copy-on-write), then runs every piece in one
+ * llama_forward call (rows of all pieces concatenated, attention over each piece's block table).
+ * Pool size: kv_bytes / bytes per block, or with kv_bytes = 0 room for n_slots full-length
+ * sequences capped at LLAMA_KV_DEFAULT_CAP bytes, and never less than one full-length sequence.
+ *
+ * DeepSeek-V4: slot mode. Each slot owns an mk_seq of max_model_len; a piece at start 0 resets
+ * the slot; pieces run one after another through mk_seq_forward. The pool exists for the
+ * scheduler's accounting (0 bytes per block) and is sized so that every slot can hold a
+ * full-length sequence, so slot mode never preempts.
+ */
 #include "models/batch.h"
+#include "models/llama.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define LLAMA_KV_BLOCK_TOKENS 32
+#define LLAMA_KV_DEFAULT_CAP ((size_t)512 << 20)
 
 struct mk_kvcache {
     mk_model *m;
     mk_kvcache_caps caps;
     mk_kv_pool *pool;
+    /* slot mode */
     mk_seq **seqs;
+    /* paged (llama) */
+    llama_model *lm;
+    llama_work *work;
+    llama_piece *pieces; /* [n_slots] */
+    int *which;          /* [n_slots] the item of each piece */
+    size_t bpb;          /* bytes per block */
 };
 
+static int create_paged(mk_kvcache *c, size_t kv_bytes, mk_err *err) {
+    const int bt = LLAMA_KV_BLOCK_TOKENS, n_slots = c->caps.n_slots, len = c->caps.max_model_len;
+    if (len > llama_model_context(c->lm))
+        return mk_fail(err, MK_ERANGE, "kv cache: max_model_len %d exceeds the model's context %d", len,
+                       llama_model_context(c->lm));
+    c->bpb = llama_block_bytes(c->lm, bt);
+    const long per_seq = (len + bt - 1) / bt;
+    long n;
+    if (kv_bytes == 0) {
+        n = per_seq * n_slots;
+        long cap = (long)(LLAMA_KV_DEFAULT_CAP / c->bpb);
+        if (n > cap) n = cap;
+        if (n < per_seq) n = per_seq;
+    } else {
+        size_t nb = kv_bytes / c->bpb;
+        n = nb > INT_MAX ? INT_MAX : (long)nb;
+        if (n < per_seq)
+            return mk_fail(err, MK_EINVAL,
+                           "kv cache: kv_bytes %zu holds %ld blocks of %d tokens (%zu bytes each); one sequence of "
+                           "max_model_len %d needs %ld blocks (%zu bytes)",
+                           kv_bytes, n, bt, c->bpb, len, per_seq, (size_t)per_seq * c->bpb);
+    }
+    c->caps.block_tokens = bt;
+    c->caps.n_blocks = (int)n;
+    c->caps.prefix_caching = 1;
+    c->caps.chunked_prefill = 1;
+    c->caps.replay = 0;
+    int rc = mk_kv_pool_create(c->caps.n_blocks, bt, c->bpb, &c->pool, err);
+    if (rc) return rc;
+    if ((rc = llama_work_create(c->lm, len, &c->work, err))) return rc;
+    c->pieces = malloc(sizeof *c->pieces * (size_t)n_slots);
+    c->which = malloc(sizeof *c->which * (size_t)n_slots);
+    if (!c->pieces || !c->which) return mk_fail(err, MK_ENOMEM, "out of memory");
+    c->caps.bytes = (size_t)n * c->bpb + llama_work_bytes(c->work);
+    return MK_OK;
+}
+
+static int create_slots(mk_kvcache *c, mk_err *err) {
+    const int n_slots = c->caps.n_slots, len = c->caps.max_model_len;
+    c->caps.block_tokens = 256;
+    c->caps.prefix_caching = 0;
+    c->caps.chunked_prefill = 0;
+    c->caps.replay = 0;
+    int per_seq = (len + c->caps.block_tokens - 1) / c->caps.block_tokens;
+    c->caps.n_blocks = per_seq * n_slots;
+    int rc = mk_kv_pool_create(c->caps.n_blocks, c->caps.block_tokens, 0, &c->pool, err);
+    if (rc) return rc;
+    c->seqs = calloc((size_t)n_slots, sizeof *c->seqs);
+    if (!c->seqs) return mk_fail(err, MK_ENOMEM, "out of memory");
+    for (int i = 0; i < n_slots; i++) {
+        if ((rc = mk_seq_create(c->m, len, &c->seqs[i], err))) {
+            mk_err_prefix(err, "kv cache: slot %d of %d (max_model_len %d)", i, n_slots, len);
+            return rc;
+        }
+        if (mk_seq_capacity(c->seqs[i]) < len)
+            return mk_fail(err, MK_ERANGE, "kv cache: max_model_len %d exceeds the model's context %d", len,
+                           mk_seq_capacity(c->seqs[i]));
+    }
+    return MK_OK;
+}
+
 int mk_kvcache_create(mk_model *m, int n_slots, int max_model_len, size_t kv_bytes, mk_kvcache **out, mk_err *err) {
-    (void)kv_bytes;
     *out = NULL;
     if (n_slots < 1) return mk_fail(err, MK_EINVAL, "kv cache: need at least one slot, got %d", n_slots);
     if (max_model_len < 1) return mk_fail(err, MK_EINVAL, "kv cache: max_model_len must be >= 1, got %d", max_model_len);
     mk_kvcache *c = calloc(1, sizeof *c);
     if (!c) return mk_fail(err, MK_ENOMEM, "out of memory");
     c->m = m;
-    int is_llama = !strcmp(mk_model_family(m), "llama");
-    c->caps.block_tokens = is_llama ? 16 : 256;
     c->caps.n_slots = n_slots;
     c->caps.max_model_len = max_model_len;
-    c->caps.prefix_caching = 0;
-    c->caps.chunked_prefill = is_llama;
-    c->caps.replay = 0;
-    int per_seq = (max_model_len + c->caps.block_tokens - 1) / c->caps.block_tokens;
-    c->caps.n_blocks = per_seq * n_slots;
-    int rc = mk_kv_pool_create(c->caps.n_blocks, c->caps.block_tokens, 0, &c->pool, err);
-    if (rc) goto fail;
-    c->seqs = calloc((size_t)n_slots, sizeof *c->seqs);
-    if (!c->seqs) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
-    for (int i = 0; i < n_slots; i++) {
-        if ((rc = mk_seq_create(m, max_model_len, &c->seqs[i], err))) {
-            mk_err_prefix(err, "kv cache: slot %d of %d (max_model_len %d)", i, n_slots, max_model_len);
-            goto fail;
-        }
-        if (mk_seq_capacity(c->seqs[i]) < max_model_len) {
-            rc = mk_fail(err, MK_ERANGE, "kv cache: max_model_len %d exceeds the model's context %d", max_model_len,
-                         mk_seq_capacity(c->seqs[i]));
-            goto fail;
-        }
+    c->lm = mk_model_llama(m);
+    int rc = c->lm ? create_paged(c, kv_bytes, err) : create_slots(c, err);
+    if (rc) {
+        mk_kvcache_free(c);
+        return rc;
     }
     *out = c;
     return MK_OK;
-fail:
-    mk_kvcache_free(c);
-    return rc;
 }
 
 void mk_kvcache_free(mk_kvcache *c) {
@@ -60,6 +120,9 @@ void mk_kvcache_free(mk_kvcache *c) {
     if (c->seqs)
         for (int i = 0; i < c->caps.n_slots; i++) mk_seq_free(c->seqs[i]);
     free(c->seqs);
+    llama_work_free(c->work);
+    free(c->pieces);
+    free(c->which);
     mk_kv_pool_free(c->pool);
     free(c);
 }
@@ -67,8 +130,52 @@ void mk_kvcache_free(mk_kvcache *c) {
 void mk_kvcache_caps_get(const mk_kvcache *c, mk_kvcache_caps *caps) { *caps = c->caps; }
 mk_kv_pool *mk_kvcache_pool(mk_kvcache *c) { return c->pool; }
 
+/* Paged step: copies, checks, then one llama_forward over every valid piece. */
+static int forward_paged(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
+    int last = MK_OK, np = 0;
+    const int nb = mk_kv_n_blocks(c->pool);
+    /* copy-on-write of partial prefix hits first: a source may be written by its owner's piece */
+    for (int i = 0; i < n; i++) {
+        mk_batch_item *it = &items[i];
+        it->status = MK_OK;
+        if (it->copy_from < 0) continue;
+        if (it->copy_from >= nb || it->copy_to < 0 || it->copy_to >= it->n_blocks || it->blocks[it->copy_to] < 0 ||
+            it->blocks[it->copy_to] >= nb) {
+            last = it->status = mk_fail(err, MK_EINTERNAL, "batch: copy of block %d into table entry %d (of %d) is invalid",
+                                        it->copy_from, it->copy_to, it->n_blocks);
+            continue;
+        }
+        memcpy(mk_kv_block_data(c->pool, it->blocks[it->copy_to]), mk_kv_block_data(c->pool, it->copy_from), c->bpb);
+    }
+    for (int i = 0; i < n; i++) {
+        mk_batch_item *it = &items[i];
+        if (it->status) continue;
+        if (np >= c->caps.n_slots) {
+            last = it->status = mk_fail(err, MK_EINTERNAL, "batch: more than %d pieces in a step", c->caps.n_slots);
+            continue;
+        }
+        llama_piece *p = &c->pieces[np];
+        *p = (llama_piece){.tokens = it->tokens, .pos = it->start, .n = it->n, .blocks = it->blocks,
+                           .n_blocks = it->n_blocks, .ub_lo = 0, .ub_hi = it->n_prompt, .logits = it->logits};
+        if ((it->status = llama_piece_check(c->lm, c->work, c->pool, p, err))) {
+            last = it->status;
+            continue;
+        }
+        c->which[np++] = i;
+    }
+    if (np) {
+        int rc = llama_forward(c->lm, c->work, c->pool, c->pieces, np, err);
+        if (rc) {
+            for (int k = 0; k < np; k++) items[c->which[k]].status = rc;
+            last = rc;
+        }
+    }
+    return last;
+}
+
 int mk_model_forward_batch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
     (void)m;
+    if (c->lm) return forward_paged(c, items, n, err);
     int last = MK_OK;
     for (int i = 0; i < n; i++) {
         mk_batch_item *it = &items[i];

@@ -8,8 +8,12 @@
  * mk_kvcache is a model's cache: the block pool (bytes per block from the family's layout) plus
  * per-slot state that does not live in blocks (one slot per running request). Families differ in
  * what they support, reported by mk_kvcache_caps:
- *   llama        paged KV (K and V rows of every layer for the block's token span); prefix
- *                sharing; chunked prefill at any position.
+ *   llama        paged KV (K and V^T rows of every layer for the block's 32 positions, layout in
+ *                llama.h and src/kv/README.md); prefix sharing with copy-on-write of partial
+ *                hits; chunked prefill at any position. One step runs every piece in one forward
+ *                call (rows concatenated: each weight matrix read once per step). A piece's
+ *                results are those of its request run alone through llama.cpp (the prompt as one
+ *                batch, then one-token decodes) — which is why an item carries n_prompt.
  *   deepseek_v4  (today) slot mode: each slot owns a whole sequence state (window ring, compressed
  *                KV, compressor state) sized for max_model_len; blocks only account for memory;
  *                no prefix sharing; the prompt runs in one piece at position 0, then one-token
@@ -39,17 +43,19 @@ typedef struct {
     size_t bytes;        /* memory of the pool and the slots */
 } mk_kvcache_caps;
 
-/* kv_bytes: memory for the paged pool (0 = enough for n_slots full-length sequences). Fails with
- * a message naming the numbers when not even one full-length sequence fits. */
+/* kv_bytes: memory for the paged pool (0 = enough for n_slots full-length sequences, capped at
+ * 512 MiB but never less than one full-length sequence). Fails with a message naming the numbers
+ * when not even one full-length sequence fits. */
 int mk_kvcache_create(mk_model *m, int n_slots, int max_model_len, size_t kv_bytes, mk_kvcache **out, mk_err *err);
 void mk_kvcache_free(mk_kvcache *c);
 void mk_kvcache_caps_get(const mk_kvcache *c, mk_kvcache_caps *caps);
 mk_kv_pool *mk_kvcache_pool(mk_kvcache *c);
 
 typedef struct {
-    int slot;                /* the request's slot in [0, n_slots) */
-    int start;               /* position of tokens[0]; 0 starts the slot's state afresh */
+    int slot;                /* the request's slot in [0, n_slots) (slot mode) */
+    int start;               /* position of tokens[0]; slot mode: 0 starts the slot's state afresh */
     const int32_t *tokens;   /* [n] */
+    int n_prompt;            /* the request's prompt length: positions below it are prompt */
     int n;
     const int *blocks;       /* the request's block table, covering [0, start + n) */
     int n_blocks;

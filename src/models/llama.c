@@ -14,17 +14,27 @@
  *   - RMSNorm with the sum of squares in double, then the weight as a separate product;
  *   - RoPE angles by ggml's repeated product, sincosf, and the fused products GCC made of ggml's
  *     rotation;
- *   - K and V stored as f16 (llama.cpp's default cache type), V transposed as llama.cpp stores
- *     it without flash attention; KQ = K · f16(q), softmax(KQ * scale) with exp on vector lanes
- *     and the sum in double, KQV = V^T · f16(softmax). Which dot order: llama.cpp computes a
- *     one-token call with ggml_vec_dot_f16 and a call of 2+ tokens with tinyBLAS (llamafile
- *     sgemm), so a forward call here takes the path of a llama.cpp ubatch of the same size;
- *     identical outputs need the same split of the prompt into calls (llama.cpp: one ubatch of up
- *     to 512 tokens for the prompt, then one token per decode). Masked (future) positions, which
- *     llama.cpp carries up to its padded KV length, contribute exact zeros, so only the causal
- *     prefix, padded to the vector width, is computed here;
+ *   - K and V stored as f16 (llama.cpp's default cache type) in the paged blocks, V transposed
+ *     per block as llama.cpp stores it without flash attention; KQ = K · f16(q), softmax(KQ *
+ *     scale) with exp on vector lanes and the sum in double, KQV = V^T · f16(softmax), read
+ *     across the blocks in the contiguous order (num/ggml_paged.h). Which dot order: llama.cpp
+ *     computes a one-token call with ggml_vec_dot_f16 and a call of 2+ tokens with tinyBLAS
+ *     (llamafile sgemm); here every row carries the order of the llama.cpp call it stands for
+ *     (the exactness rule in llama.h), so a row's result does not depend on how the engine
+ *     chunked or grouped it. Masked (future) positions, which llama.cpp carries up to its padded
+ *     KV length, contribute exact zeros, so only the causal prefix, padded to the vector width,
+ *     is computed here;
  *   - SwiGLU on ggml_v_silu lanes.
  * RoPE: "normal" (adjacent pairs) for llama, "neox" (first half with second half) for qwen2.
+ *
+ * Structure: one forward implementation. llama_forward (the engine's step, many sequences over a
+ * shared pool) and llama_seq_forward (one sequence over a private pool whose block table is the
+ * whole pool) both go through forward_pieces (checks; cuts the rows into calls of at most 512)
+ * and forward_call (embedding, the layers, logits) over the rows of every piece concatenated:
+ * weight matmuls take all rows at once, attention runs per (head, row) on the thread pool over
+ * the row's own block table, and from the last layer's attention output on only the rows whose
+ * logits are asked go on. Memory: the KV blocks belong to the caller's pool; llama_work holds
+ * the scratch (rows grown to the largest call, per-thread attention buffers fixed at create).
  */
 #include "models/llama.h"
 #include "base/status.h"
@@ -32,6 +42,7 @@
 #include "io/gguf.h"
 #include "num/formats.h"
 #include "num/ggml_exact.h"
+#include "num/ggml_paged.h"
 #include "num/ggml_quant.h"
 
 #include <math.h>
@@ -40,7 +51,7 @@
 #include <string.h>
 
 #define LLAMA_MAX_LAYERS 256
-#define LLAMA_UBATCH 512 /* tokens per forward pass: llama.cpp's default n_ubatch */
+#define LLAMA_UBATCH 512 /* llama.cpp's default n_ubatch; also the most rows of one forward call */
 
 typedef struct {
     const mk_gguf_tensor *t; /* weight in ggml format: [n rows of k] */
@@ -68,22 +79,6 @@ struct llama_model {
     mk_pool *pool;
 };
 
-struct llama_seq {
-    llama_model *m;
-    int max_len, pos;
-    int vlen;               /* max_len rounded up to 64: the V^T row length */
-    uint16_t *kcache;       /* [layers][max_len][n_kv * head_dim] f16 */
-    uint16_t *vcache;       /* [layers][n_kv * head_dim][vlen] f16, transposed (zeros past pos) */
-    int max_tok;            /* scratch sized for this many tokens per call */
-    float *x, *h, *q, *k, *v, *att, *o, *g, *u; /* [T, dim] / [T, kv dim] / [T, ff] */
-    float *rope;            /* [T][rot_dim]: cos, sin per pair */
-    float *sc;              /* [n_head][vlen] attention scores / probabilities */
-    uint16_t *q16, *p16;    /* [n_head][head_dim], [n_head][vlen]: f16 operands of KQ, KQV */
-    void *mmscratch;
-    size_t mmscratch_bytes;
-    llama_dump_fn dump;
-    void *dump_ctx;
-};
 
 /* ---- loading -------------------------------------------------------------------------------- */
 
@@ -263,60 +258,405 @@ void llama_model_print_info(const llama_model *m, void *fp) {
     fprintf(f, "numerics: llama.cpp's CPU order for %s\n", mk_gx_isa_name(m->isa));
 }
 
-/* ---- sequences ------------------------------------------------------------------------------ */
+/* ---- paged forward -------------------------------------------------------------------------- */
 
-static void free_scratch(llama_seq *s) {
-    free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att); free(s->o);
-    free(s->g); free(s->u); free(s->rope); free(s->sc); free(s->q16); free(s->p16); free(s->mmscratch);
-    s->x = s->h = s->q = s->k = s->v = s->att = s->o = s->g = s->u = s->rope = s->sc = NULL;
-    s->q16 = s->p16 = NULL;
-    s->mmscratch = NULL;
+#define LLAMA_LOGIT_ROWS 32 /* rows per call of the output matrix (bounds the logits scratch) */
+
+struct llama_work {
+    llama_model *m;
+    int max_len;            /* positions below this */
+    int plen;               /* max_len rounded up to 64: the longest attention row */
+    int nthr;               /* threads of the model's pool */
+    int cap_rows, cap_lg, cap_sub;
+    /* row scratch (R = rows of one call, <= cap_rows) */
+    float *x, *h, *q, *att, *o;   /* [R, dim] */
+    float *k, *v;                 /* [R, kvd] */
+    float *g, *u;                 /* [R, ff] */
+    float *rope;                  /* [R][rot_dim]: cos, sin per pair */
+    int *rpc, *rpos;              /* [R] piece and position of each row */
+    unsigned char *rtb;           /* [R] attention order: 1 tinyBLAS, 0 vec_dot */
+    void *mms;                    /* mk_ggml_matmul scratch for cap_rows rows */
+    float *lg;                    /* [cap_lg][vocab] rows of one output-matrix call */
+    llama_piece *sub;             /* [cap_sub] the pieces of one call of <= LLAMA_UBATCH rows */
+    /* per-thread attention scratch, fixed at create */
+    float *sc;                    /* [nthr][plen] scores, then probabilities */
+    uint16_t *p16;                /* [nthr][plen] probabilities in f16 */
+    uint16_t *q16;                /* [nthr][head_dim] the query in f16 */
+    const uint16_t **seg;         /* [nthr][seg_cap] a row's V^T block pieces */
+    int seg_cap;
+    uint16_t *zseg;               /* [head_dim][LLAMA_MAX_BLOCK_TOKENS] zeros: V^T past the table */
+    uint16_t *v16;                /* [kvd] one V row in f16 */
+    size_t fixed_bytes, row_bytes;
+};
+
+typedef struct {
+    llama_dump_fn fn;
+    void *ctx;
+} dumper;
+
+size_t llama_block_bytes(const llama_model *m, int bt) {
+    return (size_t)m->n_layers * 2 * (size_t)bt * (size_t)m->n_kv * (size_t)m->head_dim * sizeof(uint16_t);
 }
 
-/* Scratch for calls of up to T tokens (grown only by a longer prefill, never while decoding). */
-static int ensure_scratch(llama_seq *s, int T, mk_err *err) {
-    if (T <= s->max_tok) return MK_OK;
-    const llama_model *m = s->m;
-    free_scratch(s);
-    size_t Tz = (size_t)T, kvd = (size_t)m->n_kv * m->head_dim, nh = (size_t)m->n_head;
-    s->x = malloc(sizeof(float) * Tz * m->dim);
-    s->h = malloc(sizeof(float) * Tz * m->dim);
-    s->q = malloc(sizeof(float) * Tz * m->dim);
-    s->k = malloc(sizeof(float) * Tz * kvd);
-    s->v = malloc(sizeof(float) * Tz * kvd);
-    s->att = malloc(sizeof(float) * Tz * m->dim);
-    s->o = malloc(sizeof(float) * Tz * m->dim);
-    s->g = malloc(sizeof(float) * Tz * m->ff);
-    s->u = malloc(sizeof(float) * Tz * m->ff);
-    s->rope = malloc(sizeof(float) * Tz * (size_t)m->rot_dim);
-    s->sc = malloc(sizeof(float) * nh * (size_t)s->vlen);
-    s->q16 = malloc(sizeof(uint16_t) * nh * (size_t)m->head_dim);
-    s->p16 = calloc(nh * (size_t)s->vlen, sizeof(uint16_t));
+/* Layer l's K rows of a block ([bt][kvd] f16); its V^T ([kvd][bt]) follows at + bt * kvd. */
+static inline uint16_t *blk_k(mk_kv_pool *pool, int block, int layer, int bt, int kvd) {
+    return (uint16_t *)mk_kv_block_data(pool, block) + (size_t)layer * 2 * (size_t)bt * (size_t)kvd;
+}
+
+static void free_rows(llama_work *w) {
+    free(w->x); free(w->h); free(w->q); free(w->att); free(w->o); free(w->k); free(w->v); free(w->g);
+    free(w->u); free(w->rope); free(w->rpc); free(w->rpos); free(w->rtb); free(w->mms);
+    w->x = w->h = w->q = w->att = w->o = w->k = w->v = w->g = w->u = w->rope = NULL;
+    w->rpc = w->rpos = NULL;
+    w->rtb = NULL;
+    w->mms = NULL;
+    w->cap_rows = 0;
+    w->row_bytes = 0;
+}
+
+/* Row scratch for calls of R rows (rounded up to a power of two, at most LLAMA_UBATCH): grown by
+ * a longer call than any before, never by a decode after the first. */
+static int ensure_rows(llama_work *w, int R, mk_err *err) {
+    if (R <= w->cap_rows) return MK_OK;
+    int cap = 1;
+    while (cap < R) cap *= 2;
+    if (cap > LLAMA_UBATCH) cap = LLAMA_UBATCH > R ? LLAMA_UBATCH : R;
+    const llama_model *m = w->m;
+    free_rows(w);
+    size_t C = (size_t)cap, d = (size_t)m->dim, kvd = (size_t)m->n_kv * m->head_dim, ff = (size_t)m->ff;
     size_t mb = 0;
     const lweight *ws[] = {&m->embd, &m->output};
     for (int i = 0; i < 2; i++) {
-        size_t b = mk_ggml_matmul_scratch(ws[i]->t->type, T, ws[i]->k);
+        size_t b = mk_ggml_matmul_scratch(ws[i]->t->type, cap, ws[i]->k);
         if (b > mb) mb = b;
     }
     for (int l = 0; l < m->n_layers; l++) {
         const llama_layer *L = &m->layers[l];
         const lweight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
         for (int i = 0; i < 7; i++) {
-            size_t b = mk_ggml_matmul_scratch(lw[i]->t->type, T, lw[i]->k);
+            size_t b = mk_ggml_matmul_scratch(lw[i]->t->type, cap, lw[i]->k);
             if (b > mb) mb = b;
         }
     }
-    s->mmscratch = malloc(mb + 64);
-    s->mmscratch_bytes = mb;
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->g || !s->u || !s->rope || !s->sc ||
-        !s->q16 || !s->p16 || !s->mmscratch) {
-        free_scratch(s);
-        s->max_tok = 0;
-        return mk_fail(err, MK_ENOMEM, "out of memory for a %d-token call", T);
+    w->x = malloc(sizeof(float) * C * d);
+    w->h = malloc(sizeof(float) * C * d);
+    w->q = malloc(sizeof(float) * C * d);
+    w->att = malloc(sizeof(float) * C * d);
+    w->o = malloc(sizeof(float) * C * d);
+    w->k = malloc(sizeof(float) * C * kvd);
+    w->v = malloc(sizeof(float) * C * kvd);
+    w->g = malloc(sizeof(float) * C * ff);
+    w->u = malloc(sizeof(float) * C * ff);
+    w->rope = malloc(sizeof(float) * C * (size_t)m->rot_dim);
+    w->rpc = malloc(sizeof(int) * C);
+    w->rpos = malloc(sizeof(int) * C);
+    w->rtb = malloc(C);
+    w->mms = malloc(mb + 64);
+    if (!w->x || !w->h || !w->q || !w->att || !w->o || !w->k || !w->v || !w->g || !w->u || !w->rope || !w->rpc ||
+        !w->rpos || !w->rtb || !w->mms) {
+        free_rows(w);
+        return mk_fail(err, MK_ENOMEM, "out of memory for a forward call of %d rows", cap);
     }
-    s->max_tok = T;
+    w->cap_rows = cap;
+    w->row_bytes = C * (sizeof(float) * (5 * d + 2 * kvd + 2 * ff + (size_t)m->rot_dim) + 2 * sizeof(int) + 1) + mb;
     return MK_OK;
 }
+
+static int ensure_lg(llama_work *w, int n, mk_err *err) {
+    if (n <= w->cap_lg) return MK_OK;
+    free(w->lg);
+    w->lg = malloc(sizeof(float) * (size_t)n * (size_t)w->m->vocab);
+    w->cap_lg = w->lg ? n : 0;
+    return w->lg ? MK_OK : mk_fail(err, MK_ENOMEM, "out of memory for %d rows of logits", n);
+}
+
+int llama_work_create(llama_model *m, int max_len, llama_work **out, mk_err *err) {
+    *out = NULL;
+    if (max_len < 1 || max_len > m->ctx)
+        return mk_fail(err, MK_ERANGE, "sequence length %d outside [1, %d] (the model's context length)", max_len, m->ctx);
+    llama_work *w = calloc(1, sizeof *w);
+    if (!w) return mk_fail(err, MK_ENOMEM, "out of memory");
+    w->m = m;
+    w->max_len = max_len;
+    w->plen = (max_len + 63) & ~63;
+    w->nthr = mk_pool_size(m->pool);
+    w->seg_cap = w->plen / 16 + 1;
+    size_t T = (size_t)w->nthr, hd = (size_t)m->head_dim, kvd = (size_t)m->n_kv * hd;
+    w->sc = malloc(sizeof(float) * T * (size_t)w->plen);
+    w->p16 = calloc(T * (size_t)w->plen, sizeof(uint16_t));
+    w->q16 = malloc(sizeof(uint16_t) * T * hd);
+    w->seg = malloc(sizeof(*w->seg) * T * (size_t)w->seg_cap);
+    w->zseg = calloc(hd * LLAMA_MAX_BLOCK_TOKENS, sizeof(uint16_t));
+    w->v16 = malloc(sizeof(uint16_t) * kvd);
+    w->fixed_bytes = T * ((size_t)w->plen * 6 + hd * 2 + sizeof(*w->seg) * (size_t)w->seg_cap) +
+                     hd * LLAMA_MAX_BLOCK_TOKENS * 2 + kvd * 2;
+    int rc = (!w->sc || !w->p16 || !w->q16 || !w->seg || !w->zseg || !w->v16) ? mk_fail(err, MK_ENOMEM, "out of memory")
+                                                                              : ensure_rows(w, 1, err);
+    if (rc) { llama_work_free(w); return rc; }
+    *out = w;
+    return MK_OK;
+}
+
+void llama_work_free(llama_work *w) {
+    if (!w) return;
+    free_rows(w);
+    free(w->lg);
+    free(w->sub);
+    free(w->sc);
+    free(w->p16);
+    free(w->q16);
+    free(w->seg);
+    free(w->zseg);
+    free(w->v16);
+    free(w);
+}
+
+size_t llama_work_bytes(const llama_work *w) {
+    return w->fixed_bytes + w->row_bytes + sizeof(float) * (size_t)w->cap_lg * (size_t)w->m->vocab;
+}
+
+int llama_piece_check(const llama_model *m, const llama_work *w, mk_kv_pool *pool, const llama_piece *p, mk_err *err) {
+    const int bt = mk_kv_block_tokens(pool), nb = mk_kv_n_blocks(pool);
+    if (bt < 16 || bt > LLAMA_MAX_BLOCK_TOKENS || bt % 16)
+        return mk_fail(err, MK_EINTERNAL, "llama: block_tokens %d is not a multiple of 16 in [16, %d]", bt, LLAMA_MAX_BLOCK_TOKENS);
+    if (p->n < 1 || p->pos < 0) return mk_fail(err, MK_EINVAL, "llama: a piece of %d tokens at position %d", p->n, p->pos);
+    if (p->pos + p->n > w->max_len)
+        return mk_fail(err, MK_ERANGE, "position %d exceeds the sequence capacity %d", p->pos + p->n, w->max_len);
+    int need = (p->pos + p->n + bt - 1) / bt;
+    if (p->n_blocks < need)
+        return mk_fail(err, MK_EINTERNAL, "llama: positions [0, %d) need %d blocks, the table has %d", p->pos + p->n, need, p->n_blocks);
+    for (int i = 0; i < need; i++)
+        if (p->blocks[i] < 0 || p->blocks[i] >= nb)
+            return mk_fail(err, MK_EINTERNAL, "llama: block table entry %d is %d, outside [0, %d)", i, p->blocks[i], nb);
+    for (int i = 0; i < p->n; i++)
+        if (p->tokens[i] < 0 || p->tokens[i] >= m->vocab)
+            return mk_fail(err, MK_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)", p->tokens[i], i, m->vocab);
+    return MK_OK;
+}
+
+static void dump(const dumper *dd, const char *what, int layer, const float *x, int rows, int cols) {
+    if (!dd || !dd->fn) return;
+    char name[64];
+    if (layer >= 0) snprintf(name, sizeof name, "%s-%d", what, layer);
+    else snprintf(name, sizeof name, "%s", what);
+    dd->fn(dd->ctx, name, x, rows, cols);
+}
+
+static void mm(llama_work *w, const lweight *wt, const float *x, int R, float *y) {
+    mk_ggml_matmul(w->m->pool, wt->t->type, wt->t->data, wt->n, wt->k, x, R, y, w->mms);
+}
+
+/* The exactness rule (llama.h): 1 when the row at `pos` takes tinyBLAS order, i.e. it lies in the
+ * piece's llama.cpp batch span and its 512-token ubatch there holds 2+ tokens. */
+static int row_tb(const llama_piece *p, int pos) {
+    if (pos < p->ub_lo || pos >= p->ub_hi) return 0;
+    int u0 = p->ub_lo + (pos - p->ub_lo) / LLAMA_UBATCH * LLAMA_UBATCH;
+    int size = p->ub_hi - u0 < LLAMA_UBATCH ? p->ub_hi - u0 : LLAMA_UBATCH;
+    return size >= 2;
+}
+
+typedef struct {
+    llama_work *w;
+    mk_kv_pool *pool;
+    const llama_piece *pc;
+    int layer, R, bt;
+} attn_job;
+
+/* Attention of head h for one row (job j = h * R + r, so the pool's contiguous chunks split the
+ * heads, not the short rows from the long ones), as llama.cpp's mul_mat / soft_max / mul_mat:
+ * scores over the causal prefix of P = pos + 1 keys read block by block, padded with masked
+ * entries to a multiple of 16 (the softmax's vector chunks; exp(-inf) = 0 exactly),
+ * probabilities rounded to f16, and V^T rows read up to a multiple of 64 (the f16 dot's step)
+ * across the blocks with zero probabilities past P. Order: the row's (rtb). */
+static void attn_row(void *ctx, int j, int tid) {
+    attn_job *J = ctx;
+    llama_work *w = J->w;
+    const llama_model *m = w->m;
+    const mk_gx_isa isa = m->isa;
+    const int R = J->R, h = j / R, r = j % R, bt = J->bt;
+    const int hd = m->head_dim, kvd = m->n_kv * hd, g = h / (m->n_head / m->n_kv);
+    const int kn = mk_gx_tb_kn(isa), batch = w->rtb[r] && kn > 0;
+    const int tb_kq = batch && hd % kn == 0, tb_kqv = batch && hd % 4 == 0;
+    const llama_piece *p = &J->pc[w->rpc[r]];
+    const int P = w->rpos[r] + 1, P16 = (P + 15) & ~15, P64 = (P + 63) & ~63, nkqv = tb_kqv ? P16 : P64;
+    float *sc = w->sc + (size_t)tid * w->plen;
+    uint16_t *p16 = w->p16 + (size_t)tid * w->plen, *q16 = w->q16 + (size_t)tid * hd;
+    const uint16_t **seg = w->seg + (size_t)tid * w->seg_cap;
+    const float scale = 1.0f / sqrtf((float)hd);
+    mk_gx_f32_to_f16(hd, w->q + (size_t)r * m->dim + (size_t)h * hd, q16);
+    /* KQ: every score is a dot of its own, so it is computed block by block */
+    int nb = 0;
+    for (; nb * bt < nkqv && nb < p->n_blocks; nb++) {
+        const uint16_t *kb = blk_k(J->pool, p->blocks[nb], J->layer, bt, kvd);
+        int j0 = nb * bt, cnt = P - j0 < bt ? P - j0 : bt;
+        if (cnt > 0) mk_gx_dot_f16_n(isa, tb_kq, hd, kb + (size_t)g * hd, (size_t)kvd, cnt, q16, sc + j0);
+        seg[nb] = kb + (size_t)bt * kvd + (size_t)g * hd * bt;
+    }
+    for (; nb * bt < nkqv; nb++) seg[nb] = w->zseg; /* padding past the table: times zero */
+    float mx = -INFINITY;
+    for (int i = 0; i < P; i++) {
+        sc[i] *= scale;
+        if (sc[i] > mx) mx = sc[i];
+    }
+    for (int i = P; i < P16; i++) sc[i] = -INFINITY;
+    double sum = mk_gx_softmax_exp(isa, P16, sc, sc, mx);
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < P16; i++) sc[i] *= inv;
+    mk_gx_f32_to_f16(P16, sc, p16);
+    for (int i = P16; i < P64; i++) p16[i] = 0;
+    /* KQV: row i of the group's V^T, across the blocks, times p */
+    float *o = w->att + (size_t)r * m->dim + (size_t)h * hd;
+    mk_gx_dot_f16_paged(isa, tb_kqv, nkqv, seg, bt, (size_t)bt, hd, p16, o);
+}
+
+/* One call: the pieces' R <= cap_rows rows, all layers. */
+static int forward_call(llama_model *m, llama_work *w, mk_kv_pool *pool, const llama_piece *pc, int np, int R,
+                        const dumper *dd, mk_err *err) {
+    int rc = ensure_rows(w, R, err);
+    if (rc) return rc;
+    const int d = m->dim, hd = m->head_dim, kvd = m->n_kv * hd, ff = m->ff, bt = mk_kv_block_tokens(pool);
+    const mk_gx_isa isa = m->isa;
+    size_t erow = mk_ggml_row_bytes(m->embd.t->type, d);
+    for (int i = 0, r = 0; i < np; i++)
+        for (int t = 0; t < pc[i].n; t++, r++) {
+            w->rpc[r] = i;
+            w->rpos[r] = pc[i].pos + t;
+            w->rtb[r] = (unsigned char)row_tb(&pc[i], w->rpos[r]);
+            mk_ggml_dequant_row(m->embd.t->type, (const uint8_t *)m->embd.t->data + (size_t)pc[i].tokens[t] * erow,
+                                w->x + (size_t)r * d, d);
+            mk_gx_rope_cache(m->rot_dim, m->rope_base, w->rpos[r], w->rope + (size_t)r * m->rot_dim);
+        }
+    dump(dd, "embd", -1, w->x, R, d);
+    int Rk = R; /* rows kept: all, until the last layer keeps only the rows whose logits are asked */
+    for (int l = 0; l < m->n_layers; l++) {
+        const llama_layer *L = &m->layers[l];
+        for (int r = 0; r < R; r++) mk_gx_rmsnorm(d, w->x + (size_t)r * d, L->attn_norm, m->eps, w->h + (size_t)r * d);
+        dump(dd, "attn_norm", l, w->h, R, d);
+        mm(w, &L->wq, w->h, R, w->q);
+        mm(w, &L->wk, w->h, R, w->k);
+        mm(w, &L->wv, w->h, R, w->v);
+        for (int r = 0; r < R; r++) {
+            float *q = w->q + (size_t)r * d, *k = w->k + (size_t)r * kvd, *v = w->v + (size_t)r * kvd;
+            const float *rc_r = w->rope + (size_t)r * m->rot_dim;
+            if (L->bq) for (int i = 0; i < d; i++) q[i] += L->bq[i];
+            if (L->bk) for (int i = 0; i < kvd; i++) k[i] += L->bk[i];
+            if (L->bv) for (int i = 0; i < kvd; i++) v[i] += L->bv[i];
+            for (int h = 0; h < m->n_head; h++) mk_gx_rope(m->rot_dim, m->neox, rc_r, q + (size_t)h * hd);
+            for (int h = 0; h < m->n_kv; h++) mk_gx_rope(m->rot_dim, m->neox, rc_r, k + (size_t)h * hd);
+            /* K row and V^T column of this position in its block */
+            const int pos = w->rpos[r], off = pos % bt;
+            uint16_t *kb = blk_k(pool, pc[w->rpc[r]].blocks[pos / bt], l, bt, kvd), *vt = kb + (size_t)bt * kvd;
+            mk_gx_f32_to_f16(kvd, k, kb + (size_t)off * kvd);
+            mk_gx_f32_to_f16(kvd, v, w->v16);
+            if (off == 0) /* a block's first write: its V^T past here is read (times zero), make it finite */
+                for (int i = 0; i < kvd; i++) memset(vt + (size_t)i * bt + 1, 0, sizeof(uint16_t) * (size_t)(bt - 1));
+            for (int i = 0; i < kvd; i++) vt[(size_t)i * bt + off] = w->v16[i];
+        }
+        dump(dd, "Qcur", l, w->q, R, d);
+        dump(dd, "Kcur", l, w->k, R, kvd);
+        dump(dd, "Vcur", l, w->v, R, kvd);
+        attn_job J = {w, pool, pc, l, R, bt};
+        mk_pool_run(m->pool, m->n_head * R, attn_row, &J);
+        dump(dd, "kqv_out", l, w->att, R, d);
+        if (l == m->n_layers - 1) {
+            /* the last layer's output is needed only for the rows whose logits are asked
+             * (llama.cpp's inp_out_ids): the others are dropped from the attention output on */
+            Rk = 0;
+            for (int r = 0; r < R; r++) {
+                const llama_piece *p = &pc[w->rpc[r]];
+                if (!p->logits || w->rpos[r] != p->pos + p->n - 1) continue;
+                if (Rk != r) {
+                    memcpy(w->att + (size_t)Rk * d, w->att + (size_t)r * d, sizeof(float) * (size_t)d);
+                    memcpy(w->x + (size_t)Rk * d, w->x + (size_t)r * d, sizeof(float) * (size_t)d);
+                    w->rpc[Rk] = w->rpc[r];
+                    w->rpos[Rk] = w->rpos[r];
+                }
+                Rk++;
+            }
+            if (!Rk) break;
+        }
+        mm(w, &L->wo, w->att, Rk, w->o);
+        dump(dd, "attn_out", l, w->o, Rk, d);
+        for (size_t i = 0; i < (size_t)Rk * d; i++) w->x[i] += w->o[i];
+        dump(dd, "ffn_inp", l, w->x, Rk, d);
+        for (int r = 0; r < Rk; r++) mk_gx_rmsnorm(d, w->x + (size_t)r * d, L->ffn_norm, m->eps, w->h + (size_t)r * d);
+        dump(dd, "ffn_norm", l, w->h, Rk, d);
+        mm(w, &L->wgate, w->h, Rk, w->g);
+        mm(w, &L->wup, w->h, Rk, w->u);
+        for (int r = 0; r < Rk; r++)
+            mk_gx_swiglu(isa, ff, w->g + (size_t)r * ff, w->g + (size_t)r * ff, w->u + (size_t)r * ff);
+        dump(dd, "ffn_swiglu", l, w->g, Rk, ff);
+        mm(w, &L->wdown, w->g, Rk, w->o);
+        dump(dd, "ffn_out", l, w->o, Rk, d);
+        for (size_t i = 0; i < (size_t)Rk * d; i++) w->x[i] += w->o[i];
+        dump(dd, "l_out", l, w->x, Rk, d);
+    }
+    /* logits: the output matrix (the largest one) read once per LLAMA_LOGIT_ROWS sequences */
+    for (int r0 = 0; r0 < Rk; r0 += LLAMA_LOGIT_ROWS) {
+        int cnt = Rk - r0 < LLAMA_LOGIT_ROWS ? Rk - r0 : LLAMA_LOGIT_ROWS;
+        if ((rc = ensure_lg(w, cnt, err))) return rc;
+        for (int t = 0; t < cnt; t++)
+            mk_gx_rmsnorm(d, w->x + (size_t)(r0 + t) * d, m->out_norm, m->eps, w->h + (size_t)t * d);
+        dump(dd, "result_norm", -1, w->h, cnt, d);
+        mm(w, &m->output, w->h, cnt, w->lg);
+        dump(dd, "result_output", -1, w->lg, cnt, m->vocab);
+        for (int t = 0; t < cnt; t++)
+            memcpy(pc[w->rpc[r0 + t]].logits, w->lg + (size_t)t * m->vocab, sizeof(float) * (size_t)m->vocab);
+    }
+    return MK_OK;
+}
+
+/* Cuts the pieces into calls of at most LLAMA_UBATCH rows (a piece may span two calls: its first
+ * part's KV is in the blocks before the second part runs; numerically nothing depends on where
+ * the cut falls). */
+static int forward_pieces(llama_model *m, llama_work *w, mk_kv_pool *pool, const llama_piece *pc, int n,
+                          const dumper *dd, mk_err *err) {
+    for (int i = 0; i < n; i++) {
+        int rc = llama_piece_check(m, w, pool, &pc[i], err);
+        if (rc) return rc;
+    }
+    if (n > w->cap_sub) {
+        llama_piece *s = realloc(w->sub, sizeof *s * (size_t)n);
+        if (!s) return mk_fail(err, MK_ENOMEM, "out of memory for a step of %d pieces", n);
+        w->sub = s;
+        w->cap_sub = n;
+    }
+    for (int i = 0, off = 0; i < n;) {
+        int ns = 0, rows = 0;
+        while (i < n && rows < LLAMA_UBATCH) {
+            int take = pc[i].n - off < LLAMA_UBATCH - rows ? pc[i].n - off : LLAMA_UBATCH - rows;
+            llama_piece *s = &w->sub[ns++];
+            *s = pc[i];
+            s->tokens += off;
+            s->pos += off;
+            s->n = take;
+            s->logits = off + take == pc[i].n ? pc[i].logits : NULL;
+            rows += take;
+            off += take;
+            if (off == pc[i].n) { i++; off = 0; }
+        }
+        int rc = forward_call(m, w, pool, w->sub, ns, rows, dd, err);
+        if (rc) return rc;
+    }
+    return MK_OK;
+}
+
+int llama_forward(llama_model *m, llama_work *w, mk_kv_pool *pool, const llama_piece *pieces, int n, mk_err *err) {
+    return forward_pieces(m, w, pool, pieces, n, NULL, err);
+}
+
+/* ---- one sequence: a private pool with the whole table allocated -------------------------------- */
+
+#define LLAMA_SEQ_BLOCK_TOKENS 64
+
+struct llama_seq {
+    llama_model *m;
+    int max_len, pos;
+    mk_kv_pool *kv;   /* ceil(max_len / bt) blocks, all owned by this sequence */
+    int *blocks, n_blocks;
+    llama_work *w;
+    dumper dd;
+};
 
 int llama_seq_create(llama_model *m, int max_len, llama_seq **out, mk_err *err) {
     *out = NULL;
@@ -327,25 +667,29 @@ int llama_seq_create(llama_model *m, int max_len, llama_seq **out, mk_err *err) 
     if (!s) return mk_fail(err, MK_ENOMEM, "out of memory");
     s->m = m;
     s->max_len = max_len;
-    s->vlen = (max_len + 63) & ~63;
-    size_t kvd = (size_t)m->n_kv * m->head_dim;
-    /* zeroed: the V^T entries past the last position are read (times a zero probability) */
-    s->kcache = calloc((size_t)m->n_layers * max_len * kvd, sizeof(uint16_t));
-    s->vcache = calloc((size_t)m->n_layers * kvd * s->vlen, sizeof(uint16_t));
-    int rc = (!s->kcache || !s->vcache)
-                 ? mk_fail(err, MK_ENOMEM, "out of memory for the KV cache (%zu MiB)",
-                           (size_t)m->n_layers * kvd * (max_len + s->vlen) * 2 >> 20)
-                 : ensure_scratch(s, 1, err);
-    if (rc) { llama_seq_free(s); return rc; }
+    const int bt = LLAMA_SEQ_BLOCK_TOKENS;
+    s->n_blocks = (max_len + bt - 1) / bt;
+    s->blocks = malloc(sizeof(int) * (size_t)s->n_blocks);
+    int rc = s->blocks ? mk_kv_pool_create(s->n_blocks, bt, llama_block_bytes(m, bt), &s->kv, err)
+                       : mk_fail(err, MK_ENOMEM, "out of memory");
+    if (!rc) {
+        for (int i = 0; i < s->n_blocks; i++) s->blocks[i] = mk_kv_alloc(s->kv);
+        rc = llama_work_create(m, max_len, &s->w, err);
+    }
+    if (rc) {
+        mk_err_prefix(err, "sequence of %d tokens", max_len);
+        llama_seq_free(s);
+        return rc;
+    }
     *out = s;
     return MK_OK;
 }
 
 void llama_seq_free(llama_seq *s) {
     if (!s) return;
-    free_scratch(s);
-    free(s->kcache);
-    free(s->vcache);
+    llama_work_free(s->w);
+    mk_kv_pool_free(s->kv);
+    free(s->blocks);
     free(s);
 }
 
@@ -354,155 +698,17 @@ int llama_seq_pos(const llama_seq *s) { return s->pos; }
 int llama_seq_capacity(const llama_seq *s) { return s->max_len; }
 
 void llama_seq_set_dump(llama_seq *s, llama_dump_fn fn, void *ctx) {
-    s->dump = fn;
-    s->dump_ctx = ctx;
-}
-
-/* ---- forward -------------------------------------------------------------------------------- */
-
-static void dump(llama_seq *s, const char *what, int layer, const float *x, int rows, int cols) {
-    if (!s->dump) return;
-    char name[64];
-    if (layer >= 0) snprintf(name, sizeof name, "%s-%d", what, layer);
-    else snprintf(name, sizeof name, "%s", what);
-    s->dump(s->dump_ctx, name, x, rows, cols);
-}
-
-static void mm(llama_seq *s, const lweight *w, const float *x, int T, float *y) {
-    mk_ggml_matmul(s->m->pool, w->t->type, w->t->data, w->n, w->k, x, T, y, s->mmscratch);
-}
-
-typedef struct {
-    llama_seq *s;
-    int layer, T, start;
-} attn_job;
-
-/* Attention of head h for the T query tokens of this call, as llama.cpp's mul_mat / soft_max /
- * mul_mat: scores over the causal prefix of P = pos + 1 keys, padded with masked entries to a
- * multiple of 16 (the softmax's vector chunks; exp(-inf) = 0 exactly), probabilities rounded to
- * f16, and V^T rows read up to a multiple of 64 (the f16 dot's step; zero probabilities there).
- * One token: ggml_vec_dot_f16 order; two or more: tinyBLAS order (where llama.cpp can use it). */
-static void attn_head(void *ctx, int h, int tid) {
-    (void)tid;
-    attn_job *J = ctx;
-    llama_seq *s = J->s;
-    const llama_model *m = s->m;
-    const mk_gx_isa isa = m->isa;
-    const int hd = m->head_dim, kvd = m->n_kv * hd, g = h / (m->n_head / m->n_kv);
-    const int kn = mk_gx_tb_kn(isa), batch = J->T >= 2 && kn > 0;
-    const int tb_kq = batch && hd % kn == 0, tb_kqv = batch && hd % 4 == 0;
-    const uint16_t *kc = s->kcache + (size_t)J->layer * s->max_len * kvd + (size_t)g * hd;
-    const uint16_t *vt = s->vcache + (size_t)J->layer * kvd * s->vlen + (size_t)g * hd * s->vlen;
-    float *sc = s->sc + (size_t)h * s->vlen;
-    uint16_t *q16 = s->q16 + (size_t)h * hd, *p16 = s->p16 + (size_t)h * s->vlen;
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int t = 0; t < J->T; t++) {
-        const int P = J->start + t + 1, P16 = (P + 15) & ~15, P64 = (P + 63) & ~63;
-        mk_gx_f32_to_f16(hd, s->q + (size_t)t * m->dim + (size_t)h * hd, q16);
-        mk_gx_dot_f16_n(isa, tb_kq, hd, kc, (size_t)kvd, P, q16, sc); /* KQ */
-        float mx = -INFINITY;
-        for (int j = 0; j < P; j++) {
-            sc[j] *= scale;
-            if (sc[j] > mx) mx = sc[j];
-        }
-        for (int j = P; j < P16; j++) sc[j] = -INFINITY;
-        double sum = mk_gx_softmax_exp(isa, P16, sc, sc, mx);
-        const float inv = (float)(1.0 / sum);
-        for (int j = 0; j < P16; j++) sc[j] *= inv;
-        mk_gx_f32_to_f16(P16, sc, p16);
-        for (int j = P16; j < P64; j++) p16[j] = 0;
-        float *o = s->att + (size_t)t * m->dim + (size_t)h * hd; /* KQV: rows of V^T times p */
-        mk_gx_dot_f16_n(isa, tb_kqv, tb_kqv ? P16 : P64, vt, (size_t)s->vlen, hd, p16, o);
-    }
-}
-
-/* One ubatch: T <= LLAMA_UBATCH tokens at s->pos (checked by the caller). */
-static int forward_ubatch(llama_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
-    llama_model *m = s->m;
-    int rc = ensure_scratch(s, T, err);
-    if (rc) return rc;
-    const int d = m->dim, hd = m->head_dim, kvd = m->n_kv * hd, start = s->pos, ff = m->ff;
-    const mk_gx_isa isa = m->isa;
-    size_t erow = mk_ggml_row_bytes(m->embd.t->type, d);
-    for (int t = 0; t < T; t++)
-        mk_ggml_dequant_row(m->embd.t->type, (const uint8_t *)m->embd.t->data + (size_t)tokens[t] * erow, s->x + (size_t)t * d, d);
-    dump(s, "embd", -1, s->x, T, d);
-    for (int t = 0; t < T; t++) mk_gx_rope_cache(m->rot_dim, m->rope_base, start + t, s->rope + (size_t)t * m->rot_dim);
-    for (int l = 0; l < m->n_layers; l++) {
-        const llama_layer *L = &m->layers[l];
-        /* the last layer's output is needed for the last token only (llama.cpp's inp_out_ids):
-         * from the attention output on, rows other than the last one are dropped */
-        const int last = l == m->n_layers - 1;
-        for (int t = 0; t < T; t++) mk_gx_rmsnorm(d, s->x + (size_t)t * d, L->attn_norm, m->eps, s->h + (size_t)t * d);
-        dump(s, "attn_norm", l, s->h, T, d);
-        mm(s, &L->wq, s->h, T, s->q);
-        mm(s, &L->wk, s->h, T, s->k);
-        mm(s, &L->wv, s->h, T, s->v);
-        uint16_t *kc = s->kcache + (size_t)l * s->max_len * kvd, *vt = s->vcache + (size_t)l * kvd * s->vlen;
-        for (int t = 0; t < T; t++) {
-            float *q = s->q + (size_t)t * d, *k = s->k + (size_t)t * kvd, *v = s->v + (size_t)t * kvd;
-            const float *rc_t = s->rope + (size_t)t * m->rot_dim;
-            if (L->bq) for (int i = 0; i < d; i++) q[i] += L->bq[i];
-            if (L->bk) for (int i = 0; i < kvd; i++) k[i] += L->bk[i];
-            if (L->bv) for (int i = 0; i < kvd; i++) v[i] += L->bv[i];
-            for (int h = 0; h < m->n_head; h++) mk_gx_rope(m->rot_dim, m->neox, rc_t, q + (size_t)h * hd);
-            for (int h = 0; h < m->n_kv; h++) mk_gx_rope(m->rot_dim, m->neox, rc_t, k + (size_t)h * hd);
-            mk_gx_f32_to_f16(kvd, k, kc + (size_t)(start + t) * kvd);
-            uint16_t v16[4096];
-            for (int i0 = 0; i0 < kvd; i0 += 4096) {
-                int n = kvd - i0 < 4096 ? kvd - i0 : 4096;
-                mk_gx_f32_to_f16(n, v + i0, v16);
-                for (int i = 0; i < n; i++) vt[(size_t)(i0 + i) * s->vlen + start + t] = v16[i];
-            }
-        }
-        dump(s, "Qcur", l, s->q, T, d);
-        dump(s, "Kcur", l, s->k, T, kvd);
-        dump(s, "Vcur", l, s->v, T, kvd);
-        attn_job J = {s, l, T, start};
-        mk_pool_run(m->pool, m->n_head, attn_head, &J);
-        dump(s, "kqv_out", l, s->att, T, d);
-        const int r0 = last ? T - 1 : 0, R = T - r0; /* rows kept from here on */
-        float *x = s->x + (size_t)r0 * d;
-        mm(s, &L->wo, s->att + (size_t)r0 * d, R, s->o);
-        dump(s, "attn_out", l, s->o, R, d);
-        for (size_t i = 0; i < (size_t)R * d; i++) x[i] += s->o[i];
-        dump(s, "ffn_inp", l, x, R, d);
-        for (int t = 0; t < R; t++) mk_gx_rmsnorm(d, x + (size_t)t * d, L->ffn_norm, m->eps, s->h + (size_t)t * d);
-        dump(s, "ffn_norm", l, s->h, R, d);
-        mm(s, &L->wgate, s->h, R, s->g);
-        mm(s, &L->wup, s->h, R, s->u);
-        for (int t = 0; t < R; t++) mk_gx_swiglu(isa, ff, s->g + (size_t)t * ff, s->g + (size_t)t * ff, s->u + (size_t)t * ff);
-        dump(s, "ffn_swiglu", l, s->g, R, ff);
-        mm(s, &L->wdown, s->g, R, s->o);
-        dump(s, "ffn_out", l, s->o, R, d);
-        for (size_t i = 0; i < (size_t)R * d; i++) x[i] += s->o[i];
-        dump(s, "l_out", l, x, R, d);
-    }
-    s->pos += T;
-    if (logits) {
-        mk_gx_rmsnorm(d, s->x + (size_t)(T - 1) * d, m->out_norm, m->eps, s->h);
-        dump(s, "result_norm", -1, s->h, 1, d);
-        mm(s, &m->output, s->h, 1, logits);
-        dump(s, "result_output", -1, logits, 1, m->vocab);
-    }
-    return MK_OK;
+    s->dd.fn = fn;
+    s->dd.ctx = ctx;
 }
 
 int llama_seq_forward(llama_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
-    llama_model *m = s->m;
     if (T <= 0) return mk_fail(err, MK_EINVAL, "a forward call needs at least one token");
-    if (s->pos + T > s->max_len)
-        return mk_fail(err, MK_ERANGE, "position %d exceeds the sequence capacity %d", s->pos + T, s->max_len);
-    for (int i = 0; i < T; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->vocab)
-            return mk_fail(err, MK_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, m->vocab);
-    /* llama.cpp runs a batch as ubatches of at most n_ubatch (512 by default) tokens, and the
-     * attention's summation order depends on the ubatch size, so a long prompt is split the same
-     * way (this also bounds the scratch memory) */
-    for (int i = 0; i < T; i += LLAMA_UBATCH) {
-        int n = T - i < LLAMA_UBATCH ? T - i : LLAMA_UBATCH;
-        int rc = forward_ubatch(s, tokens + i, n, i + n == T ? logits : NULL, err);
-        if (rc) return rc;
-    }
+    /* the call is one llama.cpp batch: its ubatches of 512 from s->pos decide the order */
+    llama_piece p = {.tokens = tokens, .pos = s->pos, .n = T, .blocks = s->blocks, .n_blocks = s->n_blocks,
+                     .ub_lo = s->pos, .ub_hi = s->pos + T, .logits = logits};
+    int rc = forward_pieces(s->m, s->w, s->kv, &p, 1, &s->dd, err);
+    if (rc) return rc;
+    s->pos += T;
     return MK_OK;
 }

@@ -105,3 +105,4 @@ int mk_seq_forward(mk_seq *s, const int32_t *tokens, int n, float *logits, mk_er
 
 dsv4_model *mk_model_dsv4(mk_model *m) { return m->dsv4; }
 dsv4_seq *mk_seq_dsv4(mk_seq *s) { return s->dsv4; }
+llama_model *mk_model_llama(mk_model *m) { return m->llama; }
