@@ -76,7 +76,7 @@ int cmd_serve(int argc, char **argv) {
         [O_BATCH] = {"--max-num-batched-tokens", "N", "tokens per engine step (default: max(2048, max-model-len))", NULL, "MINKE_MAX_NUM_BATCHED_TOKENS", CLI_INT, 1, 1 << 30},
         [O_LONGPF] = {"--long-prefill-token-threshold", "N", "prefill tokens per request per step (default 512)", NULL, "MINKE_LONG_PREFILL_TOKEN_THRESHOLD", CLI_INT, 1, 1 << 30},
         [O_NOPREFIX] = {"--no-enable-prefix-caching", NULL, "disable prefix caching", NULL, "MINKE_NO_PREFIX_CACHING"},
-        [O_KVBYTES] = {"--kv-cache-memory-bytes", "N", "bytes of the paged KV pool (default: room for max-num-seqs full sequences)", NULL, "MINKE_KV_CACHE_MEMORY_BYTES", CLI_INT, 1, 9.2e18},
+        [O_KVBYTES] = {"--kv-cache-memory-bytes", "N", "bytes of the paged KV pool (default: room for max-num-seqs full sequences, at most 512 MiB, at least one)", NULL, "MINKE_KV_CACHE_MEMORY_BYTES", CLI_INT, 1, 9.2e18},
         [O_DETAILS] = {"--enable-prompt-tokens-details", NULL, "report usage.prompt_tokens_details.cached_tokens", NULL, "MINKE_ENABLE_PROMPT_TOKENS_DETAILS"},
     };
     int pr = cli_parse("serve", "[--model PATH] [--host H] [--port N] [--api-key KEY] [options]", argc, argv, o, O_N);
