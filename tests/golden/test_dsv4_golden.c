@@ -245,9 +245,9 @@ static void run_case(int ci, int force) {
     cr_assert_eq(fails, 0, "%s %s: %d comparisons out of tolerance (see log)", gc->name, force ? "forced" : "natural", fails);
 }
 
-Test(golden_forced, bf16, .timeout = 600) { run_case(0, 1); }
-Test(golden_forced, fp8, .timeout = 600) { run_case(1, 1); }
-Test(golden_forced, wide, .timeout = 600) { run_case(2, 1); }
-Test(golden_natural, bf16, .timeout = 600) { run_case(0, 0); }
-Test(golden_natural, fp8, .timeout = 600) { run_case(1, 0); }
-Test(golden_natural, wide, .timeout = 600) { run_case(2, 0); }
+Test(golden_forced, bf16, .timeout = MK_TEST_TIMEOUT(600)) { run_case(0, 1); }
+Test(golden_forced, fp8, .timeout = MK_TEST_TIMEOUT(600)) { run_case(1, 1); }
+Test(golden_forced, wide, .timeout = MK_TEST_TIMEOUT(600)) { run_case(2, 1); }
+Test(golden_natural, bf16, .timeout = MK_TEST_TIMEOUT(600)) { run_case(0, 0); }
+Test(golden_natural, fp8, .timeout = MK_TEST_TIMEOUT(600)) { run_case(1, 0); }
+Test(golden_natural, wide, .timeout = MK_TEST_TIMEOUT(600)) { run_case(2, 0); }

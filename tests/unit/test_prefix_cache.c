@@ -25,7 +25,7 @@ static void run(mk_engine *e, const int32_t *prompt, int n, int max_tokens, cons
     mk_ereq_release(r);
 }
 
-Test(prefix_cache, shared_long_prefix_is_exact_and_shorter, .timeout = 120) {
+Test(prefix_cache, shared_long_prefix_is_exact_and_shorter, .timeout = MK_TEST_TIMEOUT(120)) {
     mk_model *m = el_load();
     if (!m) return;
     mk_engine *e = engine(m);
@@ -55,7 +55,7 @@ Test(prefix_cache, shared_long_prefix_is_exact_and_shorter, .timeout = 120) {
     mk_model_free(m);
 }
 
-Test(prefix_cache, short_prompt_below_one_block, .timeout = 60) {
+Test(prefix_cache, short_prompt_below_one_block, .timeout = MK_TEST_TIMEOUT(60)) {
     mk_model *m = el_load();
     if (!m) return;
     mk_engine *e = engine(m);
@@ -81,7 +81,7 @@ Test(prefix_cache, short_prompt_below_one_block, .timeout = 60) {
 
 /* An agent loop: each turn resends the whole history (system prompt, every earlier user turn and
  * answer) plus new text. Every turn after the first must find at least its previous prompt. */
-Test(prefix_cache, agent_session_hit_rate, .timeout = 120) {
+Test(prefix_cache, agent_session_hit_rate, .timeout = MK_TEST_TIMEOUT(120)) {
     mk_model *m = el_load();
     if (!m) return;
     mk_engine *e = engine(m);
@@ -131,7 +131,7 @@ Test(prefix_cache, agent_session_hit_rate, .timeout = 120) {
     mk_model_free(m);
 }
 
-Test(prefix_cache, cache_salt_separates_tenants, .timeout = 60) {
+Test(prefix_cache, cache_salt_separates_tenants, .timeout = MK_TEST_TIMEOUT(60)) {
     mk_model *m = el_load();
     if (!m) return;
     mk_engine *e = engine(m);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "base/threads.h"
+#include "test_util.h"
 
 #define MAX_N 1000
 
@@ -115,7 +116,7 @@ static void count(void *p, int i, int tid) {
     atomic_fetch_add((atomic_int *)p, 1);
 }
 
-Test(threads, wake_at_every_phase, .timeout = 60) {
+Test(threads, wake_at_every_phase, .timeout = MK_TEST_TIMEOUT(60)) {
     for (int threads = 2; threads <= 3; threads++) {
         mk_pool *pool = mk_pool_create(threads);
         cr_assert_not_null(pool);

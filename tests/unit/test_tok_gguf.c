@@ -19,6 +19,7 @@
 #include "io/gguf.h"
 #include "text/tok_internal.h"
 #include "text/tokenizer.h"
+#include "test_util.h"
 
 /* ---- the SmolLM2 GGUF ------------------------------------------------------------------------------ */
 
@@ -83,7 +84,7 @@ static void expect_roundtrip(const mk_tok *t, const char *s) {
 }
 
 /* ids recorded from llama.cpp (llama-cpp-python 0.3.36), see the file comment */
-Test(tok_gguf, smollm2_llamacpp_ids, .timeout = 60) {
+Test(tok_gguf, smollm2_llamacpp_ids, .timeout = MK_TEST_TIMEOUT(60)) {
     mk_tok *t = load_smollm2();
     EXPECT(t, "Hello, world!", 0, 19556, 28, 905, 17);
     EXPECT(t, "Hello, world!", 1, 19556, 28, 905, 17); /* add_bos_token is false */
@@ -97,7 +98,7 @@ Test(tok_gguf, smollm2_llamacpp_ids, .timeout = 60) {
     mk_tok_free(t);
 }
 
-Test(tok_gguf, smollm2_vocab_and_specials, .timeout = 60) {
+Test(tok_gguf, smollm2_vocab_and_specials, .timeout = MK_TEST_TIMEOUT(60)) {
     mk_tok *t = load_smollm2();
     cr_assert_eq(mk_tok_vocab_size(t), 49152);
     cr_assert_eq(mk_tok_bos_id(t), 1);
@@ -121,7 +122,7 @@ Test(tok_gguf, smollm2_vocab_and_specials, .timeout = 60) {
     mk_tok_free(t);
 }
 
-Test(tok_gguf, smollm2_roundtrip, .timeout = 60) {
+Test(tok_gguf, smollm2_roundtrip, .timeout = MK_TEST_TIMEOUT(60)) {
     mk_tok *t = load_smollm2();
     static const char *S[] = {
         "Hello, world!", "<|im_start|>system\nYou are a helpful AI assistant named SmolLM<|im_end|>\n",
