@@ -285,7 +285,9 @@ static int step(mk_engine *e) {
     for (int i = 0; i < n; i++) {
         mk_sched_item *it = &e->items[i];
         mk_ereq *r = it->req->owner;
+        int fresh = 0;
         if (r->slot < 0) {
+            fresh = 1;
             r->slot = free_slot(e);
             if (r->slot < 0) { /* cannot happen: running <= max_num_seqs == slots */
                 e->bitems[i].status = MK_EINTERNAL;
@@ -302,7 +304,7 @@ static int step(mk_engine *e) {
                 pthread_mutex_unlock(&r->mu);
             }
         }
-        e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
+        e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .fresh = fresh, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
                                        .n = it->n, .blocks = it->req->blocks, .n_blocks = it->req->n_blocks,
                                        .copy_from = it->copy_from, .copy_to = it->copy_to,
                                        .logits = it->logits ? e->logits + (size_t)(nl++) * e->vocab : NULL};
@@ -401,7 +403,8 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
                                                   : (o->max_model_len > 2048 ? o->max_model_len : 2048),
                         .long_prefill_token_threshold = o->long_prefill_token_threshold ? o->long_prefill_token_threshold : 512,
                         .replay = e->caps.replay,
-                        .prefix_caching = e->caps.prefix_caching && !o->no_prefix_caching};
+                        .prefix_caching = e->caps.prefix_caching && !o->no_prefix_caching,
+                        .no_partial_hits = !e->caps.partial_hits};
     if (!e->caps.chunked_prefill) { /* the whole prompt in one piece */
         so.long_prefill_token_threshold = 0;
         if (so.max_num_batched_tokens < o->max_model_len) so.max_num_batched_tokens = o->max_model_len;

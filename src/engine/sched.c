@@ -144,7 +144,7 @@ static int lookup_prefix(mk_sched *s, mk_sreq *r, int *copy_from, int *copy_to) 
         r->n_registered = r->n_blocks;
         hit += s->bt;
     }
-    if (limit - hit > 0) {
+    if (limit - hit > 0 && !s->o.no_partial_hits) {
         int m = 0, i = r->n_blocks;
         int b = mk_kv_lookup_partial(s->pool, parent, r->tokens + hit, limit - hit, extra_of(r, i), &m);
         if (b >= 0) {
@@ -253,7 +253,8 @@ void mk_sched_commit(mk_sched *s, const mk_sched_item *items, int n) {
         }
         /* end of the prompt: its partial last block is cached too (short prompts get hits) */
         int tail = r->n_computed - r->n_registered * s->bt;
-        if (items[i].logits && r->n_computed == r->n_prompt && tail > 0 && r->n_registered < r->n_blocks) {
+        if (!s->o.no_partial_hits && items[i].logits && r->n_computed == r->n_prompt && tail > 0 &&
+            r->n_registered < r->n_blocks) {
             int b = r->n_registered;
             mk_kv_register(s->pool, r->blocks[b], b ? r->keys[b - 1] : 0, r->tokens + (size_t)b * s->bt, tail,
                            extra_of(r, b));

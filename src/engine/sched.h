@@ -14,9 +14,10 @@
  *      full blocks of the prompt (and, for a prompt tail shorter than a block, a cached partial
  *      block, which is copied: copy-on-write) and the first chunk of the rest is scheduled. A
  *      request is admitted only when its chunk's blocks can be allocated without preempting.
- *   At least one token of the prompt is always recomputed (the step needs logits), and a family
- *   whose cache cannot be fully restored from blocks (DeepSeek-V4's sliding window) recomputes
- *   `replay` more tokens before the hit boundary.
+ *   At least one token of the prompt is always recomputed (the step needs logits); a family
+ *   whose cache cannot be fully restored from blocks would recompute `replay` more tokens before
+ *   the hit boundary, and one that restores only at block ends (DeepSeek-V4: window and
+ *   compressor snapshots) sets no_partial_hits.
  *
  * Prefix-cache keys cover a request's tokens (prompt, then generated) block by block; a block is
  * registered when its tokens are all computed (full blocks) and, when a prefill completes, its
@@ -38,6 +39,10 @@ typedef struct {
     int long_prefill_token_threshold; /* prefill tokens per request per step (0 = no cap) */
     int replay;                      /* tokens recomputed before a prefix-cache hit boundary */
     int prefix_caching;              /* 0 disables lookups and registration */
+    int no_partial_hits;             /* only whole cached blocks are hits: no copy-on-write of a
+                                      * partially matching block, no registration of partial
+                                      * blocks (DeepSeek-V4: its slot state is restorable only at
+                                      * block ends) */
 } mk_sched_opts;
 
 typedef enum { MK_SR_WAITING = 0, MK_SR_RUNNING, MK_SR_DONE } mk_sr_state;

@@ -6,12 +6,16 @@
  * Pool size: kv_bytes / bytes per block, or with kv_bytes = 0 room for n_slots full-length
  * sequences capped at LLAMA_KV_DEFAULT_CAP bytes, and never less than one full-length sequence.
  *
- * DeepSeek-V4: slot mode. Each slot owns an mk_seq of max_model_len; a piece at start 0 resets
- * the slot; pieces run one after another through mk_seq_forward. The pool exists for the
- * scheduler's accounting (0 bytes per block) and is sized so that every slot can hold a
- * full-length sequence, so slot mode never preempts.
+ * DeepSeek-V4: paged hybrid KV (dsv4_kv_layout, dsv4.h; src/kv/README.md). The pool's blocks hold
+ * every layer's compressed entries of their 256 positions plus the slot-state snapshot at their
+ * end; each slot is a paged dsv4_seq (window rings, compressor state, scratch) bound to the
+ * piece's block table for the call. A request's first piece in a slot starts it afresh (start 0)
+ * or restores it from the snapshot of the last prefix-hit block; pieces run one after another,
+ * the prompt's rows in batch order and generated tokens (recomputed after a preemption) one at a
+ * time, which is how the request runs alone through mk_seq. Pool size as for llama.
  */
 #include "models/batch.h"
+#include "models/dsv4.h"
 #include "models/llama.h"
 
 #include <limits.h>
@@ -25,8 +29,10 @@ struct mk_kvcache {
     mk_model *m;
     mk_kvcache_caps caps;
     mk_kv_pool *pool;
-    /* slot mode */
-    mk_seq **seqs;
+    /* paged (deepseek_v4) */
+    dsv4_model *dm;
+    dsv4_seq **dseqs;    /* [n_slots] */
+    uint8_t *kv_base;
     /* paged (llama) */
     llama_model *lm;
     llama_work *work;
@@ -60,6 +66,7 @@ static int create_paged(mk_kvcache *c, size_t kv_bytes, mk_err *err) {
     c->caps.block_tokens = bt;
     c->caps.n_blocks = (int)n;
     c->caps.prefix_caching = 1;
+    c->caps.partial_hits = 1;
     c->caps.chunked_prefill = 1;
     c->caps.replay = 0;
     int rc = mk_kv_pool_create(c->caps.n_blocks, bt, c->bpb, &c->pool, err);
@@ -72,26 +79,48 @@ static int create_paged(mk_kvcache *c, size_t kv_bytes, mk_err *err) {
     return MK_OK;
 }
 
-static int create_slots(mk_kvcache *c, mk_err *err) {
+static int create_dsv4(mk_kvcache *c, size_t kv_bytes, mk_err *err) {
     const int n_slots = c->caps.n_slots, len = c->caps.max_model_len;
-    c->caps.block_tokens = 256;
-    c->caps.prefix_caching = 0;
-    c->caps.chunked_prefill = 0;
-    c->caps.replay = 0;
-    int per_seq = (len + c->caps.block_tokens - 1) / c->caps.block_tokens;
-    c->caps.n_blocks = per_seq * n_slots;
-    int rc = mk_kv_pool_create(c->caps.n_blocks, c->caps.block_tokens, 0, &c->pool, err);
+    if (len > c->dm->max_seq_len)
+        return mk_fail(err, MK_ERANGE, "kv cache: max_model_len %d exceeds the model's context %d", len, c->dm->max_seq_len);
+    dsv4_kv_layout lay;
+    int rc = dsv4_kv_layout_init(c->dm, 1, &lay, err);
     if (rc) return rc;
-    c->seqs = calloc((size_t)n_slots, sizeof *c->seqs);
-    if (!c->seqs) return mk_fail(err, MK_ENOMEM, "out of memory");
+    const int bt = lay.block_tokens;
+    c->bpb = lay.bytes;
+    const long per_seq = (len + bt - 1) / bt;
+    long n;
+    if (kv_bytes == 0) {
+        n = per_seq * n_slots;
+        long cap = (long)(LLAMA_KV_DEFAULT_CAP / c->bpb);
+        if (n > cap) n = cap;
+        if (n < per_seq) n = per_seq;
+    } else {
+        size_t nb = kv_bytes / c->bpb;
+        n = nb > INT_MAX ? INT_MAX : (long)nb;
+        if (n < per_seq)
+            return mk_fail(err, MK_EINVAL,
+                           "kv cache: kv_bytes %zu holds %ld blocks of %d tokens (%zu bytes each); one sequence of "
+                           "max_model_len %d needs %ld blocks (%zu bytes)",
+                           kv_bytes, n, bt, c->bpb, len, per_seq, (size_t)per_seq * c->bpb);
+    }
+    c->caps.block_tokens = bt;
+    c->caps.n_blocks = (int)n;
+    c->caps.prefix_caching = 1;
+    c->caps.partial_hits = 0; /* the slot state is restorable at block ends only */
+    c->caps.chunked_prefill = 1;
+    c->caps.replay = 0;
+    if ((rc = mk_kv_pool_create(c->caps.n_blocks, bt, c->bpb, &c->pool, err))) return rc;
+    c->kv_base = mk_kv_block_data(c->pool, 0);
+    c->dseqs = calloc((size_t)n_slots, sizeof *c->dseqs);
+    if (!c->dseqs) return mk_fail(err, MK_ENOMEM, "out of memory");
+    c->caps.bytes = (size_t)n * c->bpb;
     for (int i = 0; i < n_slots; i++) {
-        if ((rc = mk_seq_create(c->m, len, &c->seqs[i], err))) {
+        if ((rc = dsv4_seq_create_paged(c->dm, len, &lay, &c->dseqs[i], err))) {
             mk_err_prefix(err, "kv cache: slot %d of %d (max_model_len %d)", i, n_slots, len);
             return rc;
         }
-        if (mk_seq_capacity(c->seqs[i]) < len)
-            return mk_fail(err, MK_ERANGE, "kv cache: max_model_len %d exceeds the model's context %d", len,
-                           mk_seq_capacity(c->seqs[i]));
+        c->caps.bytes += sizeof(float) * (c->dseqs[i]->arena_floats + c->dseqs[i]->scratch_floats);
     }
     return MK_OK;
 }
@@ -106,7 +135,10 @@ int mk_kvcache_create(mk_model *m, int n_slots, int max_model_len, size_t kv_byt
     c->caps.n_slots = n_slots;
     c->caps.max_model_len = max_model_len;
     c->lm = mk_model_llama(m);
-    int rc = c->lm ? create_paged(c, kv_bytes, err) : create_slots(c, err);
+    c->dm = mk_model_dsv4(m);
+    int rc = c->lm   ? create_paged(c, kv_bytes, err)
+             : c->dm ? create_dsv4(c, kv_bytes, err)
+                     : mk_fail(err, MK_ENOTSUP, "kv cache: unknown model family");
     if (rc) {
         mk_kvcache_free(c);
         return rc;
@@ -117,9 +149,9 @@ int mk_kvcache_create(mk_model *m, int n_slots, int max_model_len, size_t kv_byt
 
 void mk_kvcache_free(mk_kvcache *c) {
     if (!c) return;
-    if (c->seqs)
-        for (int i = 0; i < c->caps.n_slots; i++) mk_seq_free(c->seqs[i]);
-    free(c->seqs);
+    if (c->dseqs)
+        for (int i = 0; i < c->caps.n_slots; i++) dsv4_seq_free(c->dseqs[i]);
+    free(c->dseqs);
     llama_work_free(c->work);
     free(c->pieces);
     free(c->which);
@@ -173,25 +205,50 @@ static int forward_paged(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err
     return last;
 }
 
+/* One DeepSeek-V4 piece: the slot bound to the piece's block table, started afresh / restored
+ * for the request's first piece, then the prompt rows (batch order when the prompt has >= 2
+ * tokens) and each generated token alone (one-token order). */
+static int forward_dsv4_piece(mk_kvcache *c, mk_batch_item *it, mk_err *err) {
+    const int bt = c->caps.block_tokens, nb = mk_kv_n_blocks(c->pool);
+    if (it->slot < 0 || it->slot >= c->caps.n_slots)
+        return mk_fail(err, MK_EINTERNAL, "batch: slot %d outside [0, %d)", it->slot, c->caps.n_slots);
+    if (it->copy_from >= 0)
+        return mk_fail(err, MK_EINTERNAL, "batch: a partial prefix hit (copy of block %d) cannot restore a DeepSeek-V4 slot",
+                       it->copy_from);
+    if (it->n < 1 || it->start < 0 || (long)it->n_blocks * bt < (long)it->start + it->n)
+        return mk_fail(err, MK_EINTERNAL, "batch: piece [%d, %d) is not covered by its %d blocks", it->start,
+                       it->start + it->n, it->n_blocks);
+    for (int b = 0; b < it->n_blocks; b++)
+        if (it->blocks[b] < 0 || it->blocks[b] >= nb)
+            return mk_fail(err, MK_EINTERNAL, "batch: block table entry %d is %d (pool of %d)", b, it->blocks[b], nb);
+    dsv4_seq *s = c->dseqs[it->slot];
+    dsv4_seq_bind(s, c->kv_base, it->blocks, it->n_blocks);
+    int rc;
+    if (it->fresh || it->start == 0) {
+        if (it->start == 0) dsv4_seq_reset(s);
+        else if ((rc = dsv4_seq_restore(s, it->start, err))) return rc;
+    } else if (dsv4_seq_pos(s) != it->start) {
+        return mk_fail(err, MK_EINTERNAL, "batch: slot %d is at position %d, the piece starts at %d", it->slot,
+                       dsv4_seq_pos(s), it->start);
+    }
+    const int end = it->start + it->n, pe = end < it->n_prompt ? end : it->n_prompt;
+    int p = it->start;
+    if (p < pe) {
+        if ((rc = dsv4_seq_forward_ex(s, it->tokens, pe - p, it->n_prompt > 1, pe == end ? it->logits : NULL, err)))
+            return rc;
+        p = pe;
+    }
+    for (; p < end; p++)
+        if ((rc = dsv4_seq_forward_ex(s, it->tokens + (p - it->start), 1, 0, p + 1 == end ? it->logits : NULL, err)))
+            return rc;
+    return MK_OK;
+}
+
 int mk_model_forward_batch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
     (void)m;
     if (c->lm) return forward_paged(c, items, n, err);
     int last = MK_OK;
-    for (int i = 0; i < n; i++) {
-        mk_batch_item *it = &items[i];
-        if (it->slot < 0 || it->slot >= c->caps.n_slots) {
-            last = it->status = mk_fail(err, MK_EINTERNAL, "batch: slot %d outside [0, %d)", it->slot, c->caps.n_slots);
-            continue;
-        }
-        mk_seq *s = c->seqs[it->slot];
-        if (it->start == 0) mk_seq_reset(s);
-        if (mk_seq_pos(s) != it->start) {
-            last = it->status = mk_fail(err, MK_EINTERNAL, "batch: slot %d is at position %d, the piece starts at %d",
-                                        it->slot, mk_seq_pos(s), it->start);
-            continue;
-        }
-        it->status = mk_seq_forward(s, it->tokens, it->n, it->logits, err);
-        if (it->status) last = it->status;
-    }
+    for (int i = 0; i < n; i++)
+        if ((items[i].status = forward_dsv4_piece(c, &items[i], err))) last = items[i].status;
     return last;
 }

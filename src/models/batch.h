@@ -10,16 +10,22 @@
  * what they support, reported by mk_kvcache_caps:
  *   llama        paged KV (K and V^T rows of every layer for the block's 32 positions, layout in
  *                llama.h and src/kv/README.md); prefix sharing with copy-on-write of partial
- *                hits; chunked prefill at any position. One step runs every piece in one forward
+ *                hits (partial_hits); chunked prefill at any position. One step runs every piece in one forward
  *                call (rows concatenated: each weight matrix read once per step). A piece's
  *                results are those of its request run alone through llama.cpp (the prompt as one
  *                batch, then one-token decodes) — which is why an item carries n_prompt.
- *   deepseek_v4  (today) slot mode: each slot owns a whole sequence state (window ring, compressed
- *                KV, compressor state) sized for max_model_len; blocks only account for memory;
- *                no prefix sharing; the prompt runs in one piece at position 0, then one-token
- *                decodes. The paged hybrid layout (one logical block = 256 token positions in every
- *                group: window, CSA entries + indexer keys, HCA entries, compressor state at block
- *                boundaries) is the next step; see src/kv/README.md.
+ *   deepseek_v4  paged hybrid KV (dsv4_kv_layout in dsv4.h, src/kv/README.md): one logical block
+ *                = 256 token positions in every group. Block b of a request holds the compressed
+ *                entries of positions [256b, 256b + 256) of every layer (CSA entries + indexer
+ *                keys, HCA entries) and a snapshot of the slot state after position 256b + 255
+ *                (every layer's window ring, the ratio-4 compressors' pooling state). Each slot
+ *                (running request) keeps its live window rings and compressor state. Prefix
+ *                hits restore the slot from the snapshot of the last hit block, so they are
+ *                whole blocks only (partial_hits = 0, replay = 0); chunked prefill at any
+ *                position. Pieces run one after another (a prompt's rows in batch order, its
+ *                generated tokens one at a time, see dsv4.h), so a piece's results are those of
+ *                its request run alone through mk_seq (the prompt in one call, then one-token
+ *                decodes), bit for bit.
  */
 #ifndef MK_MODELS_BATCH_H
 #define MK_MODELS_BATCH_H
@@ -38,6 +44,7 @@ typedef struct {
     int n_slots;         /* running requests at most */
     int max_model_len;
     int prefix_caching;  /* blocks can be shared between requests */
+    int partial_hits;    /* a partially matching block can be copied (copy-on-write) */
     int chunked_prefill; /* a prompt can run in several pieces, at any position */
     int replay;          /* tokens to recompute before a prefix-hit boundary */
     size_t bytes;        /* memory of the pool and the slots */
@@ -52,8 +59,11 @@ void mk_kvcache_caps_get(const mk_kvcache *c, mk_kvcache_caps *caps);
 mk_kv_pool *mk_kvcache_pool(mk_kvcache *c);
 
 typedef struct {
-    int slot;                /* the request's slot in [0, n_slots) (slot mode) */
-    int start;               /* position of tokens[0]; slot mode: 0 starts the slot's state afresh */
+    int slot;                /* the request's slot in [0, n_slots) */
+    int start;               /* position of tokens[0] */
+    int fresh;               /* the request's first piece in this slot (admission, or after a
+                              * preemption): deepseek_v4 starts the slot afresh at start 0, or
+                              * restores it from the snapshot in block start / 256 - 1 */
     const int32_t *tokens;   /* [n] */
     int n_prompt;            /* the request's prompt length: positions below it are prompt */
     int n;

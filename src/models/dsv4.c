@@ -5,11 +5,36 @@
  *   for each layer:  h = Block(h)   (mHC around attention, then around the MoE)
  *   logits = head(norm(hc_head(h[last])))                          [vocab] fp32
  *
- * A call runs T tokens starting at the sequence's position: a prefill (position 0, any T) or a
- * one-token decode. Activations are fp32 arrays holding bf16 values wherever the reference holds
- * bf16 (see ops.h); the rounding points, FP8/FP4 activation simulations and fp32 islands are the
- * reference's. Every intermediate goes through DUMP with a name such as "L3.attn.q"; MoE and
- * indexer decisions go through the decision hooks (dsv4.h).
+ * A call runs T tokens starting at the sequence's position: the reference's prefill (position 0)
+ * and one-token decodes, and any chunk of a prompt at any position (chunked prefill). Activations
+ * are fp32 arrays holding bf16 values wherever the reference holds bf16 (see ops.h); the rounding
+ * points, FP8/FP4 activation simulations and fp32 islands are the reference's. Every intermediate
+ * goes through DUMP with a name such as "L3.attn.q"; MoE and indexer decisions go through the
+ * decision hooks (dsv4.h).
+ *
+ * Chunks. Everything a token computes depends only on its position and the state before it, and
+ * the code takes care that it is also computed the same way whatever the split:
+ *   - window rows of positions before the call come from the ring, those of the call from its
+ *     own kv rows; the ring is written after attention (a chunk longer than the window would
+ *     otherwise overwrite rows its first tokens still need);
+ *   - the compressors run token by token through their pooling state (the reference's decode
+ *     rule), which pools the same values in the same order as its prefill rule, so a chunk may
+ *     end anywhere inside a group; the first overlap group reads fresh slots (kv 0, score -inf)
+ *     whose weights are exactly 0;
+ *   - a query at position p sees the indexer keys and HCA entries of groups that end at or before
+ *     p (causal inside a chunk), and top-k keeps min(index_topk, visible) entries, so the
+ *     selection does not depend on where the call ends;
+ *   - linears: mk_linear's m = 1 GEMV and its m >= 2 GEMM differ in the last bits, and a row's
+ *     GEMM result does not depend on m. In batch order (s->batch) a product of one row (a
+ *     one-token chunk, an expert that got one token) is run as two copies of the row through
+ *     the GEMM; in one-token order (decodes) m = 1 stays the GEMV. The head (last token only) is
+ *     always the GEMV.
+ * So a prompt run in batch order as one call or as any chunks gives bit-identical logits and
+ * state (tests/unit/test_dsv4_chunked.c).
+ *
+ * Entries live in blocks (dsv4_kv_layout): entry j of a ratio-r compressor is row j % (bt / r) of
+ * the block table's entry j / (bt / r). At each block end a call passes, the slot state is
+ * written into that block when the layout has snapshots.
  */
 #include "models/dsv4.h"
 #include "num/formats.h"
@@ -53,6 +78,7 @@ typedef struct {
     float *xb, *g, *u, *eo;                  /* expert batch buffers */
     float *ewt;                              /* [T] routing weights of an expert's batch */
     int32_t *btok;                           /* [T] */
+    float *padx, *pady;                      /* one row run as two (batch order) */
     float *lin;                              /* mk_linear scratch */
 } scratch;
 
@@ -68,6 +94,12 @@ static size_t scratch_layout(const dsv4_config *c, int T, int max_len, float *ba
     if (HD / c->o_groups > maxk) maxk = HD / c->o_groups;
     if (c->o_groups * c->o_lora > maxk) maxk = c->o_groups * c->o_lora;
     if (c->moe_inter > maxk) maxk = c->moe_inter;
+    int maxn = c->n_heads * c->head_dim;
+    int others[] = {c->q_lora, 2 * c->head_dim, c->index_heads * c->index_head_dim, c->o_lora, c->dim,
+                    c->n_experts, c->moe_inter, 2 * c->index_head_dim};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++)
+        if (others[i] > maxn) maxn = others[i];
+    if (T < 2) T = 2; /* batch order runs single rows as two */
     int n_ent = max_len / 4 + 1;
     size_t rows_n = (size_t)c->window + (size_t)max_len / 2 + 16;
 #define CARVE(field, type, count)                                              \
@@ -107,6 +139,8 @@ static size_t scratch_layout(const dsv4_config *c, int T, int max_len, float *ba
     CARVE(eo, float *, Tz * c->dim);
     CARVE(btok, int32_t *, Tz);
     CARVE(ewt, float *, Tz);
+    CARVE(padx, float *, 2 * (size_t)maxk);
+    CARVE(pady, float *, 2 * (size_t)maxn);
     CARVE(lin, float *, mk_linear_scratch(T, maxk));
 #undef CARVE
     return off;
@@ -129,7 +163,23 @@ static int ensure_scratch(dsv4_seq *s, int T, scratch *sp, mk_err *err) {
 /* ---- small helpers -------------------------------------------------------------------------- */
 
 static void lin(dsv4_seq *s, scratch *sp, const mk_wmat *W, const float *x, int m, float *y, int round) {
+    if (m == 1 && s->batch) { /* batch order: the GEMM's bits for this row (see the top) */
+        memcpy(sp->padx, x, sizeof(float) * (size_t)W->k);
+        memcpy(sp->padx + W->k, x, sizeof(float) * (size_t)W->k);
+        mk_linear(s->m->pool, W, sp->padx, 2, sp->pady, round, sp->lin);
+        memcpy(y, sp->pady, sizeof(float) * (size_t)W->n);
+        return;
+    }
     mk_linear(s->m->pool, W, x, m, y, round, sp->lin);
+}
+
+/* ---- blocks --------------------------------------------------------------------------------- */
+
+static uint8_t *block_ptr(const dsv4_seq *s, int b) { return s->kv_base + (size_t)s->blocks[b] * s->lay.bytes; }
+
+/* Entry j (D floats) of a region at byte offset off holding `per` entries per block. */
+static float *entry(const dsv4_seq *s, size_t off, int per, int D, int j) {
+    return (float *)(block_ptr(s, j / per) + off) + (size_t)(j % per) * D;
 }
 
 static float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -193,86 +243,63 @@ static void pool_slots(const float *const *kv, const float *const *sc, int ns, i
     }
 }
 
-/* Runs a compressor over the call's T tokens x [T, dim] at start position `start`; appends new
- * entries to cache (rows of D) and advances *n_cache. */
+/* Runs a compressor over the call's T tokens x [T, dim] at start position `start`, token by token
+ * through the pooling state (the reference's decode rule; it pools the same values in the same
+ * order as its prefill rule). New entries go to the block region at byte offset ent_off (row
+ * *n_cache, which advances). With snapshots, an overlap compressor writes its state slots [0,
+ * ratio) (first D channels) to the block region snap_off at every block end. */
 static void compressor(dsv4_seq *s, scratch *sp, const dsv4_layer *L, const dsv4_compressor *C,
-                       int is_idx, const float *x, int T, int start, float *cache, int *n_cache,
-                       float *kv_state, float *sc_state) {
+                       int is_idx, const float *x, int T, int start, size_t ent_off, size_t snap_off,
+                       int snap, int *n_cache, float *kv_state, float *sc_state) {
     const dsv4_model *m = s->m;
     int r = C->ratio, D = C->D, W2 = C->coff * D, ov = C->coff == 2;
+    int bt = s->lay.block_tokens, per = bt / r;
     float *kvp = sp->ckv, *scp = sp->csc;
     lin(s, sp, &C->wkv, x, T, kvp, 0);   /* fp32: x.float() @ wkv.float()^T */
     lin(s, sp, &C->wgate, x, T, scp, 0);
     const float *kvs[256] = {0}, *scs[256] = {0};
-    if (start == 0) {
-        int rem = T % r, cutoff = T - rem, off = ov ? r : 0;
-        for (int t = 0; t < T; t++) /* score + ape[t % ratio] */
-            for (int i = 0; i < W2; i++) scp[(size_t)t * W2 + i] += C->ape[(size_t)(t % r) * W2 + i];
-        if (ov && cutoff >= r) {
-            memcpy(kv_state, kvp + (size_t)(cutoff - r) * W2, sizeof(float) * (size_t)r * W2);
-            memcpy(sc_state, scp + (size_t)(cutoff - r) * W2, sizeof(float) * (size_t)r * W2);
-        }
-        for (int i = 0; i < rem; i++) {
-            memcpy(kv_state + (size_t)(off + i) * W2, kvp + (size_t)(cutoff + i) * W2, sizeof(float) * W2);
-            memcpy(sc_state + (size_t)(off + i) * W2, scp + (size_t)(cutoff + i) * W2, sizeof(float) * W2);
-        }
-        /* the first group's "previous" half: kv 0, score -inf (skipped below) */
-        for (int g = 0; g < cutoff / r; g++) {
-            float *e = cache + (size_t)(*n_cache) * D;
+    for (int t = 0; t < T; t++) {
+        int p = start + t;
+        float *kt = kvp + (size_t)t * W2, *st = scp + (size_t)t * W2;
+        for (int i = 0; i < W2; i++) st[i] += C->ape[(size_t)(p % r) * W2 + i];
+        int slot = ov ? r + p % r : p % r;
+        memcpy(kv_state + (size_t)slot * W2, kt, sizeof(float) * W2);
+        memcpy(sc_state + (size_t)slot * W2, st, sizeof(float) * W2);
+        if ((p + 1) % r == 0) {
+            float *e = entry(s, ent_off, per, D, *n_cache);
             int ns = 0;
             if (ov) {
-                if (g > 0)
-                    for (int i = 0; i < r; i++) {
-                        kvs[ns] = kvp + (size_t)((g - 1) * r + i) * W2;
-                        scs[ns++] = scp + (size_t)((g - 1) * r + i) * W2;
-                    }
                 for (int i = 0; i < r; i++) {
-                    kvs[ns] = kvp + (size_t)(g * r + i) * W2 + D;
-                    scs[ns++] = scp + (size_t)(g * r + i) * W2 + D;
+                    /* slots 0..r-1: the previous group's first half; -inf scores (fresh state,
+                     * the first group) give weight 0 exactly */
+                    kvs[ns] = kv_state + (size_t)i * W2;
+                    scs[ns++] = sc_state + (size_t)i * W2;
+                }
+                for (int i = 0; i < r; i++) {
+                    kvs[ns] = kv_state + (size_t)(r + i) * W2 + D;
+                    scs[ns++] = sc_state + (size_t)(r + i) * W2 + D;
                 }
             } else {
                 for (int i = 0; i < r; i++) {
-                    kvs[ns] = kvp + (size_t)(g * r + i) * W2;
-                    scs[ns++] = scp + (size_t)(g * r + i) * W2;
+                    kvs[ns] = kv_state + (size_t)i * W2;
+                    scs[ns++] = sc_state + (size_t)i * W2;
                 }
             }
             pool_slots(kvs, scs, ns, D, e);
-            cmp_finish(m, L, C, is_idx, e, g * r);
+            if (ov) {
+                memcpy(kv_state, kv_state + (size_t)r * W2, sizeof(float) * (size_t)r * W2);
+                memcpy(sc_state, sc_state + (size_t)r * W2, sizeof(float) * (size_t)r * W2);
+            }
+            cmp_finish(m, L, C, is_idx, e, p + 1 - r);
             (*n_cache)++;
         }
-    } else {
-        int p = start;
-        for (int i = 0; i < W2; i++) scp[i] += C->ape[(size_t)(p % r) * W2 + i];
-        int slot = ov ? r + p % r : p % r;
-        memcpy(kv_state + (size_t)slot * W2, kvp, sizeof(float) * W2);
-        memcpy(sc_state + (size_t)slot * W2, scp, sizeof(float) * W2);
-        if ((p + 1) % r) return;
-        float *e = cache + (size_t)(*n_cache) * D;
-        int ns = 0;
-        if (ov) {
+        if (snap && ov && (p + 1) % bt == 0) {
+            float *dst = (float *)(block_ptr(s, p / bt) + snap_off);
             for (int i = 0; i < r; i++) {
-                /* slots 0..r-1: the previous group's first half; -inf scores (fresh state) give
-                 * weight 0 */
-                kvs[ns] = kv_state + (size_t)i * W2;
-                scs[ns++] = sc_state + (size_t)i * W2;
-            }
-            for (int i = 0; i < r; i++) {
-                kvs[ns] = kv_state + (size_t)(r + i) * W2 + D;
-                scs[ns++] = sc_state + (size_t)(r + i) * W2 + D;
-            }
-        } else {
-            for (int i = 0; i < r; i++) {
-                kvs[ns] = kv_state + (size_t)i * W2;
-                scs[ns++] = sc_state + (size_t)i * W2;
+                memcpy(dst + (size_t)i * D, kv_state + (size_t)i * W2, sizeof(float) * D);
+                memcpy(dst + (size_t)(r + i) * D, sc_state + (size_t)i * W2, sizeof(float) * D);
             }
         }
-        pool_slots(kvs, scs, ns, D, e);
-        if (ov) {
-            memcpy(kv_state, kv_state + (size_t)r * W2, sizeof(float) * (size_t)r * W2);
-            memcpy(sc_state, sc_state + (size_t)r * W2, sizeof(float) * (size_t)r * W2);
-        }
-        cmp_finish(m, L, C, is_idx, e, p + 1 - r);
-        (*n_cache)++;
     }
 }
 
@@ -294,17 +321,20 @@ static int indexer(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv
             mk_fp4_quant_sim(v, ID, 32);
         }
     DUMP3(iq, T, IH, ID, "L%d.idx.q", layer);
-    compressor(s, sp, L, &L->idx_cmp, 1, x, T, start, st->ikv, &st->n_ikv, st->ikv_state, st->isc_state);
+    int snap = s->lay.snapshots && layer < c->n_layers;
+    compressor(s, sp, L, &L->idx_cmp, 1, x, T, start, s->lay.ikv[layer], s->lay.icst[layer], snap, &st->n_ikv,
+               st->ikv_state, st->isc_state);
+    const int per = s->lay.block_tokens / 4;
     lin(s, sp, &L->idx_wproj, x, T, iw, 1);
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
     for (int i = 0; i < T * IH; i++) iw[i] = mk_bf16r(iw[i] * wscale);
     int end = start + T, n_all = end / 4;
     int k = c->index_topk < n_all ? c->index_topk : n_all;
     for (int t = 0; t < T; t++) {
-        int vis = start == 0 ? (t + 1) / 4 : n_all;
+        int vis = (start + t + 1) / 4; /* groups that end at or before this token */
         float *sc = sp->isc;
         for (int j = 0; j < vis; j++) {
-            const float *K = st->ikv + (size_t)j * ID;
+            const float *K = entry(s, s->lay.ikv[layer], per, ID, j);
             float acc = 0.0f;
             for (int h = 0; h < IH; h++) {
                 const float *qh = iq + ((size_t)t * IH + h) * ID;
@@ -357,31 +387,42 @@ static int attention(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, d
     /* compressed-entry selection (CSA: indexer; HCA: all visible) */
     int k_sel = 0;
     if (r == 4) k_sel = indexer(s, sp, layer, L, st, x, sp->qr, T, start);
-    /* window ring */
-    for (int t = (T > win ? T - win : 0); t < T; t++)
-        memcpy(st->win + (size_t)((start + t) % win) * D, sp->kv + (size_t)t * D, sizeof(float) * D);
-    if (r) compressor(s, sp, L, &L->cmp, 0, x, T, start, st->ckv, &st->n_ckv, st->kv_state, st->sc_state);
-    if (r) DUMP2(st->ckv, st->n_ckv, D, "L%d.attn.ckv", layer);
-    /* sparse attention per query */
+    const int bt = s->lay.block_tokens, snap = s->lay.snapshots && layer < c->n_layers;
+    const int per = r ? bt / r : 0;
+    if (r)
+        compressor(s, sp, L, &L->cmp, 0, x, T, start, s->lay.ckv[layer], s->lay.cst[layer], snap, &st->n_ckv,
+                   st->kv_state, st->sc_state);
+    /* sparse attention per query; window rows before the call from the ring, the call's own */
     float scale = 1.0f / sqrtf((float)D);
     for (int t = 0; t < T; t++) {
         int p = start + t, n = 0;
         const float **rows = sp->rows;
         for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
-            rows[n++] = start == 0 ? sp->kv + (size_t)q * D : st->win + (size_t)(q % win) * D;
+            rows[n++] = q >= start ? sp->kv + (size_t)(q - start) * D : st->win + (size_t)(q % win) * D;
         if (r == 4) {
             const int32_t *sl = sp->sel + (size_t)t * k_sel;
             for (int i = 0; i < k_sel; i++)
-                if (sl[i] >= 0 && sl[i] < st->n_ckv) rows[n++] = st->ckv + (size_t)sl[i] * D;
+                if (sl[i] >= 0 && sl[i] < st->n_ckv) rows[n++] = entry(s, s->lay.ckv[layer], per, D, sl[i]);
         } else if (r) {
             int vis = (p + 1) / r;
-            for (int j = 0; j < vis && j < st->n_ckv; j++) rows[n++] = st->ckv + (size_t)j * D;
+            for (int j = 0; j < vis && j < st->n_ckv; j++) rows[n++] = entry(s, s->lay.ckv[layer], per, D, j);
         }
         float *ot = sp->o + (size_t)t * HD;
         mk_sparse_attn(m->pool, sp->q + (size_t)t * HD, H, D, rows, n, L->attn_sink, scale, ot);
         for (int h = 0; h < H; h++) mk_rope(ot + (size_t)h * D + nope, rd, L->rope, p, 1);
     }
     DUMP3(sp->o, T, H, D, "L%d.attn.o", layer);
+    /* window snapshots at the block ends inside the call (ring as it stands after that position),
+     * then the ring itself */
+    for (int e = (start / bt + 1) * bt - 1; snap && e < start + T; e += bt) {
+        uint16_t *dst = (uint16_t *)(block_ptr(s, e / bt) + s->lay.win[layer]);
+        for (int q = e - win + 1; q <= e; q++) {
+            const float *src = q >= start ? sp->kv + (size_t)(q - start) * D : st->win + (size_t)(q % win) * D;
+            for (int i = 0; i < D; i++) dst[(size_t)(q % win) * D + i] = mk_f32_to_bf16(src[i]);
+        }
+    }
+    for (int t = (T > win ? T - win : 0); t < T; t++)
+        memcpy(st->win + (size_t)((start + t) % win) * D, sp->kv + (size_t)t * D, sizeof(float) * D);
     /* grouped output projection: per group g, o[:, g] @ wo_a[g]^T (bf16, no act quant) */
     for (int g = 0; g < G; g++) {
         for (int t = 0; t < T; t++)
@@ -522,18 +563,17 @@ static void head(dsv4_seq *s, scratch *sp, const float *h_last_tok, const float 
     mk_hc_head(h_last_tok, 1, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, sp->x);
     mk_rmsnorm(sp->x, 1, c->dim, norm, c->norm_eps, sp->x);
     DUMP2(sp->x, 1, c->dim, "%s.head.in", tag);
-    lin(s, sp, &m->head, sp->x, 1, logits, 0);
+    mk_linear(m->pool, &m->head, sp->x, 1, logits, 0, sp->lin); /* one-token order always */
 }
 
 static int check_call(dsv4_seq *s, const int32_t *tokens, int T, int start, mk_err *err) {
     const dsv4_config *c = &s->m->cfg;
     if (T <= 0) return mk_fail(err, MK_EINVAL, "a forward call needs at least one token");
-    if (start > 0 && T != 1)
-        return mk_fail(err, MK_ENOTSUP,
-                       "a call at position %d has %d tokens: after the prefill only one-token decodes are supported (chunked prefill comes with the engine)",
-                       start, T);
     if (start + T > s->max_len)
         return mk_fail(err, MK_ERANGE, "position %d exceeds the sequence capacity %d (max_seq_len)", start + T, s->max_len);
+    if (!s->kv_base || !s->blocks || (long)s->n_blocks * s->lay.block_tokens < (long)start + T)
+        return mk_fail(err, MK_EINTERNAL, "the block table (%d blocks of %d) does not cover positions [%d, %d)",
+                       s->blocks ? s->n_blocks : 0, s->lay.block_tokens, start, start + T);
     for (int i = 0; i < T; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
             return mk_fail(err, MK_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, c->vocab);
@@ -541,10 +581,15 @@ static int check_call(dsv4_seq *s, const int32_t *tokens, int T, int start, mk_e
 }
 
 int dsv4_seq_forward(dsv4_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
+    return dsv4_seq_forward_ex(s, tokens, T, T > 1, logits, err);
+}
+
+int dsv4_seq_forward_ex(dsv4_seq *s, const int32_t *tokens, int T, int batch, float *logits, mk_err *err) {
     const dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     int start = s->pos, rc;
     if ((rc = check_call(s, tokens, T, start, err))) return rc;
+    s->batch = batch;
     scratch sp;
     if ((rc = ensure_scratch(s, T, &sp, err))) return rc;
     int hc = c->hc, d = c->dim;
@@ -581,6 +626,7 @@ int dsv4_mtp_forward(dsv4_seq *s, const float *h_main, const int32_t *ids, int T
     int start = s->mtp_pos;
     int rc;
     if ((rc = check_call(s, ids, T, start, err))) return rc;
+    s->batch = T > 1;
     scratch sp;
     if ((rc = ensure_scratch(s, T * c->hc, &sp, err))) return rc; /* h_proj runs on T*hc rows */
     const dsv4_layer *L = &m->mtp;
@@ -611,7 +657,45 @@ int dsv4_mtp_forward(dsv4_seq *s, const float *h_main, const int32_t *ids, int T
 
 /* ---- sequences ------------------------------------------------------------------------------ */
 
-int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+int dsv4_kv_layout_init(const dsv4_model *m, int snapshots, dsv4_kv_layout *lay, mk_err *err) {
+    const dsv4_config *c = &m->cfg;
+    const int bt = DSV4_BLOCK_TOKENS;
+    memset(lay, 0, sizeof *lay);
+    lay->block_tokens = bt;
+    lay->snapshots = snapshots;
+    if (snapshots && c->window > bt)
+        return mk_fail(err, MK_ENOTSUP, "kv layout: window %d is longer than a block (%d positions)", c->window, bt);
+    size_t off = 0;
+    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
+        int r = c->compress_ratio[l];
+        if (r && (r > bt || bt % r))
+            return mk_fail(err, MK_ENOTSUP, "kv layout: layer %d's compress ratio %d does not divide the block of %d", l, r, bt);
+        if (r) {
+            lay->ckv[l] = off;
+            off += align64(sizeof(float) * (size_t)(bt / r) * c->head_dim);
+        }
+        if (r == 4) {
+            lay->ikv[l] = off;
+            off += align64(sizeof(float) * (size_t)(bt / 4) * c->index_head_dim);
+        }
+        if (!snapshots || l >= c->n_layers) continue;
+        lay->win[l] = off;
+        off += align64(sizeof(uint16_t) * (size_t)c->window * c->head_dim);
+        if (r == 4) {
+            lay->cst[l] = off;
+            off += align64(sizeof(float) * 2 * 4 * (size_t)c->head_dim);
+            lay->icst[l] = off;
+            off += align64(sizeof(float) * 2 * 4 * (size_t)c->index_head_dim);
+        }
+    }
+    lay->bytes = off ? off : 64;
+    return MK_OK;
+}
+
+/* A sequence with its slot state (arena) and scratch; entries come from a block table. */
+static int seq_new(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
     *out = NULL;
     const dsv4_config *c = &m->cfg;
     if (max_len <= 0) max_len = m->max_seq_len;
@@ -621,7 +705,7 @@ int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
     if (!s) return mk_fail(err, MK_ENOMEM, "out of memory");
     s->m = m;
     s->max_len = max_len;
-    /* one allocation for all per-layer state */
+    /* one allocation for all per-layer slot state */
     size_t total = 0;
     int nl = c->n_layers + c->n_mtp;
     for (int pass = 0; pass < 2; pass++) {
@@ -636,12 +720,10 @@ int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
     } while (0)
             TAKE(win, (size_t)c->window * c->head_dim);
             if (r) {
-                TAKE(ckv, (size_t)(max_len / r + 1) * c->head_dim);
                 TAKE(kv_state, (size_t)coff * r * coff * c->head_dim);
                 TAKE(sc_state, (size_t)coff * r * coff * c->head_dim);
             }
             if (r == 4) {
-                TAKE(ikv, (size_t)(max_len / 4 + 1) * c->index_head_dim);
                 TAKE(ikv_state, (size_t)2 * 4 * 2 * c->index_head_dim);
                 TAKE(isc_state, (size_t)2 * 4 * 2 * c->index_head_dim);
             }
@@ -654,7 +736,6 @@ int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
             s->arena_floats = total;
         }
     }
-    dsv4_seq_reset(s);
     scratch sp;
     int rc = ensure_scratch(s, 1, &sp, err);
     if (rc) { dsv4_seq_free(s); return rc; }
@@ -662,7 +743,45 @@ int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
     return MK_OK;
 }
 
-void dsv4_seq_reset(dsv4_seq *s) {
+int dsv4_seq_create(dsv4_model *m, int max_len, dsv4_seq **out, mk_err *err) {
+    dsv4_seq *s;
+    int rc = seq_new(m, max_len, &s, err);
+    if (rc) return rc;
+    /* a private pool of entries without snapshots, block table = identity */
+    if ((rc = dsv4_kv_layout_init(m, 0, &s->lay, err))) { dsv4_seq_free(s); return rc; }
+    int nb = (s->max_len + s->lay.block_tokens - 1) / s->lay.block_tokens;
+    s->own_kv = calloc((size_t)nb, s->lay.bytes);
+    s->own_blocks = malloc(sizeof(int) * (size_t)nb);
+    if (!s->own_kv || !s->own_blocks) {
+        size_t mib = ((size_t)nb * s->lay.bytes) >> 20;
+        dsv4_seq_free(s);
+        return mk_fail(err, MK_ENOMEM, "out of memory for the compressed KV of a sequence (%zu MiB)", mib);
+    }
+    for (int b = 0; b < nb; b++) s->own_blocks[b] = b;
+    dsv4_seq_bind(s, s->own_kv, s->own_blocks, nb);
+    dsv4_seq_reset(s);
+    *out = s;
+    return MK_OK;
+}
+
+int dsv4_seq_create_paged(dsv4_model *m, int max_len, const dsv4_kv_layout *lay, dsv4_seq **out, mk_err *err) {
+    dsv4_seq *s;
+    int rc = seq_new(m, max_len, &s, err);
+    if (rc) return rc;
+    s->lay = *lay;
+    dsv4_seq_reset(s);
+    *out = s;
+    return MK_OK;
+}
+
+void dsv4_seq_bind(dsv4_seq *s, void *kv_base, const int *blocks, int n_blocks) {
+    s->kv_base = kv_base;
+    s->blocks = blocks;
+    s->n_blocks = n_blocks;
+}
+
+/* Slot state afresh: rings 0, compressor kv 0 and scores -inf. */
+static void slot_clear(dsv4_seq *s) {
     const dsv4_config *c = &s->m->cfg;
     memset(s->arena, 0, sizeof(float) * s->arena_floats);
     for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
@@ -677,12 +796,52 @@ void dsv4_seq_reset(dsv4_seq *s) {
     s->n_last = 0;
 }
 
+void dsv4_seq_reset(dsv4_seq *s) {
+    slot_clear(s);
+    if (s->own_kv) memset(s->own_kv, 0, (size_t)s->n_blocks * s->lay.bytes);
+}
+
+int dsv4_seq_restore(dsv4_seq *s, int pos, mk_err *err) {
+    const dsv4_config *c = &s->m->cfg;
+    const int bt = s->lay.block_tokens;
+    if (!s->lay.snapshots) return mk_fail(err, MK_EINTERNAL, "restore: this sequence's blocks carry no snapshots");
+    if (pos <= 0 || pos % bt || pos > s->max_len)
+        return mk_fail(err, MK_EINTERNAL, "restore: position %d is not a block boundary in (0, %d]", pos, s->max_len);
+    if (!s->kv_base || !s->blocks || s->n_blocks < pos / bt)
+        return mk_fail(err, MK_EINTERNAL, "restore: the block table (%d blocks) does not reach position %d",
+                       s->blocks ? s->n_blocks : 0, pos);
+    slot_clear(s);
+    const uint8_t *blk = block_ptr(s, pos / bt - 1);
+    for (int l = 0; l < c->n_layers; l++) {
+        int r = c->compress_ratio[l];
+        dsv4_layer_state *st = &s->ls[l];
+        const uint16_t *w = (const uint16_t *)(blk + s->lay.win[l]);
+        for (size_t i = 0; i < (size_t)c->window * c->head_dim; i++) st->win[i] = mk_bf16_to_f32(w[i]);
+        if (r) st->n_ckv = pos / r;
+        if (r == 4) {
+            st->n_ikv = pos / 4;
+            const float *cs = (const float *)(blk + s->lay.cst[l]), *is = (const float *)(blk + s->lay.icst[l]);
+            int D = c->head_dim, ID = c->index_head_dim;
+            for (int i = 0; i < 4; i++) {
+                memcpy(st->kv_state + (size_t)i * 2 * D, cs + (size_t)i * D, sizeof(float) * D);
+                memcpy(st->sc_state + (size_t)i * 2 * D, cs + (size_t)(4 + i) * D, sizeof(float) * D);
+                memcpy(st->ikv_state + (size_t)i * 2 * ID, is + (size_t)i * ID, sizeof(float) * ID);
+                memcpy(st->isc_state + (size_t)i * 2 * ID, is + (size_t)(4 + i) * ID, sizeof(float) * ID);
+            }
+        }
+    }
+    s->pos = pos;
+    return MK_OK;
+}
+
 void dsv4_seq_free(dsv4_seq *s) {
     if (!s) return;
     free(s->arena);
     free(s->scratch);
     free(s->h_last);
     free(s->ids_last);
+    free(s->own_kv);
+    free(s->own_blocks);
     free(s);
 }
 

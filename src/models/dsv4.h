@@ -1,16 +1,26 @@
 /* dsv4.h — DeepSeek-V4-Flash: configuration, bound weights, per-sequence state, forward pass.
  *
  * The model (dsv4_model) is immutable after loading: the validated config, the mmapped checkpoint
- * and, per layer, mk_wmat views into it, plus RoPE tables. A sequence (dsv4_seq) owns everything a
- * forward call mutates: the 128-token window ring of each layer, the compressed KV entries (CSA:
- * one per 4 tokens plus the indexer's keys; HCA: one per `ratio` tokens), the compressors'
- * pooling state, and the scratch for the largest call. A fresh sequence starts from clean state
- * (KV zero, compressor scores -inf), which is what the reference has on a freshly built model.
+ * and, per layer, mk_wmat views into it, plus RoPE tables. A sequence (dsv4_seq) holds everything a
+ * forward call mutates. Its own state (the "slot"): the window ring of each layer, the
+ * compressors' pooling state, and the scratch for the largest call. The compressed KV entries
+ * (CSA: one per 4 tokens plus the indexer's keys; HCA: one per `ratio` tokens) live in blocks of
+ * DSV4_BLOCK_TOKENS positions (dsv4_kv_layout) reached through the sequence's block table: a
+ * private pool for a sequence from dsv4_seq_create, the engine's shared pool for one from
+ * dsv4_seq_create_paged (src/models/batch.c), whose blocks also carry a snapshot of the slot state
+ * at their end, so a prefix-cache hit at a block boundary restores the slot (dsv4_seq_restore).
+ * A fresh sequence starts from clean state (KV zero, compressor scores -inf), which is what the
+ * reference has on a freshly built model.
  *
- * The forward pass (dsv4.c) mirrors inference/model.py: one prefill at position 0, then one-token
- * decodes. Every intermediate tensor has a name ("L2.attn.q", "L2.h") and is passed to an optional
- * dump hook; discrete decisions (MoE expert choice, indexer top-k) go through an optional decision
- * hook, which the golden tests use to record them or force the reference's choices.
+ * The forward pass (dsv4.c) mirrors inference/model.py. A call runs n >= 1 tokens at the
+ * sequence's position (the reference's prefill at 0 and one-token decodes, and chunks of a prompt
+ * at any position). Rows run in one of two orders: batch order (every linear through the m >= 2
+ * GEMM kernel, whose per-row result does not depend on m) or one-token order (m = 1 GEMV). A
+ * prompt run as one call or split into any chunks gives bit-identical logits and state when its
+ * rows run in batch order (dsv4_seq_forward_ex). Every intermediate tensor has a name
+ * ("L2.attn.q", "L2.h") and is passed to an optional dump hook; discrete decisions (MoE expert
+ * choice, indexer top-k) go through an optional decision hook, which the golden tests use to
+ * record them or force the reference's choices.
  * Spec: ../shared/docs/model-dsv4.md.
  */
 #ifndef MK_MODELS_DSV4_H
@@ -112,16 +122,35 @@ typedef struct {
                     int n_scores);
 } dsv4_hooks;
 
-/* Per-layer mutable state of one sequence. */
+/* Per-layer mutable state of one sequence's slot (the compressed entries live in blocks). */
 typedef struct {
     float *win;        /* [window, head_dim] ring: position p at slot p % window */
-    float *ckv;        /* [max_len / ratio, head_dim] compressed entries */
     float *kv_state;   /* [coff*ratio, coff*head_dim] compressor pooling state */
     float *sc_state;
-    float *ikv;        /* [max_len / 4, index_head_dim] indexer keys (CSA) */
-    float *ikv_state, *isc_state;
-    int n_ckv, n_ikv;  /* compressed entries written */
+    float *ikv_state, *isc_state; /* the indexer compressor's (CSA) */
+    int n_ckv, n_ikv;  /* compressed entries written (attention, indexer) */
 } dsv4_layer_state;
+
+/* Block layout of the paged KV (src/kv/README.md, "DeepSeek-V4-Flash"). A block covers positions
+ * [DSV4_BLOCK_TOKENS * b, + DSV4_BLOCK_TOKENS) of a sequence in every layer (the MTP layer is
+ * layer n_layers). Byte offsets within a block, each region 64-byte aligned:
+ *   ckv[l]   fp32 [block_tokens / ratio, head_dim]: attention compressed entries (ratio > 0)
+ *   ikv[l]   fp32 [block_tokens / 4, index_head_dim]: indexer keys (ratio 4)
+ * and, with snapshots (main layers only), the slot state after the block's last position:
+ *   win[l]   bf16 [window, head_dim]: the window ring (slot p % window; values are bf16 already)
+ *   cst[l]   fp32 [2, ratio, head_dim]: ratio-4 attention compressor: kv then score of state slots
+ *            [0, ratio), first head_dim channels (the only part the next entry reads)
+ *   icst[l]  fp32 [2, 4, index_head_dim]: the same for the indexer's compressor
+ * Ratio > 4 compressors (no overlap) need no snapshot: at a block end (a multiple of the ratio)
+ * every state slot is rewritten before the next entry is pooled. */
+#define DSV4_BLOCK_TOKENS 256
+typedef struct {
+    int block_tokens;
+    int snapshots;
+    size_t bytes; /* per block */
+    size_t ckv[DSV4_MAX_LAYERS + 1], ikv[DSV4_MAX_LAYERS + 1];
+    size_t win[DSV4_MAX_LAYERS + 1], cst[DSV4_MAX_LAYERS + 1], icst[DSV4_MAX_LAYERS + 1];
+} dsv4_kv_layout;
 
 struct dsv4_seq {
     dsv4_model *m;
@@ -131,6 +160,14 @@ struct dsv4_seq {
     dsv4_layer_state ls[DSV4_MAX_LAYERS + 1]; /* + MTP */
     float *arena;                   /* one allocation for all state above */
     size_t arena_floats;
+    /* compressed entries (and snapshots): block b of the table at kv_base + blocks[b] * lay.bytes */
+    dsv4_kv_layout lay;
+    uint8_t *kv_base;
+    const int *blocks;
+    int n_blocks;
+    uint8_t *own_kv;                /* private pool (dsv4_seq_create): identity block table */
+    int *own_blocks;
+    int batch;                      /* the current call runs its rows in batch order */
     float *scratch;                 /* per-call scratch (grown for long prefills only) */
     size_t scratch_floats;
     float *h_last;                  /* [max_tok, hc, dim] final mHC stream of the last call */
@@ -151,7 +188,25 @@ void dsv4_seq_reset(dsv4_seq *s);
 int dsv4_seq_pos(const dsv4_seq *s);
 int dsv4_seq_capacity(const dsv4_seq *s);
 int dsv4_seq_vocab_size(const dsv4_seq *s);
+/* n >= 1 tokens at the current position: batch order when n > 1, one-token order when n == 1
+ * (the reference's call pattern). */
 int dsv4_seq_forward(dsv4_seq *s, const int32_t *tokens, int n, float *logits, mk_err *err);
+/* The same with the row order chosen: batch = 1 for every piece of a prompt of >= 2 tokens (so
+ * any split of it computes what one call does), 0 for one-token decodes. */
+int dsv4_seq_forward_ex(dsv4_seq *s, const int32_t *tokens, int n, int batch, float *logits, mk_err *err);
+
+/* Paged sequences (the engine's slots, src/models/batch.c). dsv4_kv_layout_init fills the block
+ * layout for this model; a paged sequence has no entries of its own: before each forward call the
+ * caller binds the pool's data (block b at kv_base + b * lay->bytes) and the request's block
+ * table, which must cover every position up to the end of the call. With lay->snapshots each
+ * call writes, at every block end it reaches, the slot state into that block.
+ * dsv4_seq_restore(s, pos) sets a bound sequence to position pos (a positive multiple of
+ * DSV4_BLOCK_TOKENS) from the snapshot in the block table's entry pos / DSV4_BLOCK_TOKENS - 1:
+ * window rings and compressor state, entry counts; the MTP layer starts afresh. */
+int dsv4_kv_layout_init(const dsv4_model *m, int snapshots, dsv4_kv_layout *lay, mk_err *err);
+int dsv4_seq_create_paged(dsv4_model *m, int max_len, const dsv4_kv_layout *lay, dsv4_seq **out, mk_err *err);
+void dsv4_seq_bind(dsv4_seq *s, void *kv_base, const int *blocks, int n_blocks);
+int dsv4_seq_restore(dsv4_seq *s, int pos, mk_err *err);
 
 /* The DeepSeek-V4 objects behind a public model / sequence (NULL for other families). */
 dsv4_model *mk_model_dsv4(mk_model *m);

@@ -1,6 +1,7 @@
 /* test_dsv4_seq.c — sequence lifecycle of the DeepSeek-V4 forward pass: a reset sequence and a
  * fresh one compute bit-identical logits (clean state), two sequences of one model do not share
- * state, and calls the engine does not support yet or that overflow fail with a clear error. */
+ * state, and calls that overflow or carry bad ids fail with a clear error (multi-token calls after
+ * the prefill are chunks: tests/unit/test_dsv4_chunked.c). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,9 +77,12 @@ Test(dsv4_seq, errors) {
     t[3] = 1;
     cr_assert_eq(dsv4_seq_forward(s, t, 0, lg, &err), MK_EINVAL);
     cr_assert_eq(dsv4_seq_forward(s, t, 8, lg, &err), 0);
-    cr_assert_eq(dsv4_seq_forward(s, t, 2, lg, &err), MK_ENOTSUP, "chunked prefill is not supported yet");
-    cr_assert(strstr(err.msg, "one-token decodes"), "%s", err.msg);
+    t[1] = 512;
+    cr_assert_eq(dsv4_seq_forward(s, t, 2, lg, &err), MK_ERANGE);
     cr_assert_eq(dsv4_seq_pos(s), 8, "a failed call leaves the position unchanged");
+    t[1] = 1;
+    cr_assert_eq(dsv4_seq_forward(s, t, 2, lg, &err), 0, "a chunk after the prefill (chunked prefill): %s", err.msg);
+    cr_assert_eq(dsv4_seq_pos(s), 10);
     dsv4_seq_free(s);
     dsv4_model_free(m);
 }
