@@ -311,6 +311,7 @@ static int step(mk_engine *e) {
     }
     mk_err err = {0};
     mk_model_forward_batch(e->m, e->kv, e->bitems, n, &err);
+    for (int i = 0; i < n; i++) e->items[i].failed = e->bitems[i].status != MK_OK;
     mk_sched_commit(e->sched, e->items, n);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;

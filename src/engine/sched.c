@@ -242,6 +242,7 @@ void mk_sched_commit(mk_sched *s, const mk_sched_item *items, int n) {
             mk_kv_unref(s->pool, (int)COW_SRC(r));
             COW_SRC(r) = (uint64_t)-1;
         }
+        if (items[i].failed) continue;
         r->n_computed = items[i].start + items[i].n;
         if (!s->o.prefix_caching) continue;
         while ((r->n_registered + 1) * s->bt <= r->n_computed) {

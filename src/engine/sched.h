@@ -78,6 +78,8 @@ typedef struct {
     int start, n;
     int logits;
     int copy_from, copy_to;
+    int failed;        /* set by the caller before mk_sched_commit: the forward of this piece
+                          failed, so its blocks hold nothing to register (the request is ended) */
 } mk_sched_item;
 
 typedef struct mk_sched mk_sched;
@@ -98,7 +100,8 @@ void mk_sched_remove(mk_sched *s, mk_sreq *r);
  * preempted[*n_preempted] (they are waiting again; the engine resets their model state). */
 int mk_sched_step(mk_sched *s, mk_sched_item *items, int cap, mk_sreq **preempted, int *n_preempted);
 /* After the step ran: items' tokens are computed; newly full blocks (and, at the end of a
- * prefill, the partial last block) are registered in the prefix cache. */
+ * prefill, the partial last block) are registered in the prefix cache. Items marked failed are
+ * not: their tokens stay uncomputed and nothing of theirs enters the cache. */
 void mk_sched_commit(mk_sched *s, const mk_sched_item *items, int n);
 /* Appends an accepted token to a running request (the next step will decode it). */
 void mk_sched_append(mk_sched *s, mk_sreq *r, int32_t token);

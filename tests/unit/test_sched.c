@@ -241,3 +241,37 @@ Test(sched, randomized_preemption_stress) {
     mk_sched_free(s);
     mk_kv_pool_free(p);
 }
+
+/* A piece whose forward failed: nothing of it is registered in the prefix cache, so a later
+ * request with the same prompt finds no hit (and the block invariant holds). */
+Test(sched, failed_piece_registers_nothing) {
+    mk_kv_pool *p = pool_of(16, 16);
+    mk_sched *s = sched_of(p, 4, 256, 0, 0);
+    int32_t pr[40];
+    for (int i = 0; i < 40; i++) pr[i] = 100 + i;
+    mk_sreq a, b;
+    req(&a, pr, 40, 64, 16, 1);
+    mk_sched_add(s, &a);
+    mk_sched_item it[64];
+    mk_sreq *pre[64];
+    int np, n = mk_sched_step(s, it, 64, pre, &np);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(it[0].n, 40);
+    it[0].failed = 1;
+    mk_sched_commit(s, it, n);
+    check(s);
+    cr_assert_eq(a.n_computed, 0, "a failed piece computed nothing");
+    mk_sched_remove(s, &a);
+    check(s);
+    req(&b, pr, 40, 64, 16, 2);
+    mk_sched_add(s, &b);
+    n = step(s, it, 7);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(b.n_cached, 0, "found %d tokens registered by a failed piece", b.n_cached);
+    mk_sched_remove(s, &b);
+    check(s);
+    mk_sreq_release(&a);
+    mk_sreq_release(&b);
+    mk_sched_free(s);
+    mk_kv_pool_free(p);
+}
