@@ -75,6 +75,7 @@ asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	        LDLIBS="-ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl -fsanitize=address,undefined" asan-run
 
+asan-run: export LSAN_OPTIONS = suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 asan-run: $(BUILD)/minke $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t --jobs 2 $(TEST_ARGS); done
 	@bash tests/cli/test_cli.sh $(BUILD)/minke
