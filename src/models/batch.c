@@ -10,9 +10,11 @@
  * every layer's compressed entries of their 256 positions plus the slot-state snapshot at their
  * end; each slot is a paged dsv4_seq (window rings, compressor state, scratch) bound to the
  * piece's block table for the call. A request's first piece in a slot starts it afresh (start 0)
- * or restores it from the snapshot of the last prefix-hit block; pieces run one after another,
- * the prompt's rows in batch order and generated tokens (recomputed after a preemption) one at a
- * time, which is how the request runs alone through mk_seq. Pool size as for llama.
+ * or restores it from the snapshot of the last prefix-hit block; then all pieces of the step run
+ * as one dsv4_forward_batch (rows of all pieces concatenated through every linear and routed
+ * expert: each weight matrix read once per step; attention, compressors and window per piece),
+ * which computes for each piece exactly what its request alone through mk_seq computes. Pool
+ * size as for llama.
  */
 #include "models/batch.h"
 #include "models/dsv4.h"
@@ -205,10 +207,9 @@ static int forward_paged(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err
     return last;
 }
 
-/* One DeepSeek-V4 piece: the slot bound to the piece's block table, started afresh / restored
- * for the request's first piece, then the prompt rows (batch order when the prompt has >= 2
- * tokens) and each generated token alone (one-token order). */
-static int forward_dsv4_piece(mk_kvcache *c, mk_batch_item *it, mk_err *err) {
+/* Readies one DeepSeek-V4 piece: the slot bound to the piece's block table, started afresh /
+ * restored for the request's first piece in the slot. */
+static int prep_dsv4_piece(mk_kvcache *c, mk_batch_item *it, mk_err *err) {
     const int bt = c->caps.block_tokens, nb = mk_kv_n_blocks(c->pool);
     if (it->slot < 0 || it->slot >= c->caps.n_slots)
         return mk_fail(err, MK_EINTERNAL, "batch: slot %d outside [0, %d)", it->slot, c->caps.n_slots);
@@ -231,24 +232,65 @@ static int forward_dsv4_piece(mk_kvcache *c, mk_batch_item *it, mk_err *err) {
         return mk_fail(err, MK_EINTERNAL, "batch: slot %d is at position %d, the piece starts at %d", it->slot,
                        dsv4_seq_pos(s), it->start);
     }
-    const int end = it->start + it->n, pe = end < it->n_prompt ? end : it->n_prompt;
-    int p = it->start;
-    if (p < pe) {
-        if ((rc = dsv4_seq_forward_ex(s, it->tokens, pe - p, it->n_prompt > 1, pe == end ? it->logits : NULL, err)))
-            return rc;
-        p = pe;
-    }
-    for (; p < end; p++)
-        if ((rc = dsv4_seq_forward_ex(s, it->tokens + (p - it->start), 1, 0, p + 1 == end ? it->logits : NULL, err)))
-            return rc;
     return MK_OK;
+}
+
+#define DSV4_STEP_MAX 256 /* pieces per batched forward (more run in further rounds) */
+
+/* All pieces of a step, in rounds of at most one piece per slot (a slot named twice runs its
+ * pieces in order): each round is one dsv4_forward_batch of the pieces that got ready. If that
+ * fails (a check or an allocation, before any state changed), each piece runs alone so that only
+ * the failing ones are marked. */
+static int forward_dsv4(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
+    int last = MK_OK, left = n;
+    char done[DSV4_STEP_MAX];
+    dsv4_seq *seqs[DSV4_STEP_MAX];
+    const int32_t *toks[DSV4_STEP_MAX];
+    int cnt[DSV4_STEP_MAX], which[DSV4_STEP_MAX];
+    float *lg[DSV4_STEP_MAX];
+    for (int i0 = 0; i0 < n; i0 += DSV4_STEP_MAX) {
+        int m = n - i0 < DSV4_STEP_MAX ? n - i0 : DSV4_STEP_MAX;
+        mk_batch_item *its = items + i0;
+        memset(done, 0, sizeof done);
+        left = m;
+        while (left > 0) {
+            int np = 0;
+            for (int i = 0; i < m; i++) {
+                if (done[i]) continue;
+                int dup = 0;
+                for (int k = 0; k < np; k++) dup |= its[which[k]].slot == its[i].slot;
+                for (int k = 0; k < i; k++) dup |= !done[k] && its[k].slot == its[i].slot;
+                if (dup) continue; /* an earlier piece of this slot comes first */
+                done[i] = 1;
+                left--;
+                if ((its[i].status = prep_dsv4_piece(c, &its[i], err))) {
+                    last = its[i].status;
+                    continue;
+                }
+                which[np] = i;
+                seqs[np] = c->dseqs[its[i].slot];
+                toks[np] = its[i].tokens;
+                cnt[np] = its[i].n;
+                lg[np] = its[i].logits;
+                np++;
+            }
+            if (!np) continue;
+            int rc = dsv4_forward_batch(seqs, toks, cnt, lg, np, err);
+            if (rc && np > 1) {
+                for (int k = 0; k < np; k++) {
+                    mk_batch_item *it = &its[which[k]];
+                    if ((it->status = dsv4_forward_batch(&seqs[k], &toks[k], &cnt[k], &lg[k], 1, err))) last = it->status;
+                }
+            } else if (rc) {
+                its[which[0]].status = last = rc;
+            }
+        }
+    }
+    return last;
 }
 
 int mk_model_forward_batch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
     (void)m;
     if (c->lm) return forward_paged(c, items, n, err);
-    int last = MK_OK;
-    for (int i = 0; i < n; i++)
-        if ((items[i].status = forward_dsv4_piece(c, &items[i], err))) last = items[i].status;
-    return last;
+    return forward_dsv4(c, items, n, err);
 }

@@ -22,10 +22,10 @@
  *                (running request) keeps its live window rings and compressor state. Prefix
  *                hits restore the slot from the snapshot of the last hit block, so they are
  *                whole blocks only (partial_hits = 0, replay = 0); chunked prefill at any
- *                position. Pieces run one after another (a prompt's rows in batch order, its
- *                generated tokens one at a time, see dsv4.h), so a piece's results are those of
- *                its request run alone through mk_seq (the prompt in one call, then one-token
- *                decodes), bit for bit.
+ *                position. One step runs every piece in one batched forward (rows concatenated
+ *                through each linear and routed expert, so each weight matrix is read once per
+ *                step; attention and compressors per piece, see dsv4.h), and a piece's results
+ *                are those of its request run alone through mk_seq, bit for bit.
  */
 #ifndef MK_MODELS_BATCH_H
 #define MK_MODELS_BATCH_H

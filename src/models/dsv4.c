@@ -24,13 +24,17 @@
  *   - a query at position p sees the indexer keys and HCA entries of groups that end at or before
  *     p (causal inside a chunk), and top-k keeps min(index_topk, visible) entries, so the
  *     selection does not depend on where the call ends;
- *   - linears: mk_linear's m = 1 GEMV and its m >= 2 GEMM differ in the last bits, and a row's
- *     GEMM result does not depend on m. In batch order (s->batch) a product of one row (a
- *     one-token chunk, an expert that got one token) is run as two copies of the row through
- *     the GEMM; in one-token order (decodes) m = 1 stays the GEMV. The head (last token only) is
- *     always the GEMV.
- * So a prompt run in batch order as one call or as any chunks gives bit-identical logits and
+ *   - linears: mk_linear's result for a row does not depend on how many rows the call has
+ *     (src/ops/cpu/gemm.c), so rows can be stacked freely.
+ * So a prompt run as one call or as any chunks, or token by token, gives bit-identical logits and
  * state (tests/unit/test_dsv4_chunked.c).
+ *
+ * Batched steps (dsv4_forward_batch): several pieces, each on its own sequence at its own
+ * position, run as one forward: their rows are concatenated and go through every linear and
+ * routed expert in one call (experts see the rows of all pieces routed to them), so each weight
+ * matrix is read once per step; attention, compressors, indexer and window run per piece over
+ * its own state and blocks. Every op is per row or per piece, so a piece's results are those of
+ * its sequence run alone, bit for bit.
  *
  * Entries live in blocks (dsv4_kv_layout): entry j of a ratio-r compressor is row j % (bt / r) of
  * the block table's entry j / (bt / r). At each block end a call passes, the slot state is
@@ -39,6 +43,7 @@
 #include "models/dsv4.h"
 #include "num/formats.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -78,7 +83,7 @@ typedef struct {
     float *xb, *g, *u, *eo;                  /* expert batch buffers */
     float *ewt;                              /* [T] routing weights of an expert's batch */
     int32_t *btok;                           /* [T] */
-    float *padx, *pady;                      /* one row run as two (batch order) */
+    int32_t *toks;                           /* [T] token ids of all rows of the call */
     float *lin;                              /* mk_linear scratch */
 } scratch;
 
@@ -94,12 +99,6 @@ static size_t scratch_layout(const dsv4_config *c, int T, int max_len, float *ba
     if (HD / c->o_groups > maxk) maxk = HD / c->o_groups;
     if (c->o_groups * c->o_lora > maxk) maxk = c->o_groups * c->o_lora;
     if (c->moe_inter > maxk) maxk = c->moe_inter;
-    int maxn = c->n_heads * c->head_dim;
-    int others[] = {c->q_lora, 2 * c->head_dim, c->index_heads * c->index_head_dim, c->o_lora, c->dim,
-                    c->n_experts, c->moe_inter, 2 * c->index_head_dim};
-    for (size_t i = 0; i < sizeof others / sizeof *others; i++)
-        if (others[i] > maxn) maxn = others[i];
-    if (T < 2) T = 2; /* batch order runs single rows as two */
     int n_ent = max_len / 4 + 1;
     size_t rows_n = (size_t)c->window + (size_t)max_len / 2 + 16;
 #define CARVE(field, type, count)                                              \
@@ -139,8 +138,7 @@ static size_t scratch_layout(const dsv4_config *c, int T, int max_len, float *ba
     CARVE(eo, float *, Tz * c->dim);
     CARVE(btok, int32_t *, Tz);
     CARVE(ewt, float *, Tz);
-    CARVE(padx, float *, 2 * (size_t)maxk);
-    CARVE(pady, float *, 2 * (size_t)maxn);
+    CARVE(toks, int32_t *, Tz);
     CARVE(lin, float *, mk_linear_scratch(T, maxk));
 #undef CARVE
     return off;
@@ -163,15 +161,17 @@ static int ensure_scratch(dsv4_seq *s, int T, scratch *sp, mk_err *err) {
 /* ---- small helpers -------------------------------------------------------------------------- */
 
 static void lin(dsv4_seq *s, scratch *sp, const mk_wmat *W, const float *x, int m, float *y, int round) {
-    if (m == 1 && s->batch) { /* batch order: the GEMM's bits for this row (see the top) */
-        memcpy(sp->padx, x, sizeof(float) * (size_t)W->k);
-        memcpy(sp->padx + W->k, x, sizeof(float) * (size_t)W->k);
-        mk_linear(s->m->pool, W, sp->padx, 2, sp->pady, round, sp->lin);
-        memcpy(y, sp->pady, sizeof(float) * (size_t)W->n);
-        return;
-    }
     mk_linear(s->m->pool, W, x, m, y, round, sp->lin);
 }
+
+/* One piece of a call: T rows of sequence s at positions [start, start + T), rows [row0, row0 + T)
+ * of the call's activations. */
+typedef struct {
+    dsv4_seq *s;
+    int row0, T, start;
+    int k_sel;      /* indexer: entries selected per row */
+    int32_t *sel;   /* [T, k_sel] */
+} piece;
 
 /* ---- blocks --------------------------------------------------------------------------------- */
 
@@ -243,20 +243,29 @@ static void pool_slots(const float *const *kv, const float *const *sc, int ns, i
     }
 }
 
-/* Runs a compressor over the call's T tokens x [T, dim] at start position `start`, token by token
- * through the pooling state (the reference's decode rule; it pools the same values in the same
- * order as its prefill rule). New entries go to the block region at byte offset ent_off (row
- * *n_cache, which advances). With snapshots, an overlap compressor writes its state slots [0,
- * ratio) (first D channels) to the block region snap_off at every block end. */
-static void compressor(dsv4_seq *s, scratch *sp, const dsv4_layer *L, const dsv4_compressor *C,
-                       int is_idx, const float *x, int T, int start, size_t ent_off, size_t snap_off,
-                       int snap, int *n_cache, float *kv_state, float *sc_state) {
-    const dsv4_model *m = s->m;
+/* Runs a compressor (the attention's, or with is_idx the indexer's) over the call's rows x
+ * [rows, dim]: the projections of all pieces in one call each, then per piece token by token
+ * through its sequence's pooling state (the reference's decode rule; it pools the same values in
+ * the same order as its prefill rule). New entries go to the piece's blocks (region ckv / ikv,
+ * row n_ckv / n_ikv, which advances). With snapshots, an overlap compressor writes its state
+ * slots [0, ratio) (first D channels) to the block region cst / icst at every block end. */
+static void compressor(dsv4_seq *s0, scratch *sp, int layer, const dsv4_layer *L, const dsv4_compressor *C,
+                       int is_idx, const float *x, const piece *pcs, int np, int rows) {
+    const dsv4_model *m = s0->m;
     int r = C->ratio, D = C->D, W2 = C->coff * D, ov = C->coff == 2;
-    int bt = s->lay.block_tokens, per = bt / r;
-    float *kvp = sp->ckv, *scp = sp->csc;
-    lin(s, sp, &C->wkv, x, T, kvp, 0);   /* fp32: x.float() @ wkv.float()^T */
-    lin(s, sp, &C->wgate, x, T, scp, 0);
+    lin(s0, sp, &C->wkv, x, rows, sp->ckv, 0); /* fp32: x.float() @ wkv.float()^T */
+    lin(s0, sp, &C->wgate, x, rows, sp->csc, 0);
+    for (int pi = 0; pi < np; pi++) {
+    dsv4_seq *s = pcs[pi].s;
+    dsv4_layer_state *ls = &s->ls[layer];
+    const int T = pcs[pi].T, start = pcs[pi].start;
+    const int bt = s->lay.block_tokens, per = bt / r;
+    const int snap = s->lay.snapshots && layer < m->cfg.n_layers;
+    const size_t ent_off = is_idx ? s->lay.ikv[layer] : s->lay.ckv[layer];
+    const size_t snap_off = is_idx ? s->lay.icst[layer] : s->lay.cst[layer];
+    int *n_cache = is_idx ? &ls->n_ikv : &ls->n_ckv;
+    float *kv_state = is_idx ? ls->ikv_state : ls->kv_state, *sc_state = is_idx ? ls->isc_state : ls->sc_state;
+    float *kvp = sp->ckv + (size_t)pcs[pi].row0 * W2, *scp = sp->csc + (size_t)pcs[pi].row0 * W2;
     const float *kvs[256] = {0}, *scs[256] = {0};
     for (int t = 0; t < T; t++) {
         int p = start + t;
@@ -301,64 +310,72 @@ static void compressor(dsv4_seq *s, scratch *sp, const dsv4_layer *L, const dsv4
             }
         }
     }
+    }
 }
 
 /* ---- indexer -------------------------------------------------------------------------------- */
 
-/* Lightning indexer of a CSA layer: selects, per query token, up to index_topk compressed
- * entries (sel [T, k], -1 = none) and returns k. */
-static int indexer(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st,
-                   const float *x, const float *qr, int T, int start) {
-    const dsv4_config *c = &s->m->cfg;
+/* Lightning indexer of a CSA layer: selects, per query row of each piece, up to index_topk
+ * compressed entries of the piece's sequence (pcs[i].sel [T, k_sel], -1 = none). */
+static void indexer(dsv4_seq *s0, scratch *sp, int layer, const dsv4_layer *L, const float *x, const float *qr,
+                    piece *pcs, int np, int rows) {
+    dsv4_seq *s = s0; /* hooks, dumps */
+    const dsv4_config *c = &s0->m->cfg;
     int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim;
     float *iq = sp->iq, *iw = sp->iw;
-    lin(s, sp, &L->idx_wq_b, qr, T, iq, 1);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < IH; h++) {
-            float *v = iq + ((size_t)t * IH + h) * ID;
-            mk_rope(v + ID - rd, rd, L->rope, start + t, 0);
-            mk_hadamard(v, ID, 1.0f / sqrtf((float)ID));
-            mk_fp4_quant_sim(v, ID, 32);
-        }
-    DUMP3(iq, T, IH, ID, "L%d.idx.q", layer);
-    int snap = s->lay.snapshots && layer < c->n_layers;
-    compressor(s, sp, L, &L->idx_cmp, 1, x, T, start, s->lay.ikv[layer], s->lay.icst[layer], snap, &st->n_ikv,
-               st->ikv_state, st->isc_state);
-    const int per = s->lay.block_tokens / 4;
-    lin(s, sp, &L->idx_wproj, x, T, iw, 1);
-    float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
-    for (int i = 0; i < T * IH; i++) iw[i] = mk_bf16r(iw[i] * wscale);
-    int end = start + T, n_all = end / 4;
-    int k = c->index_topk < n_all ? c->index_topk : n_all;
-    for (int t = 0; t < T; t++) {
-        int vis = (start + t + 1) / 4; /* groups that end at or before this token */
-        float *sc = sp->isc;
-        for (int j = 0; j < vis; j++) {
-            const float *K = entry(s, s->lay.ikv[layer], per, ID, j);
-            float acc = 0.0f;
+    lin(s0, sp, &L->idx_wq_b, qr, rows, iq, 1);
+    for (int pi = 0; pi < np; pi++)
+        for (int t = 0; t < pcs[pi].T; t++)
             for (int h = 0; h < IH; h++) {
-                const float *qh = iq + ((size_t)t * IH + h) * ID;
-                float d = mk_bf16r(mk_vdot(qh, K, ID));
-                if (d < 0) d = 0;
-                acc += mk_bf16r(d * iw[(size_t)t * IH + h]);
+                float *v = iq + ((size_t)(pcs[pi].row0 + t) * IH + h) * ID;
+                mk_rope(v + ID - rd, rd, L->rope, pcs[pi].start + t, 0);
+                mk_hadamard(v, ID, 1.0f / sqrtf((float)ID));
+                mk_fp4_quant_sim(v, ID, 32);
             }
-            sc[j] = mk_bf16r(acc);
+    DUMP3(iq, rows, IH, ID, "L%d.idx.q", layer);
+    compressor(s0, sp, layer, L, &L->idx_cmp, 1, x, pcs, np, rows);
+    lin(s0, sp, &L->idx_wproj, x, rows, iw, 1);
+    float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
+    for (int i = 0; i < rows * IH; i++) iw[i] = mk_bf16r(iw[i] * wscale);
+    /* selections: piece rows at row0 * kcap (kcap >= any piece's k, see scratch_layout) */
+    const int n_ent = s0->max_len / 4 + 1, kcap = c->index_topk < n_ent ? c->index_topk : n_ent;
+    for (int pi = 0; pi < np; pi++) {
+        dsv4_seq *ps = pcs[pi].s;
+        const int T = pcs[pi].T, start = pcs[pi].start, r0 = pcs[pi].row0;
+        const int per = ps->lay.block_tokens / 4;
+        int end = start + T, n_all = end / 4;
+        int k = c->index_topk < n_all ? c->index_topk : n_all;
+        pcs[pi].k_sel = k;
+        pcs[pi].sel = sp->sel + (size_t)r0 * kcap;
+        for (int t = 0; t < T; t++) {
+            int vis = (start + t + 1) / 4; /* groups that end at or before this token */
+            float *sc = sp->isc;
+            const float *iqt = iq + (size_t)(r0 + t) * IH * ID, *iwt = iw + (size_t)(r0 + t) * IH;
+            for (int j = 0; j < vis; j++) {
+                const float *K = entry(ps, ps->lay.ikv[layer], per, ID, j);
+                float acc = 0.0f;
+                for (int h = 0; h < IH; h++) {
+                    float d = mk_bf16r(mk_vdot(iqt + (size_t)h * ID, K, ID));
+                    if (d < 0) d = 0;
+                    acc += mk_bf16r(d * iwt[h]);
+                }
+                sc[j] = mk_bf16r(acc);
+            }
+            int32_t *out = pcs[pi].sel + (size_t)t * k;
+            int kk = k < vis ? k : vis;
+            topk_desc(sc, vis, kk, out);
+            for (int i = kk; i < k; i++) out[i] = -1;
+            if (s->hooks.indexer && k > 0) s->hooks.indexer(s->hooks.ctx, layer, t, T, k, out, sc, vis);
+            for (int i = 0; i < k; i++)
+                if (out[i] >= vis) out[i] = -1; /* a forced choice can only name visible entries */
         }
-        int32_t *out = sp->sel + (size_t)t * k;
-        int kk = k < vis ? k : vis;
-        topk_desc(sc, vis, kk, out);
-        for (int i = kk; i < k; i++) out[i] = -1;
-        if (s->hooks.indexer && k > 0) s->hooks.indexer(s->hooks.ctx, layer, t, T, k, out, sc, vis);
-        for (int i = 0; i < k; i++)
-            if (out[i] >= vis) out[i] = -1; /* a forced choice can only name visible entries */
     }
-    return k;
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-static int attention(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st,
-                     const float *x, int T, int start, float *out) {
+static int attention(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, const float *x, piece *pcs, int np,
+                     int T, float *out) {
     const dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     int H = c->n_heads, D = c->head_dim, rd = c->rope_dim, nope = D - rd, HD = H * D;
@@ -368,61 +385,66 @@ static int attention(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, d
     mk_rmsnorm(sp->qr, T, c->q_lora, L->q_norm, c->norm_eps, sp->qr);
     DUMP2(sp->qr, T, c->q_lora, "L%d.attn.qr", layer);
     lin(s, sp, &L->wq_b, sp->qr, T, sp->q, 1);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) {
-            float *qh = sp->q + ((size_t)t * H + h) * D;
-            q_rms_bf16(qh, D, c->norm_eps);
-            mk_rope(qh + nope, rd, L->rope, start + t, 0);
-        }
+    for (int pi = 0; pi < np; pi++)
+        for (int t = 0; t < pcs[pi].T; t++)
+            for (int h = 0; h < H; h++) {
+                float *qh = sp->q + ((size_t)(pcs[pi].row0 + t) * H + h) * D;
+                q_rms_bf16(qh, D, c->norm_eps);
+                mk_rope(qh + nope, rd, L->rope, pcs[pi].start + t, 0);
+            }
     DUMP3(sp->q, T, H, D, "L%d.attn.q", layer);
     /* the single shared K=V head */
     lin(s, sp, &L->wkv, x, T, sp->kv, 1);
     mk_rmsnorm(sp->kv, T, D, L->kv_norm, c->norm_eps, sp->kv);
-    for (int t = 0; t < T; t++) {
-        float *kt = sp->kv + (size_t)t * D;
-        mk_rope(kt + nope, rd, L->rope, start + t, 0);
-        mk_act_quant_sim(kt, nope, 64);
-    }
+    for (int pi = 0; pi < np; pi++)
+        for (int t = 0; t < pcs[pi].T; t++) {
+            float *kt = sp->kv + (size_t)(pcs[pi].row0 + t) * D;
+            mk_rope(kt + nope, rd, L->rope, pcs[pi].start + t, 0);
+            mk_act_quant_sim(kt, nope, 64);
+        }
     DUMP2(sp->kv, T, D, "L%d.attn.kv", layer);
     /* compressed-entry selection (CSA: indexer; HCA: all visible) */
-    int k_sel = 0;
-    if (r == 4) k_sel = indexer(s, sp, layer, L, st, x, sp->qr, T, start);
-    const int bt = s->lay.block_tokens, snap = s->lay.snapshots && layer < c->n_layers;
-    const int per = r ? bt / r : 0;
-    if (r)
-        compressor(s, sp, L, &L->cmp, 0, x, T, start, s->lay.ckv[layer], s->lay.cst[layer], snap, &st->n_ckv,
-                   st->kv_state, st->sc_state);
-    /* sparse attention per query; window rows before the call from the ring, the call's own */
+    if (r == 4) indexer(s, sp, layer, L, x, sp->qr, pcs, np, T);
+    if (r) compressor(s, sp, layer, L, &L->cmp, 0, x, pcs, np, T);
     float scale = 1.0f / sqrtf((float)D);
-    for (int t = 0; t < T; t++) {
-        int p = start + t, n = 0;
-        const float **rows = sp->rows;
-        for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
-            rows[n++] = q >= start ? sp->kv + (size_t)(q - start) * D : st->win + (size_t)(q % win) * D;
-        if (r == 4) {
-            const int32_t *sl = sp->sel + (size_t)t * k_sel;
-            for (int i = 0; i < k_sel; i++)
-                if (sl[i] >= 0 && sl[i] < st->n_ckv) rows[n++] = entry(s, s->lay.ckv[layer], per, D, sl[i]);
-        } else if (r) {
-            int vis = (p + 1) / r;
-            for (int j = 0; j < vis && j < st->n_ckv; j++) rows[n++] = entry(s, s->lay.ckv[layer], per, D, j);
+    for (int pi = 0; pi < np; pi++) {
+        dsv4_seq *ps = pcs[pi].s;
+        dsv4_layer_state *st = &ps->ls[layer];
+        const int start = pcs[pi].start, Tp = pcs[pi].T;
+        const float *kvp = sp->kv + (size_t)pcs[pi].row0 * D;
+        const int bt = ps->lay.block_tokens, snap = ps->lay.snapshots && layer < c->n_layers;
+        const int per = r ? bt / r : 0, k_sel = r == 4 ? pcs[pi].k_sel : 0;
+        /* sparse attention per query; window rows before the call from the ring, the call's own */
+        for (int t = 0; t < Tp; t++) {
+            int p = start + t, n = 0;
+            const float **rows = sp->rows;
+            for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
+                rows[n++] = q >= start ? kvp + (size_t)(q - start) * D : st->win + (size_t)(q % win) * D;
+            if (r == 4) {
+                const int32_t *sl = pcs[pi].sel + (size_t)t * k_sel;
+                for (int i = 0; i < k_sel; i++)
+                    if (sl[i] >= 0 && sl[i] < st->n_ckv) rows[n++] = entry(ps, ps->lay.ckv[layer], per, D, sl[i]);
+            } else if (r) {
+                int vis = (p + 1) / r;
+                for (int j = 0; j < vis && j < st->n_ckv; j++) rows[n++] = entry(ps, ps->lay.ckv[layer], per, D, j);
+            }
+            float *ot = sp->o + (size_t)(pcs[pi].row0 + t) * HD;
+            mk_sparse_attn(m->pool, sp->q + (size_t)(pcs[pi].row0 + t) * HD, H, D, rows, n, L->attn_sink, scale, ot);
+            for (int h = 0; h < H; h++) mk_rope(ot + (size_t)h * D + nope, rd, L->rope, p, 1);
         }
-        float *ot = sp->o + (size_t)t * HD;
-        mk_sparse_attn(m->pool, sp->q + (size_t)t * HD, H, D, rows, n, L->attn_sink, scale, ot);
-        for (int h = 0; h < H; h++) mk_rope(ot + (size_t)h * D + nope, rd, L->rope, p, 1);
+        /* window snapshots at the block ends inside the piece (ring as it stands after that
+         * position), then the ring itself */
+        for (int e = (start / bt + 1) * bt - 1; snap && e < start + Tp; e += bt) {
+            uint16_t *dst = (uint16_t *)(block_ptr(ps, e / bt) + ps->lay.win[layer]);
+            for (int q = e - win + 1; q <= e; q++) {
+                const float *src = q >= start ? kvp + (size_t)(q - start) * D : st->win + (size_t)(q % win) * D;
+                for (int i = 0; i < D; i++) dst[(size_t)(q % win) * D + i] = mk_f32_to_bf16(src[i]);
+            }
+        }
+        for (int t = (Tp > win ? Tp - win : 0); t < Tp; t++)
+            memcpy(st->win + (size_t)((start + t) % win) * D, kvp + (size_t)t * D, sizeof(float) * D);
     }
     DUMP3(sp->o, T, H, D, "L%d.attn.o", layer);
-    /* window snapshots at the block ends inside the call (ring as it stands after that position),
-     * then the ring itself */
-    for (int e = (start / bt + 1) * bt - 1; snap && e < start + T; e += bt) {
-        uint16_t *dst = (uint16_t *)(block_ptr(s, e / bt) + s->lay.win[layer]);
-        for (int q = e - win + 1; q <= e; q++) {
-            const float *src = q >= start ? sp->kv + (size_t)(q - start) * D : st->win + (size_t)(q % win) * D;
-            for (int i = 0; i < D; i++) dst[(size_t)(q % win) * D + i] = mk_f32_to_bf16(src[i]);
-        }
-    }
-    for (int t = (T > win ? T - win : 0); t < T; t++)
-        memcpy(st->win + (size_t)((start + t) % win) * D, sp->kv + (size_t)t * D, sizeof(float) * D);
     /* grouped output projection: per group g, o[:, g] @ wo_a[g]^T (bf16, no act quant) */
     for (int g = 0; g < G; g++) {
         for (int t = 0; t < T; t++)
@@ -532,16 +554,16 @@ static int moe(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, const f
 
 /* ---- block and model ------------------------------------------------------------------------ */
 
-/* One Block: h [T, hc, dim] is updated in place (via sp->h2). */
-static int block(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, dsv4_layer_state *st, float *h,
-                 const int32_t *tok, int T, int start) {
+/* One Block over the rows of all pieces: h [T, hc, dim] is updated in place (via sp->h2). */
+static int block(dsv4_seq *s, scratch *sp, int layer, const dsv4_layer *L, piece *pcs, int np, float *h,
+                 const int32_t *tok, int T) {
     const dsv4_config *c = &s->m->cfg;
     int hc = c->hc, d = c->dim;
     mk_hc_pre(h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters, c->hc_eps,
               c->norm_eps, sp->x, sp->post, sp->comb);
     mk_rmsnorm(sp->x, T, d, L->attn_norm, c->norm_eps, sp->x);
     DUMP2(sp->x, T, d, "L%d.attn.in", layer);
-    int rc = attention(s, sp, layer, L, st, sp->x, T, start, sp->sub);
+    int rc = attention(s, sp, layer, L, sp->x, pcs, np, T, sp->sub);
     if (rc) return rc;
     mk_hc_post(sp->sub, h, sp->post, sp->comb, T, hc, d, sp->h2);
     DUMP3(sp->h2, T, hc, d, "L%d.h_attn", layer);
@@ -563,7 +585,7 @@ static void head(dsv4_seq *s, scratch *sp, const float *h_last_tok, const float 
     mk_hc_head(h_last_tok, 1, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, sp->x);
     mk_rmsnorm(sp->x, 1, c->dim, norm, c->norm_eps, sp->x);
     DUMP2(sp->x, 1, c->dim, "%s.head.in", tag);
-    mk_linear(m->pool, &m->head, sp->x, 1, logits, 0, sp->lin); /* one-token order always */
+    mk_linear(m->pool, &m->head, sp->x, 1, logits, 0, sp->lin);
 }
 
 static int check_call(dsv4_seq *s, const int32_t *tokens, int T, int start, mk_err *err) {
@@ -581,40 +603,83 @@ static int check_call(dsv4_seq *s, const int32_t *tokens, int T, int start, mk_e
 }
 
 int dsv4_seq_forward(dsv4_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
-    return dsv4_seq_forward_ex(s, tokens, T, T > 1, logits, err);
+    return dsv4_forward_batch(&s, &tokens, &T, &logits, 1, err);
 }
 
 int dsv4_seq_forward_ex(dsv4_seq *s, const int32_t *tokens, int T, int batch, float *logits, mk_err *err) {
-    const dsv4_model *m = s->m;
+    (void)batch; /* one row order for everything now (see the top) */
+    return dsv4_forward_batch(&s, &tokens, &T, &logits, 1, err);
+}
+
+/* Grows s's record of the final stream (kept for the MTP call) to T rows. */
+static int grow_last(dsv4_seq *s, int T, mk_err *err) {
+    const dsv4_config *c = &s->m->cfg;
+    if (T <= s->cap_last) return MK_OK;
+    float *hl = realloc(s->h_last, (size_t)T * c->hc * c->dim * sizeof(float));
+    if (hl) s->h_last = hl;
+    int32_t *il = realloc(s->ids_last, (size_t)T * sizeof(int32_t));
+    if (il) s->ids_last = il;
+    if (!hl || !il) return mk_fail(err, MK_ENOMEM, "out of memory for a %d-token call", T);
+    s->cap_last = T;
+    return MK_OK;
+}
+
+int dsv4_forward_batch(dsv4_seq *const *seqs, const int32_t *const *tokens, const int *n, float *const *logits,
+                       int np, mk_err *err) {
+    if (np <= 0) return mk_fail(err, MK_EINVAL, "a batched forward needs at least one piece");
+    const dsv4_model *m = seqs[0]->m;
     const dsv4_config *c = &m->cfg;
-    int start = s->pos, rc;
-    if ((rc = check_call(s, tokens, T, start, err))) return rc;
-    s->batch = batch;
+    int rc, T = 0, own = 0;
+    /* every check and allocation comes before any state changes */
+    for (int i = 0; i < np; i++) {
+        if (seqs[i]->m != m) return mk_fail(err, MK_EINTERNAL, "batch: pieces of different models");
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i]) return mk_fail(err, MK_EINTERNAL, "batch: two pieces of one sequence");
+        if ((rc = check_call(seqs[i], tokens[i], n[i], seqs[i]->pos, err))) return rc;
+        if (n[i] > INT_MAX - T) return mk_fail(err, MK_ERANGE, "batch: too many rows");
+        T += n[i];
+        if (seqs[i]->max_len > seqs[own]->max_len) own = i;
+    }
+    /* the scratch and the stream of the call are the longest sequence's (its sizes cover all) */
+    dsv4_seq *s = seqs[own];
     scratch sp;
     if ((rc = ensure_scratch(s, T, &sp, err))) return rc;
-    int hc = c->hc, d = c->dim;
-    if (T > s->cap_last) { /* the final stream is kept for the MTP call (and later the drafter) */
-        float *hl = realloc(s->h_last, (size_t)T * hc * d * sizeof(float));
-        if (hl) s->h_last = hl;
-        int32_t *il = realloc(s->ids_last, (size_t)T * sizeof(int32_t));
-        if (il) s->ids_last = il;
-        if (!hl || !il) return mk_fail(err, MK_ENOMEM, "out of memory for a %d-token call", T);
-        s->cap_last = T;
+    for (int i = 0; i < np; i++)
+        if ((rc = grow_last(seqs[i], i == own ? T : n[i], err))) return rc;
+    piece pcs[np];
+    int hc = c->hc, d = c->dim, row = 0;
+    for (int i = 0; i < np; i++) {
+        pcs[i] = (piece){seqs[i], row, n[i], seqs[i]->pos, 0, NULL};
+        seqs[i]->batch = n[i] > 1;
+        memcpy(sp.toks + row, tokens[i], sizeof(int32_t) * (size_t)n[i]);
+        row += n[i];
     }
     float *h = s->h_last;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < hc; j++)
             for (int i = 0; i < d; i++)
-                h[((size_t)t * hc + j) * d + i] = mk_bf16_to_f32(m->embed[(size_t)tokens[t] * d + i]);
+                h[((size_t)t * hc + j) * d + i] = mk_bf16_to_f32(m->embed[(size_t)sp.toks[t] * d + i]);
     for (int l = 0; l < c->n_layers; l++)
-        if ((rc = block(s, &sp, l, &m->layers[l], &s->ls[l], h, tokens, T, start))) return rc;
-    memcpy(s->ids_last, tokens, sizeof(int32_t) * (size_t)T);
-    s->n_last = T;
-    if (logits) {
-        head(s, &sp, h + (size_t)(T - 1) * hc * d, m->hc_head_fn, m->hc_head_scale, m->hc_head_base, m->norm, logits, "out");
-        DUMP2(logits, 1, c->vocab, "out.logits");
+        if ((rc = block(s, &sp, l, &m->layers[l], pcs, np, h, sp.toks, T))) return rc;
+    for (int i = 0; i < np; i++) {
+        const float *hi = h + (size_t)pcs[i].row0 * hc * d;
+        if (logits[i]) {
+            head(s, &sp, hi + (size_t)(n[i] - 1) * hc * d, m->hc_head_fn, m->hc_head_scale, m->hc_head_base, m->norm,
+                 logits[i], "out");
+            DUMP2(logits[i], 1, c->vocab, "out.logits");
+        }
     }
-    s->pos += T;
+    /* each sequence keeps its own rows of the final stream; the owner's go last (in place) */
+    for (int i = 0; i < np; i++) {
+        if (i == own) continue;
+        memcpy(seqs[i]->h_last, h + (size_t)pcs[i].row0 * hc * d, sizeof(float) * (size_t)n[i] * hc * d);
+    }
+    memmove(s->h_last, h + (size_t)pcs[own].row0 * hc * d, sizeof(float) * (size_t)n[own] * hc * d);
+    for (int i = 0; i < np; i++) {
+        memcpy(seqs[i]->ids_last, tokens[i], sizeof(int32_t) * (size_t)n[i]);
+        seqs[i]->n_last = n[i];
+        seqs[i]->pos += n[i];
+    }
     return MK_OK;
 }
 
@@ -622,11 +687,9 @@ int dsv4_mtp_forward(dsv4_seq *s, const float *h_main, const int32_t *ids, int T
     const dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     if (!c->n_mtp) return mk_fail(err, MK_ENOTSUP, "this checkpoint has no MTP layer");
-    dsv4_layer_state *st = &s->ls[c->n_layers];
     int start = s->mtp_pos;
     int rc;
     if ((rc = check_call(s, ids, T, start, err))) return rc;
-    s->batch = T > 1;
     scratch sp;
     if ((rc = ensure_scratch(s, T * c->hc, &sp, err))) return rc; /* h_proj runs on T*hc rows */
     const dsv4_layer *L = &m->mtp;
@@ -646,7 +709,8 @@ int dsv4_mtp_forward(dsv4_seq *s, const float *h_main, const int32_t *ids, int T
         for (int j = 0; j < hc; j++)
             for (int i = 0; i < d; i++)
                 h[((size_t)t * hc + j) * d + i] = mk_bf16r(sp.sub[(size_t)t * d + i] + hp[((size_t)t * hc + j) * d + i]);
-    rc = block(s, &sp, c->n_layers, L, st, h, ids, T, start);
+    piece pc = {s, 0, T, start, 0, NULL};
+    rc = block(s, &sp, c->n_layers, L, &pc, 1, h, ids, T);
     if (!rc) {
         head(s, &sp, h + (size_t)(T - 1) * hc * d, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, logits, "mtp");
         s->mtp_pos = start + T;

@@ -14,10 +14,10 @@
  *
  * The forward pass (dsv4.c) mirrors inference/model.py. A call runs n >= 1 tokens at the
  * sequence's position (the reference's prefill at 0 and one-token decodes, and chunks of a prompt
- * at any position). Rows run in one of two orders: batch order (every linear through the m >= 2
- * GEMM kernel, whose per-row result does not depend on m) or one-token order (m = 1 GEMV). A
- * prompt run as one call or split into any chunks gives bit-identical logits and state when its
- * rows run in batch order (dsv4_seq_forward_ex). Every intermediate tensor has a name
+ * at any position). mk_linear's per-row result does not depend on the number of rows, so a
+ * prompt run as one call, split into any chunks or fed token by token gives bit-identical logits
+ * and state, and dsv4_forward_batch runs pieces of several sequences as one forward (every
+ * weight matrix read once) with each piece's results those of its sequence alone. Every intermediate tensor has a name
  * ("L2.attn.q", "L2.h") and is passed to an optional dump hook; discrete decisions (MoE expert
  * choice, indexer top-k) go through an optional decision hook, which the golden tests use to
  * record them or force the reference's choices.
@@ -167,7 +167,7 @@ struct dsv4_seq {
     int n_blocks;
     uint8_t *own_kv;                /* private pool (dsv4_seq_create): identity block table */
     int *own_blocks;
-    int batch;                      /* the current call runs its rows in batch order */
+    int batch;                      /* the current call has more than one row (informational) */
     float *scratch;                 /* per-call scratch (grown for long prefills only) */
     size_t scratch_floats;
     float *h_last;                  /* [max_tok, hc, dim] final mHC stream of the last call */
@@ -188,12 +188,19 @@ void dsv4_seq_reset(dsv4_seq *s);
 int dsv4_seq_pos(const dsv4_seq *s);
 int dsv4_seq_capacity(const dsv4_seq *s);
 int dsv4_seq_vocab_size(const dsv4_seq *s);
-/* n >= 1 tokens at the current position: batch order when n > 1, one-token order when n == 1
- * (the reference's call pattern). */
+/* n >= 1 tokens at the current position (a prompt or a chunk of it, or decodes). */
 int dsv4_seq_forward(dsv4_seq *s, const int32_t *tokens, int n, float *logits, mk_err *err);
-/* The same with the row order chosen: batch = 1 for every piece of a prompt of >= 2 tokens (so
- * any split of it computes what one call does), 0 for one-token decodes. */
+/* The same; batch is ignored (it chose between two row orders, which now compute the same bits). */
 int dsv4_seq_forward_ex(dsv4_seq *s, const int32_t *tokens, int n, int batch, float *logits, mk_err *err);
+/* One batched forward over np pieces: n[i] >= 1 tokens[i] on sequence seqs[i] (distinct
+ * sequences of one model, each bound to a block table covering its piece) at its position;
+ * logits[i] ([vocab] of piece i's last token) or NULL. The rows of all pieces go through every
+ * linear and routed expert in one call; attention, compressors, indexer and window run per piece.
+ * Each piece computes exactly what dsv4_seq_forward of it alone computes. Every check (tokens,
+ * capacity, block tables) and allocation comes first: on failure no sequence has changed. Hooks
+ * are those of the longest sequence (the first such) and see all rows. */
+int dsv4_forward_batch(dsv4_seq *const *seqs, const int32_t *const *tokens, const int *n, float *const *logits,
+                       int np, mk_err *err);
 
 /* Paged sequences (the engine's slots, src/models/batch.c). dsv4_kv_layout_init fills the block
  * layout for this model; a paged sequence has no entries of its own: before each forward call the

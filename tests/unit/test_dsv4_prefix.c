@@ -59,9 +59,11 @@ static void alone(mk_model *m, const int32_t *prompt, int n_prompt, int max_toke
         int best = 0;
         for (int i = 1; i < vocab; i++)
             if (logits[i] > logits[best]) best = i;
+        /* the engine sampler's log-sum-exp (float expf terms summed in double), so that equal
+         * logits give equal logprobs (a double exp differs from it by an ulp at times) */
         double se = 0;
-        for (int i = 0; i < vocab; i++) se += exp((double)logits[i] - logits[best]);
-        o->lp[o->n] = (float)(-log(se));
+        for (int i = 0; i < vocab; i++) se += expf(logits[i] - logits[best]);
+        o->lp[o->n] = (float)((double)logits[best] - ((double)logits[best] + log(se)));
         o->tok[o->n++] = best;
         if (o->n >= max_tokens) break;
         int32_t t = best;
