@@ -31,10 +31,15 @@
  * shared pool) and llama_seq_forward (one sequence over a private pool whose block table is the
  * whole pool) both go through forward_pieces (checks; cuts the rows into calls of at most 512)
  * and forward_call (embedding, the layers, logits) over the rows of every piece concatenated:
- * weight matmuls take all rows at once, attention runs per (head, row) on the thread pool over
- * the row's own block table, and from the last layer's attention output on only the rows whose
- * logits are asked go on. Memory: the KV blocks belong to the caller's pool; llama_work holds
- * the scratch (rows grown to the largest call, per-thread attention buffers fixed at create).
+ * weight matmuls take all rows at once (a batched decode step of N rows reads each weight block
+ * once for up to 16 rows: num/ggml_quant.h's multi-row kernels; Q, K, V, and gate, up, share
+ * one quantization of their input and one pool run each), attention runs per (KV group,
+ * row) on the thread pool over the row's own block table (per (head, row) when there are few
+ * rows), and from the last layer's attention output on only the rows whose logits are asked go
+ * on (the output matrix, the largest, runs only for those); the per-row steps between the
+ * matmuls (norms, RoPE, KV writes, SwiGLU, residuals) run on the pool too when a call has many
+ * rows. Memory: the KV blocks belong to the caller's pool; llama_work holds the scratch (rows
+ * grown to the largest call, per-thread attention buffers fixed at create).
  */
 #include "models/llama.h"
 #include "base/status.h"
@@ -285,7 +290,7 @@ struct llama_work {
     const uint16_t **seg;         /* [nthr][seg_cap] a row's V^T block pieces */
     int seg_cap;
     uint16_t *zseg;               /* [head_dim][LLAMA_MAX_BLOCK_TOKENS] zeros: V^T past the table */
-    uint16_t *v16;                /* [kvd] one V row in f16 */
+    uint16_t *v16;                /* [nthr][kvd] one V row in f16 */
     size_t fixed_bytes, row_bytes;
 };
 
@@ -387,9 +392,9 @@ int llama_work_create(llama_model *m, int max_len, llama_work **out, mk_err *err
     w->q16 = malloc(sizeof(uint16_t) * T * hd);
     w->seg = malloc(sizeof(*w->seg) * T * (size_t)w->seg_cap);
     w->zseg = calloc(hd * LLAMA_MAX_BLOCK_TOKENS, sizeof(uint16_t));
-    w->v16 = malloc(sizeof(uint16_t) * kvd);
+    w->v16 = malloc(sizeof(uint16_t) * T * kvd);
     w->fixed_bytes = T * ((size_t)w->plen * 6 + hd * 2 + sizeof(*w->seg) * (size_t)w->seg_cap) +
-                     hd * LLAMA_MAX_BLOCK_TOKENS * 2 + kvd * 2;
+                     hd * LLAMA_MAX_BLOCK_TOKENS * 2 + T * kvd * 2;
     int rc = (!w->sc || !w->p16 || !w->q16 || !w->seg || !w->zseg || !w->v16) ? mk_fail(err, MK_ENOMEM, "out of memory")
                                                                               : ensure_rows(w, 1, err);
     if (rc) { llama_work_free(w); return rc; }
@@ -442,8 +447,29 @@ static void dump(const dumper *dd, const char *what, int layer, const float *x, 
     dd->fn(dd->ctx, name, x, rows, cols);
 }
 
+/* y[R, n] = x[R, k] @ W^T. Calls of 2+ rows take the multi-row kernels where the CPU has them
+ * (AVX-512 VNNI: every weight block read once for up to 16 rows, each output still summed in
+ * llama.cpp's order, so the bits are the same); a model set to a level below AVX-512
+ * (llama_model_set_isa) keeps to the AVX2 kernels, as that machine would. */
 static void mm(llama_work *w, const lweight *wt, const float *x, int R, float *y) {
-    mk_ggml_matmul(w->m->pool, wt->t->type, wt->t->data, wt->n, wt->k, x, R, y, w->mms);
+    mk_ggml_matmul_ex(w->m->pool, wt->t->type, wt->t->data, wt->n, wt->k, x, R, y, w->mms,
+                      w->m->isa == MK_GX_AVX512 ? 0 : MK_GGML_MM_NO_VNNI);
+}
+
+/* Two or three products of the same input x[R, k] (Q, K, V; gate, up): one call that quantizes x
+ * once and runs every matrix's rows in one pool run when the matrices share a type, else one mm
+ * each. The results are the same bits either way. */
+static void mm_same_x(llama_work *w, const lweight *const *wts, float *const *ys, int nw, const float *x, int R) {
+    int same = 1;
+    for (int i = 1; i < nw; i++) same &= wts[i]->t->type == wts[0]->t->type && wts[i]->k == wts[0]->k;
+    if (!same) {
+        for (int i = 0; i < nw; i++) mm(w, wts[i], x, R, ys[i]);
+        return;
+    }
+    mk_ggml_mat mats[3];
+    for (int i = 0; i < nw; i++) mats[i] = (mk_ggml_mat){wts[i]->t->data, wts[i]->n, ys[i]};
+    mk_ggml_matmul_n(w->m->pool, wts[0]->t->type, wts[0]->k, mats, nw, x, R, w->mms,
+                     w->m->isa == MK_GX_AVX512 ? 0 : MK_GGML_MM_NO_VNNI);
 }
 
 /* The exactness rule (llama.h): 1 when the row at `pos` takes tinyBLAS order, i.e. it lies in the
@@ -462,18 +488,16 @@ typedef struct {
     int layer, R, bt;
 } attn_job;
 
-/* Attention of head h for one row (job j = h * R + r, so the pool's contiguous chunks split the
- * heads, not the short rows from the long ones), as llama.cpp's mul_mat / soft_max / mul_mat:
+/* Attention of head h for row r, as llama.cpp's mul_mat / soft_max / mul_mat:
  * scores over the causal prefix of P = pos + 1 keys read block by block, padded with masked
  * entries to a multiple of 16 (the softmax's vector chunks; exp(-inf) = 0 exactly),
  * probabilities rounded to f16, and V^T rows read up to a multiple of 64 (the f16 dot's step)
  * across the blocks with zero probabilities past P. Order: the row's (rtb). */
-static void attn_row(void *ctx, int j, int tid) {
-    attn_job *J = ctx;
+static void attn_head(const attn_job *J, int h, int r, int tid) {
     llama_work *w = J->w;
     const llama_model *m = w->m;
     const mk_gx_isa isa = m->isa;
-    const int R = J->R, h = j / R, r = j % R, bt = J->bt;
+    const int bt = J->bt;
     const int hd = m->head_dim, kvd = m->n_kv * hd, g = h / (m->n_head / m->n_kv);
     const int kn = mk_gx_tb_kn(isa), batch = w->rtb[r] && kn > 0;
     const int tb_kq = batch && hd % kn == 0, tb_kqv = batch && hd % 4 == 0;
@@ -509,13 +533,124 @@ static void attn_row(void *ctx, int j, int tid) {
     mk_gx_dot_f16_paged(isa, tb_kqv, nkqv, seg, bt, (size_t)bt, hd, p16, o);
 }
 
+/* Job j = h * R + r: head h for row r (the pool's contiguous chunks split the heads, not the short
+ * rows from the long ones). For calls of few rows, where the heads are what the threads share. */
+static void attn_row(void *ctx, int j, int tid) {
+    const attn_job *J = ctx;
+    attn_head(J, j / J->R, j % J->R, tid);
+}
+
+/* Job j = g * R + r: the heads of KV group g for row r, one after the other, so the group's K and
+ * V^T pieces of the row's sequence are read from memory once and are cache-hot for the group's
+ * other heads (the KV is most of a batched step's memory traffic). The pool's contiguous chunks
+ * split the groups, not the short rows from the long ones. */
+static void attn_group(void *ctx, int j, int tid) {
+    const attn_job *J = ctx;
+    const llama_model *m = J->w->m;
+    const int g = j / J->R, r = j % J->R, hpg = m->n_head / m->n_kv;
+    for (int h = g * hpg; h < (g + 1) * hpg; h++) attn_head(J, h, r, tid);
+}
+
+/* ---- per-row steps between the matmuls (independent rows: run on the pool for many rows) ---- */
+
+typedef struct {
+    llama_work *w;
+    mk_kv_pool *pool;
+    const llama_piece *pc;
+    const llama_layer *L;
+    int layer, bt;
+} rows_job;
+
+#define LLAMA_POOL_ROWS 16 /* rows from which the per-row steps are spread over the pool */
+
+static void rows_run(const rows_job *J, int R, mk_task_fn fn) {
+    if (R >= LLAMA_POOL_ROWS) mk_pool_run(J->w->m->pool, R, fn, (void *)J);
+    else for (int r = 0; r < R; r++) fn((void *)J, r, 0);
+}
+
+/* h = rmsnorm(x) * attn_norm */
+static void row_attn_norm(void *ctx, int r, int tid) {
+    (void)tid;
+    const rows_job *J = ctx;
+    const llama_model *m = J->w->m;
+    mk_gx_rmsnorm(m->dim, J->w->x + (size_t)r * m->dim, J->L->attn_norm, m->eps, J->w->h + (size_t)r * m->dim);
+}
+
+/* biases, RoPE of q and k, and the row's K row and V^T column in its block */
+static void row_qkv(void *ctx, int r, int tid) {
+    const rows_job *J = ctx;
+    llama_work *w = J->w;
+    const llama_model *m = w->m;
+    const llama_layer *L = J->L;
+    const int d = m->dim, hd = m->head_dim, kvd = m->n_kv * hd, bt = J->bt;
+    float *q = w->q + (size_t)r * d, *k = w->k + (size_t)r * kvd, *v = w->v + (size_t)r * kvd;
+    const float *rc_r = w->rope + (size_t)r * m->rot_dim;
+    if (L->bq) for (int i = 0; i < d; i++) q[i] += L->bq[i];
+    if (L->bk) for (int i = 0; i < kvd; i++) k[i] += L->bk[i];
+    if (L->bv) for (int i = 0; i < kvd; i++) v[i] += L->bv[i];
+    for (int h = 0; h < m->n_head; h++) mk_gx_rope(m->rot_dim, m->neox, rc_r, q + (size_t)h * hd);
+    for (int h = 0; h < m->n_kv; h++) mk_gx_rope(m->rot_dim, m->neox, rc_r, k + (size_t)h * hd);
+    /* K row and V^T column of this position in its block */
+    const int pos = w->rpos[r], off = pos % bt;
+    uint16_t *kb = blk_k(J->pool, J->pc[w->rpc[r]].blocks[pos / bt], J->layer, bt, kvd), *vt = kb + (size_t)bt * kvd;
+    uint16_t *v16 = w->v16 + (size_t)tid * kvd;
+    mk_gx_f32_to_f16(kvd, k, kb + (size_t)off * kvd);
+    mk_gx_f32_to_f16(kvd, v, v16);
+    for (int i = 0; i < kvd; i++) vt[(size_t)i * bt + off] = v16[i];
+}
+
+/* Before row_qkv: a block's first write (position 0 of the block in this call) zeroes the
+ * block's V^T past that position, which is read (times zero probabilities) and must be finite.
+ * Done for all rows first, on the calling thread: rows of the same block run in parallel in
+ * row_qkv, and a later position's column must not be wiped by its block's first row. */
+static void vt_first_writes(const rows_job *J, int R) {
+    llama_work *w = J->w;
+    const int kvd = w->m->n_kv * w->m->head_dim, bt = J->bt;
+    for (int r = 0; r < R; r++) {
+        const int pos = w->rpos[r];
+        if (pos % bt) continue;
+        uint16_t *vt = blk_k(J->pool, J->pc[w->rpc[r]].blocks[pos / bt], J->layer, bt, kvd) + (size_t)bt * kvd;
+        for (int i = 0; i < kvd; i++) memset(vt + (size_t)i * bt + 1, 0, sizeof(uint16_t) * (size_t)(bt - 1));
+    }
+}
+
+/* x += attention output; h = rmsnorm(x) * ffn_norm */
+static void row_ffn_in(void *ctx, int r, int tid) {
+    (void)tid;
+    const rows_job *J = ctx;
+    const llama_model *m = J->w->m;
+    const size_t d = (size_t)m->dim;
+    float *x = J->w->x + (size_t)r * d;
+    const float *o = J->w->o + (size_t)r * d;
+    for (size_t i = 0; i < d; i++) x[i] += o[i];
+    mk_gx_rmsnorm(m->dim, x, J->L->ffn_norm, m->eps, J->w->h + (size_t)r * d);
+}
+
+/* g = silu(g) * u */
+static void row_swiglu(void *ctx, int r, int tid) {
+    (void)tid;
+    const rows_job *J = ctx;
+    const llama_model *m = J->w->m;
+    float *g = J->w->g + (size_t)r * m->ff;
+    mk_gx_swiglu(m->isa, m->ff, g, g, J->w->u + (size_t)r * m->ff);
+}
+
+/* x += FFN output */
+static void row_ffn_out(void *ctx, int r, int tid) {
+    (void)tid;
+    const rows_job *J = ctx;
+    const size_t d = (size_t)J->w->m->dim;
+    float *x = J->w->x + (size_t)r * d;
+    const float *o = J->w->o + (size_t)r * d;
+    for (size_t i = 0; i < d; i++) x[i] += o[i];
+}
+
 /* One call: the pieces' R <= cap_rows rows, all layers. */
 static int forward_call(llama_model *m, llama_work *w, mk_kv_pool *pool, const llama_piece *pc, int np, int R,
                         const dumper *dd, mk_err *err) {
     int rc = ensure_rows(w, R, err);
     if (rc) return rc;
     const int d = m->dim, hd = m->head_dim, kvd = m->n_kv * hd, ff = m->ff, bt = mk_kv_block_tokens(pool);
-    const mk_gx_isa isa = m->isa;
     size_t erow = mk_ggml_row_bytes(m->embd.t->type, d);
     for (int i = 0, r = 0; i < np; i++)
         for (int t = 0; t < pc[i].n; t++, r++) {
@@ -530,33 +665,18 @@ static int forward_call(llama_model *m, llama_work *w, mk_kv_pool *pool, const l
     int Rk = R; /* rows kept: all, until the last layer keeps only the rows whose logits are asked */
     for (int l = 0; l < m->n_layers; l++) {
         const llama_layer *L = &m->layers[l];
-        for (int r = 0; r < R; r++) mk_gx_rmsnorm(d, w->x + (size_t)r * d, L->attn_norm, m->eps, w->h + (size_t)r * d);
+        const rows_job RJ = {w, pool, pc, L, l, bt};
+        rows_run(&RJ, R, row_attn_norm);
         dump(dd, "attn_norm", l, w->h, R, d);
-        mm(w, &L->wq, w->h, R, w->q);
-        mm(w, &L->wk, w->h, R, w->k);
-        mm(w, &L->wv, w->h, R, w->v);
-        for (int r = 0; r < R; r++) {
-            float *q = w->q + (size_t)r * d, *k = w->k + (size_t)r * kvd, *v = w->v + (size_t)r * kvd;
-            const float *rc_r = w->rope + (size_t)r * m->rot_dim;
-            if (L->bq) for (int i = 0; i < d; i++) q[i] += L->bq[i];
-            if (L->bk) for (int i = 0; i < kvd; i++) k[i] += L->bk[i];
-            if (L->bv) for (int i = 0; i < kvd; i++) v[i] += L->bv[i];
-            for (int h = 0; h < m->n_head; h++) mk_gx_rope(m->rot_dim, m->neox, rc_r, q + (size_t)h * hd);
-            for (int h = 0; h < m->n_kv; h++) mk_gx_rope(m->rot_dim, m->neox, rc_r, k + (size_t)h * hd);
-            /* K row and V^T column of this position in its block */
-            const int pos = w->rpos[r], off = pos % bt;
-            uint16_t *kb = blk_k(pool, pc[w->rpc[r]].blocks[pos / bt], l, bt, kvd), *vt = kb + (size_t)bt * kvd;
-            mk_gx_f32_to_f16(kvd, k, kb + (size_t)off * kvd);
-            mk_gx_f32_to_f16(kvd, v, w->v16);
-            if (off == 0) /* a block's first write: its V^T past here is read (times zero), make it finite */
-                for (int i = 0; i < kvd; i++) memset(vt + (size_t)i * bt + 1, 0, sizeof(uint16_t) * (size_t)(bt - 1));
-            for (int i = 0; i < kvd; i++) vt[(size_t)i * bt + off] = w->v16[i];
-        }
+        mm_same_x(w, (const lweight *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){w->q, w->k, w->v}, 3, w->h, R);
+        vt_first_writes(&RJ, R);
+        rows_run(&RJ, R, row_qkv);
         dump(dd, "Qcur", l, w->q, R, d);
         dump(dd, "Kcur", l, w->k, R, kvd);
         dump(dd, "Vcur", l, w->v, R, kvd);
         attn_job J = {w, pool, pc, l, R, bt};
-        mk_pool_run(m->pool, m->n_head * R, attn_row, &J);
+        if (m->n_kv * R >= 8 * w->nthr) mk_pool_run(m->pool, m->n_kv * R, attn_group, &J);
+        else mk_pool_run(m->pool, m->n_head * R, attn_row, &J);
         dump(dd, "kqv_out", l, w->att, R, d);
         if (l == m->n_layers - 1) {
             /* the last layer's output is needed only for the rows whose logits are asked
@@ -577,18 +697,15 @@ static int forward_call(llama_model *m, llama_work *w, mk_kv_pool *pool, const l
         }
         mm(w, &L->wo, w->att, Rk, w->o);
         dump(dd, "attn_out", l, w->o, Rk, d);
-        for (size_t i = 0; i < (size_t)Rk * d; i++) w->x[i] += w->o[i];
+        rows_run(&RJ, Rk, row_ffn_in);
         dump(dd, "ffn_inp", l, w->x, Rk, d);
-        for (int r = 0; r < Rk; r++) mk_gx_rmsnorm(d, w->x + (size_t)r * d, L->ffn_norm, m->eps, w->h + (size_t)r * d);
         dump(dd, "ffn_norm", l, w->h, Rk, d);
-        mm(w, &L->wgate, w->h, Rk, w->g);
-        mm(w, &L->wup, w->h, Rk, w->u);
-        for (int r = 0; r < Rk; r++)
-            mk_gx_swiglu(isa, ff, w->g + (size_t)r * ff, w->g + (size_t)r * ff, w->u + (size_t)r * ff);
+        mm_same_x(w, (const lweight *const[]){&L->wgate, &L->wup}, (float *const[]){w->g, w->u}, 2, w->h, Rk);
+        rows_run(&RJ, Rk, row_swiglu);
         dump(dd, "ffn_swiglu", l, w->g, Rk, ff);
         mm(w, &L->wdown, w->g, Rk, w->o);
         dump(dd, "ffn_out", l, w->o, Rk, d);
-        for (size_t i = 0; i < (size_t)Rk * d; i++) w->x[i] += w->o[i];
+        rows_run(&RJ, Rk, row_ffn_out);
         dump(dd, "l_out", l, w->x, Rk, d);
     }
     /* logits: the output matrix (the largest one) read once per LLAMA_LOGIT_ROWS sequences */

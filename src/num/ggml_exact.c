@@ -407,9 +407,56 @@ GX_AVX2 static void dot_f16_n_256(int n, const uint16_t *x, size_t stride, int c
     else for (int i = 0; i < count; i++) out[i] = dot_f16_256(n, x + (size_t)i * stride, y);
 }
 
+/* dot_f16_512 of four rows x, x + stride, x + 2 stride, x + 3 stride with one y: each row's
+ * accumulators and reduction exactly as dot_f16_512's, y's chunks converted once for the four
+ * (the attention's KQ: four keys against one query). */
+GX_AVX512 static void dot_f16_4_512(int n, const uint16_t *x, size_t stride, const uint16_t *y, float *out) {
+    __m512 s[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) s[r][a] = _mm512_setzero_ps();
+    int i = 0, np = n & ~63;
+    for (; i < np; i += 64)
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            __m512 yv = h16(y + i + 16 * a);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) s[r][a] = _mm512_fmadd_ps(h16(x + (size_t)r * stride + i + 16 * a), yv, s[r][a]);
+        }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512 t0 = _mm512_add_ps(s[r][0], s[r][2]), t1 = _mm512_add_ps(s[r][1], s[r][3]);
+        double v = v_red16(_mm512_add_ps(t0, t1));
+        for (int j = np; j < n; j++) {
+            float p = _cvtsh_ss(x[(size_t)r * stride + j]) * _cvtsh_ss(y[j]);
+            v += (double)p;
+        }
+        out[r] = (float)v;
+    }
+}
+
+/* dot_f16_tb_512 of four rows with one y (n a multiple of 16), y's chunks converted once */
+GX_AVX512 static void dot_f16_tb_4_512(int n, const uint16_t *x, size_t stride, const uint16_t *y, float *out) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0; i < n; i += 16) {
+        __m512 yv = h16(y + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(h16(x + (size_t)r * stride + i), yv, acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) out[r] = v_red16(acc[r]);
+}
+
 GX_AVX512 static void dot_f16_n_512(int n, const uint16_t *x, size_t stride, int count, const uint16_t *y, float *out, int tb) {
-    if (tb) for (int i = 0; i < count; i++) out[i] = dot_f16_tb_512(n, x + (size_t)i * stride, y);
-    else for (int i = 0; i < count; i++) out[i] = dot_f16_512(n, x + (size_t)i * stride, y);
+    int i = 0;
+    if (tb) {
+        for (; i + 4 <= count; i += 4) dot_f16_tb_4_512(n, x + (size_t)i * stride, stride, y, out + i);
+        for (; i < count; i++) out[i] = dot_f16_tb_512(n, x + (size_t)i * stride, y);
+        return;
+    }
+    for (; i + 4 <= count; i += 4) dot_f16_4_512(n, x + (size_t)i * stride, stride, y, out + i);
+    for (; i < count; i++) out[i] = dot_f16_512(n, x + (size_t)i * stride, y);
 }
 
 #endif /* GX_X86 */

@@ -187,9 +187,69 @@ GP_AVX512 static float dot_tb_512(int n, const uint16_t *const *seg, int L, size
     return v_red16(acc);
 }
 
+/* dot_512 of four rows (offsets off, off + rs, off + 2 rs, off + 3 rs): each row's accumulators
+ * and reduction exactly as dot_512's, y's chunks converted once for the four, and the chunk
+ * pointer walked once (the attention's KQV: four value dimensions against one row of
+ * probabilities). The accumulators are named through constant indices so they stay in registers. */
+GP_AVX512 static void dot4_512(int n, const uint16_t *const *seg, int L, size_t off, size_t rs, const uint16_t *y,
+                               float *out) {
+    __m512 s[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) s[r][a] = _mm512_setzero_ps();
+    const int np = n & ~63, nblk = (np + L - 1) / L;
+    int b = 0, k = 0;
+    const uint16_t *x = nblk ? seg[0] + off : NULL;
+    for (int c = 0; c * 16 < np; c += 4)
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            __m512 yv = h16(y + (c + a) * 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) s[r][a] = _mm512_fmadd_ps(h16(x + (size_t)r * rs + k), yv, s[r][a]);
+            k += 16;
+            if (k == L) {
+                k = 0;
+                if (++b < nblk) x = seg[b] + off;
+            }
+        }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512 t0 = _mm512_add_ps(s[r][0], s[r][2]), t1 = _mm512_add_ps(s[r][1], s[r][3]);
+        double v = v_red16(_mm512_add_ps(t0, t1));
+        for (int i = np; i < n; i++) {
+            float p = _cvtsh_ss(*at(seg, L, off + (size_t)r * rs, i)) * _cvtsh_ss(y[i]);
+            v += (double)p;
+        }
+        out[r] = (float)v;
+    }
+}
+
+/* dot_tb_512 of four rows (offsets off + r rs), y's chunks converted once, the pointer walked once */
+GP_AVX512 static void dot4_tb_512(int n, const uint16_t *const *seg, int L, size_t off, size_t rs, const uint16_t *y,
+                                  float *out) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int c = 0;
+    for (int b = 0; c * 16 < n; b++) {
+        const uint16_t *x = seg[b] + off;
+        for (int k = 0; k < L && c * 16 < n; k += 16, c++) {
+            __m512 yv = h16(y + c * 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(h16(x + (size_t)r * rs + k), yv, acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) out[r] = v_red16(acc[r]);
+}
+
 GP_AVX512 static void dot_n_512(int tb, int n, const uint16_t *const *seg, int L, size_t rs, int count, const uint16_t *y,
                                 float *out) {
-    for (int i = 0; i < count; i++)
+    int i = 0;
+    if (tb)
+        for (; i + 4 <= count; i += 4) dot4_tb_512(n, seg, L, (size_t)i * rs, rs, y, out + i);
+    else
+        for (; i + 4 <= count; i += 4) dot4_512(n, seg, L, (size_t)i * rs, rs, y, out + i);
+    for (; i < count; i++)
         out[i] = tb ? dot_tb_512(n, seg, L, (size_t)i * rs, y) : dot_512(n, seg, L, (size_t)i * rs, y);
 }
 

@@ -3,7 +3,9 @@
  *
  * Layout of this file: scalar helpers; per type the scalar reference (dequant, activation
  * quantization, dot); the AVX2 versions (target attribute, chosen at run time when the CPU has
- * AVX2 + FMA + F16C); the dispatch table; mk_ggml_matmul.
+ * AVX2 + FMA + F16C); the multi-row AVX-512 VNNI tiles for Q4_1 / Q8_0 (products of 2+ rows,
+ * chosen at run time when the CPU has AVX-512 F/BW/DQ/VL + VNNI); the dispatch table;
+ * mk_ggml_matmul.
  *
  * How scalar and AVX2 stay bit-identical:
  *   - Integer parts are exact: every block dot is an int32 sum (maddubs pairs never saturate: the
@@ -38,6 +40,11 @@
  * bound to llama.cpp's order (one fused multiply-add chain per row), run four weight rows per
  * pass over the activations (dot4): four independent chains, one activation load. On the Zen 3 machine this was written on, one core runs the Q4_x / Q5_x / K-quant
  * dots at 12-18 GB/s of weights from L1 (Q8_0 27, the float types 30+), about its DRAM read rate.
+ * A batched step (many activation rows) is compute-bound instead: there the one-row kernels
+ * redo the weight unpacking for every row and spend a dozen instructions per 32 products; the
+ * multi-row tiles unpack a block once for up to 16 rows and do 64 products per vpdpbusd. On the
+ * 2-core Zen 4 VM (one core, 1536 x 576 Q4_1, 16-64 rows): about 60 GMAC/s against 17-24 for
+ * the one-row kernels.
  */
 #include "num/ggml_quant.h"
 
@@ -1284,6 +1291,268 @@ MK_AVX2 static float dot_q6_k_v(const uint8_t *w, const void *act, int64_t n) {
     return sumf;
 }
 
+
+/* ---- multi-row matmul: AVX-512 VNNI tiles (Q4_1, Q8_0) --------------------------------------
+ * A step of many rows (a batched decode, a prefill) against Q4_1 / Q8_0 weights: each output is
+ * still one dot in llama.cpp's order (lanes_fma: per block, 8 exact integer lane sums of
+ * elements 4l..4l+3, fused into float lane l with fl(dw * dx); Q4_1's m * s chain; hsum8), but a
+ * tile of weight rows x activation rows shares every load: a weight block is unpacked once for
+ * many rows, an activation block loaded once for several weight rows. Two tile forms:
+ *   - row-lane (mr_tile16, rows in groups of 16): lane i of a vector is row i, vector l holds lane
+ *     l of the 8-lane order for 16 rows; one scale multiply serves 16 rows;
+ *   - pairs (mr_tile, the rows left over, or fewer than 16): one zmm holds one block of two rows,
+ *     vpdpbusd gives both rows' 8 lane sums at once; 4 weight rows x 4 pairs per tile.
+ * Either way every int32 is the exact sum of the same 4 products as maddubs + madd's, the scale
+ * fl(dw * dx) and the fma run per lane as in the one-row kernels, Q4_1's m * s chains run one
+ * per vector lane, and each row's reduction is hsum8's tree. So the results are bit-identical to
+ * dot_q4_1_v / dot_q8_0_v (and the scalar reference); tests/unit/test_ggml_multirow.c checks it.
+ * Q8_0 weights are signed: the activations are stored as x + 128 (unsigned) and the weight
+ * block's 128 * sum of each 4 w is subtracted, an exact integer identity. */
+
+#define MK_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define MR_NW 4 /* weight rows per tile */
+#define MR_NP 4 /* activation row pairs per tile */
+
+/* The repacked activations (mk_ggml_matmul's scratch), np = ceil(m / 2) pairs, nb blocks:
+ *   q [nb][np][64]  row 2p's 32 int8 (Q4_1) or x + 128 (Q8_0), then row 2p + 1's; but rows
+ *                   [0, m16) (m >= 16: the multiples of 16) in the row-lane layout, 16 rows in
+ *                   the space of 8 pairs: [lane l < 8][row < 16][elements 4l..4l+3]
+ *   d [nb][2 np]    the scale of each row
+ *   s [nb][2 np]    Q8_1's s of each row (Q4_1 only)
+ * A missing last row of an odd m is zeros (its outputs are not stored). */
+typedef struct {
+    uint8_t *q;
+    float *d, *s;
+    int np, nb;
+    int m16; /* rows [0, m16) in groups of 16 (the row-lane layout), the rest in pairs */
+} mr_act;
+
+static size_t mr_bytes(int m, int k) {
+    size_t np = (size_t)(m + 1) / 2, nb = (size_t)k / QK;
+    return nb * np * (64 + 8 + 8) + 3 * 64;
+}
+
+static mr_act mr_view(void *p, int m, int k) {
+    mr_act a;
+    a.np = (m + 1) / 2;
+    a.nb = k / QK;
+    a.m16 = m >= 16 ? m & ~15 : 0;
+    uint8_t *b = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    a.q = b;
+    a.d = (float *)(b + (size_t)a.nb * a.np * 64);
+    a.s = a.d + (size_t)a.nb * a.np * 2;
+    return a;
+}
+
+/* Row r of the per-row activations (Q8_0 / Q8_1 layout) into its place in the pairs. */
+static void mr_put_row(const mr_act *A, int r, const void *act, int k, int q8) {
+    act32 a = act32_view(act, k);
+    const int p = r / 2, h = r % 2;
+    for (int b = 0; b < A->nb; b++) {
+        uint8_t *dst = A->q + ((size_t)b * A->np + p) * 64 + 32 * h;
+        const uint8_t *src = (const uint8_t *)(a.q + QK * b);
+        const uint32_t flip = q8 ? 0x80808080u : 0u;
+        if (r < A->m16) { /* row-lane layout: [lane l][16 rows][elements 4l..4l+3] */
+            dst = A->q + ((size_t)b * A->np + (size_t)(r / 16) * 8) * 64 + 4 * (r % 16);
+            for (int l = 0; l < 8; l++) {
+                uint32_t v = rd32(src + 4 * l) ^ flip;
+                memcpy(dst + 64 * l, &v, 4);
+            }
+        } else {
+            for (int l = 0; l < 8; l++) {
+                uint32_t v = rd32(src + 4 * l) ^ flip;
+                memcpy(dst + 4 * l, &v, 4);
+            }
+        }
+        A->d[(size_t)b * 2 * A->np + r] = a.d[b];
+        if (!q8) A->s[(size_t)b * 2 * A->np + r] = a.s[b];
+    }
+}
+
+static void mr_zero_row(const mr_act *A, int r, int q8) {
+    const int p = r / 2, h = r % 2;
+    for (int b = 0; b < A->nb; b++) {
+        memset(A->q + ((size_t)b * A->np + p) * 64 + 32 * h, q8 ? 0x80 : 0, 32);
+        A->d[(size_t)b * 2 * A->np + r] = 0.0f;
+        if (!q8) A->s[(size_t)b * 2 * A->np + r] = 0.0f;
+    }
+}
+
+/* One tile: NW weight rows (stride bytes apart) x NP pairs from pair p0; writes y[row][j]
+ * (row < m, ldy floats per row). q8: Q8_0 weights, else Q4_1. Constant NW / NP: unrolled. */
+MK_VNNI static inline __attribute__((always_inline)) void mr_tile(const int q8, const int NW, const int NP, const uint8_t *w,
+                                                                  size_t stride, const mr_act *A, int p0, float *y,
+                                                                  size_t ldy, int m) {
+    const int bb = q8 ? 34 : 20;
+    __m512 acc[MR_NW][MR_NP];
+    __m256 summs[MR_NW];
+#pragma GCC unroll 4
+    for (int j = 0; j < NW; j++) {
+        summs[j] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) acc[j][p] = _mm512_setzero_ps();
+    }
+    const __m512i m4 = _mm512_set1_epi8(15), c128 = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < A->nb; b++) {
+        __m512i qv[MR_NW], corr[MR_NW];
+        float dw[MR_NW], mw[MR_NW];
+#pragma GCC unroll 4
+        for (int j = 0; j < NW; j++) {
+            const uint8_t *blk = w + (size_t)j * stride + (size_t)b * bb;
+            _mm_prefetch((const char *)blk + PREFETCH, _MM_HINT_T0);
+            if (q8) {
+                dw[j] = h2f_v(rd16(blk));
+                qv[j] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 2)));
+                corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, qv[j]));
+            } else {
+                __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)rd32(blk)));
+                dw[j] = _mm_cvtss_f32(dm);
+                mw[j] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+                __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 4));
+                __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
+                qv[j] = _mm512_and_si512(_mm512_broadcast_i64x4(v), m4);
+                corr[j] = _mm512_setzero_si512();
+            }
+        }
+        const __mmask8 rows = (__mmask8)((1u << (2 * NP)) - 1);
+        /* fl(dw * dx) of the tile's rows, 8 at once; each pair's two then spread over its halves */
+        const __m256 dx8 = _mm256_maskz_loadu_ps(rows, A->d + (size_t)b * 2 * A->np + 2 * p0);
+        __m512 d8[MR_NW];
+#pragma GCC unroll 4
+        for (int j = 0; j < NW; j++) d8[j] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(dw[j]), dx8));
+        if (!q8) {
+            __m256 s = _mm256_maskz_loadu_ps(rows, A->s + (size_t)b * 2 * A->np + 2 * p0);
+#pragma GCC unroll 4
+            for (int j = 0; j < NW; j++) summs[j] = _mm256_fmadd_ps(_mm256_set1_ps(mw[j]), s, summs[j]);
+        }
+        const uint8_t *xq = A->q + ((size_t)b * A->np + p0) * 64;
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            __m512i x = _mm512_load_si512((const void *)(xq + 64 * p));
+            const __m512i sel = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                                 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);
+#pragma GCC unroll 4
+            for (int j = 0; j < NW; j++) {
+                __m512 d = _mm512_permutexvar_ps(sel, d8[j]);
+                __m512i is = q8 ? _mm512_dpbusd_epi32(corr[j], x, qv[j]) : _mm512_dpbusd_epi32(corr[j], qv[j], x);
+                acc[j][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(is), acc[j][p]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NW; j++) {
+        float sm[8];
+        _mm256_storeu_ps(sm, summs[j]);
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            const int r = 2 * (p0 + p);
+            float lo = hsum8_v(_mm512_castps512_ps256(acc[j][p])), hi = hsum8_v(_mm512_extractf32x8_ps(acc[j][p], 1));
+            if (!q8) {
+                lo += sm[2 * p];
+                hi += sm[2 * p + 1];
+            }
+            y[(size_t)r * ldy + j] = lo;
+            if (r + 1 < m) y[(size_t)(r + 1) * ldy + j] = hi;
+        }
+    }
+}
+
+/* Row-lane tile (m >= 16): NW weight rows x 16 activation rows, lane i of every vector = row i.
+ * Per block and weight row, vpdpbusd of the weight's 4 bytes of lane l (broadcast) with the 16
+ * rows' 4 bytes of lane l gives lane l's exact integer sum for all 16 rows; the scale products
+ * fl(dw * dx) of the 16 rows are one vector multiply (the pair tiles spend one per two rows);
+ * acc[j][l] = fma(d, isum_l, acc[j][l]) is lane l's chain for every row, and the final hsum8 is
+ * the same tree (l, l + 4, then (0 + 2) + (1 + 3)) written across the rows' lanes. */
+#define MR_TW 2 /* weight rows per row-lane tile */
+MK_VNNI static inline __attribute__((always_inline)) void mr_tile16(const int q8, const int NW, const uint8_t *w, size_t stride,
+                                                                    const mr_act *A, int g, float *y, size_t ldy) {
+    const int bb = q8 ? 34 : 20;
+    __m512 acc[MR_TW][8], summs[MR_TW];
+#pragma GCC unroll 2
+    for (int j = 0; j < NW; j++) {
+        summs[j] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) acc[j][l] = _mm512_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int b = 0; b < A->nb; b++) {
+        int32_t wq[MR_TW][8] __attribute__((aligned(32))), cr[MR_TW][8] __attribute__((aligned(32)));
+        __m512 d[MR_TW];
+        const __m512 dx = _mm512_loadu_ps(A->d + (size_t)b * 2 * A->np + 16 * g);
+#pragma GCC unroll 2
+        for (int j = 0; j < NW; j++) {
+            const uint8_t *blk = w + (size_t)j * stride + (size_t)b * bb;
+            _mm_prefetch((const char *)blk + PREFETCH, _MM_HINT_T0);
+            if (q8) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                _mm256_store_si256((__m256i *)wq[j], v);
+                __m256i c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), v);
+                _mm256_store_si256((__m256i *)cr[j], _mm256_sub_epi32(_mm256_setzero_si256(), c));
+                d[j] = _mm512_mul_ps(_mm512_set1_ps(h2f_v(rd16(blk))), dx);
+            } else {
+                __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)rd32(blk)));
+                __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 4));
+                __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
+                _mm256_store_si256((__m256i *)wq[j], _mm256_and_si256(v, m4));
+                d[j] = _mm512_mul_ps(_mm512_set1_ps(_mm_cvtss_f32(dm)), dx);
+                summs[j] = _mm512_fmadd_ps(_mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm))),
+                                           _mm512_loadu_ps(A->s + (size_t)b * 2 * A->np + 16 * g), summs[j]);
+            }
+        }
+        /* read wq / cr back from memory: as broadcast loads (the load ports), not as shuffles of
+         * the registers they were stored from (which GCC would otherwise make of them) */
+        __asm__ volatile("" ::: "memory");
+        const uint8_t *xq = A->q + ((size_t)b * A->np + (size_t)g * 8) * 64;
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            __m512i x = _mm512_load_si512((const void *)(xq + 64 * l));
+#pragma GCC unroll 2
+            for (int j = 0; j < NW; j++) {
+                __m512i is = q8 ? _mm512_dpbusd_epi32(_mm512_set1_epi32(cr[j][l]), x, _mm512_set1_epi32(wq[j][l]))
+                                : _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(wq[j][l]), x);
+                acc[j][l] = _mm512_fmadd_ps(d[j], _mm512_cvtepi32_ps(is), acc[j][l]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NW; j++) {
+        __m512 t0 = _mm512_add_ps(acc[j][0], acc[j][4]), t1 = _mm512_add_ps(acc[j][1], acc[j][5]);
+        __m512 t2 = _mm512_add_ps(acc[j][2], acc[j][6]), t3 = _mm512_add_ps(acc[j][3], acc[j][7]);
+        __m512 r = _mm512_add_ps(_mm512_add_ps(t0, t2), _mm512_add_ps(t1, t3));
+        if (!q8) r = _mm512_add_ps(r, summs[j]);
+        float o[16];
+        _mm512_storeu_ps(o, r);
+        for (int i = 0; i < 16; i++) y[(size_t)(16 * g + i) * ldy + j] = o[i];
+    }
+}
+
+MK_VNNI static void mr_tile16_q4_1(int NW, const uint8_t *w, size_t stride, const mr_act *A, int g, float *y, size_t ldy) {
+    if (NW == MR_TW) mr_tile16(0, MR_TW, w, stride, A, g, y, ldy);
+    else mr_tile16(0, 1, w, stride, A, g, y, ldy);
+}
+MK_VNNI static void mr_tile16_q8_0(int NW, const uint8_t *w, size_t stride, const mr_act *A, int g, float *y, size_t ldy) {
+    if (NW == MR_TW) mr_tile16(1, MR_TW, w, stride, A, g, y, ldy);
+    else mr_tile16(1, 1, w, stride, A, g, y, ldy);
+}
+
+#define MR_CASE(Q8, NW, NP) mr_tile(Q8, NW, NP, w, stride, A, p0, y, ldy, m)
+#define MR_NPS(Q8, NW)                                  \
+    switch (NP) {                                       \
+    case 1: MR_CASE(Q8, NW, 1); break;                  \
+    case 2: MR_CASE(Q8, NW, 2); break;                  \
+    case 3: MR_CASE(Q8, NW, 3); break;                  \
+    default: MR_CASE(Q8, NW, 4); break;                 \
+    }
+
+MK_VNNI static void mr_tile_q4_1(int NW, int NP, const uint8_t *w, size_t stride, const mr_act *A, int p0, float *y, size_t ldy, int m) {
+    if (NW == MR_NW) { MR_NPS(0, MR_NW) } else { MR_NPS(0, 1) }
+}
+MK_VNNI static void mr_tile_q8_0(int NW, int NP, const uint8_t *w, size_t stride, const mr_act *A, int p0, float *y, size_t ldy, int m) {
+    if (NW == MR_NW) { MR_NPS(1, MR_NW) } else { MR_NPS(1, 1) }
+}
+#undef MR_NPS
+#undef MR_CASE
+
 #endif /* MK_HAVE_X86 */
 
 /* ==== dispatch ================================================================================= */
@@ -1349,6 +1618,24 @@ static int use_simd(void) {
     if (simd < 0) simd = detect_simd();
     return simd;
 }
+
+/* 1 when the AVX-512 VNNI multi-row kernels can run here (AVX-512 F, BW, DQ, VL and VNNI, plus
+ * the AVX2 set). Detected once, as use_simd. */
+static int use_vnni(void) {
+    static volatile int vnni = -1;
+    if (vnni < 0) {
+#if MK_HAVE_X86
+        vnni = detect_simd() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512vnni");
+#else
+        vnni = 0;
+#endif
+    }
+    return vnni;
+}
+
+int mk_ggml_have_vnni(void) { return use_vnni(); }
 
 static void quant_act(uint32_t act_type, const float *x, int64_t n, uint8_t *out, int simd) {
 #if MK_HAVE_X86
@@ -1446,13 +1733,23 @@ float mk_ggml_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *a
 #ifndef POOL_MIN_BYTES
 #define POOL_MIN_BYTES (32.0 * 1024) /* weight bytes x m below which the pool is not used */
 #endif
-#define QUANT_POOL_MIN 65536          /* activations (m x k) below which they are quantized inline */
+#define QUANT_POOL_MIN 16384          /* activations (m x k) below which they are quantized inline */
 
 static size_t act_stride(uint32_t act_type, int k) { return (act_bytes(act_type, k) + 63) & ~(size_t)63; }
 
+/* 1 when the multi-row kernels take this product: Q4_1 / Q8_0 weights, 2+ rows, VNNI here. */
+static int mr_eligible(uint32_t type, int m, unsigned flags) {
+    return MK_HAVE_X86 && m >= 2 && (type == MK_GGML_Q4_1 || type == MK_GGML_Q8_0) && !(flags & MK_GGML_MM_NO_VNNI) &&
+           use_vnni();
+}
+
 size_t mk_ggml_matmul_scratch(uint32_t type, int m, int k) {
     if (m <= 0 || !mk_ggml_row_bytes(type, k)) return 0;
-    return (size_t)m * act_stride(find_type(type)->act_type, k) + 64;
+    size_t b = (size_t)m * act_stride(find_type(type)->act_type, k) + 64;
+#if MK_HAVE_X86
+    if (m >= 2 && (type == MK_GGML_Q4_1 || type == MK_GGML_Q8_0)) b += mr_bytes(m, k);
+#endif
+    return b;
 }
 
 typedef struct {
@@ -1461,18 +1758,54 @@ typedef struct {
     const float *x;
     uint8_t *act; /* [m][stride] */
     size_t stride;
-    uint32_t act_type;
+    uint32_t type, act_type;
     float *y;
-    int n, k, m, simd;
+    int n, k, m, simd, mr; /* mr: the multi-row kernels (act repacked into A) */
     dot_fn dot;
     dot4_fn dot4;
+#if MK_HAVE_X86
+    mr_act A;
+#endif
 } mm_job;
 
 static void mm_quant_task(void *ctx, int r, int tid) {
     (void)tid;
     const mm_job *J = ctx;
-    quant_act(J->act_type, J->x + (size_t)r * J->k, J->k, J->act + (size_t)r * J->stride, J->simd);
+    uint8_t *a = J->act + (size_t)r * J->stride;
+    quant_act(J->act_type, J->x + (size_t)r * J->k, J->k, a, J->simd);
+#if MK_HAVE_X86
+    if (J->mr) mr_put_row(&J->A, r, a, J->k, J->type == MK_GGML_Q8_0);
+#endif
 }
+
+#if MK_HAVE_X86
+/* multi-row: MM_ROWS weight rows, every activation row, in tiles of MR_NW x 2 MR_NP */
+static void mm_mr_task(void *ctx, int t, int tid) {
+    (void)tid;
+    const mm_job *J = ctx;
+    const int j0 = t * MM_ROWS, j1 = j0 + MM_ROWS < J->n ? j0 + MM_ROWS : J->n;
+    for (int g = 0; g < J->A.m16 / 16; g++)
+        for (int jt = j0; jt < j1;) {
+            const int nw = j1 - jt >= MR_TW ? MR_TW : 1;
+            if (J->type == MK_GGML_Q8_0)
+                mr_tile16_q8_0(nw, J->W + (size_t)jt * J->row_bytes, J->row_bytes, &J->A, g, J->y + jt, (size_t)J->n);
+            else
+                mr_tile16_q4_1(nw, J->W + (size_t)jt * J->row_bytes, J->row_bytes, &J->A, g, J->y + jt, (size_t)J->n);
+            jt += nw;
+        }
+    for (int jt = j0; jt < j1 && J->A.m16 < J->m;) {
+        const int nw = j1 - jt >= MR_NW ? MR_NW : 1;
+        for (int p0 = J->A.m16 / 2; p0 < J->A.np; p0 += MR_NP) {
+            const int np = J->A.np - p0 < MR_NP ? J->A.np - p0 : MR_NP;
+            if (J->type == MK_GGML_Q8_0)
+                mr_tile_q8_0(nw, np, J->W + (size_t)jt * J->row_bytes, J->row_bytes, &J->A, p0, J->y + jt, (size_t)J->n, J->m);
+            else
+                mr_tile_q4_1(nw, np, J->W + (size_t)jt * J->row_bytes, J->row_bytes, &J->A, p0, J->y + jt, (size_t)J->n, J->m);
+        }
+        jt += nw;
+    }
+}
+#endif
 
 static void mm_task(void *ctx, int t, int tid) {
     (void)tid;
@@ -1502,25 +1835,75 @@ static void mm_task(void *ctx, int t, int tid) {
 
 void mk_ggml_matmul(mk_pool *pool, uint32_t type, const void *W, int n, int k, const float *x,
                     int m, float *y, void *scratch) {
-    if (n <= 0 || m <= 0) return;
+    mk_ggml_matmul_ex(pool, type, W, n, k, x, m, y, scratch, 0);
+}
+
+void mk_ggml_matmul_ex(mk_pool *pool, uint32_t type, const void *W, int n, int k, const float *x,
+                       int m, float *y, void *scratch, unsigned flags) {
+    const mk_ggml_mat one = {W, n, y};
+    mk_ggml_matmul_n(pool, type, k, &one, 1, x, m, scratch, flags);
+}
+
+/* Task t of a product over several matrices: matrix i's task t - task0[i]. */
+typedef struct {
+    const mm_job *J;
+    const mk_ggml_mat *mats;
+    int nmat;
+    int task0[MK_GGML_MM_MAX_MATS + 1];
+} mm_multi;
+
+static void mm_multi_task(void *ctx, int t, int tid) {
+    const mm_multi *M = ctx;
+    int i = 0;
+    while (t >= M->task0[i + 1]) i++;
+    mm_job L = *M->J;
+    L.W = M->mats[i].W;
+    L.n = M->mats[i].n;
+    L.y = M->mats[i].y;
+#if MK_HAVE_X86
+    if (L.mr) { mm_mr_task(&L, t - M->task0[i], tid); return; }
+#endif
+    mm_task(&L, t - M->task0[i], tid);
+}
+
+void mk_ggml_matmul_n(mk_pool *pool, uint32_t type, int k, const mk_ggml_mat *mats, int nmat, const float *x,
+                      int m, void *scratch, unsigned flags) {
+    if (m <= 0 || nmat <= 0) return;
+    if (nmat > MK_GGML_MM_MAX_MATS || !mk_ggml_row_bytes(type, k)) {
+        for (int i = 0; i < nmat; i++) if (mats[i].n > 0) fill_nan(mats[i].y, (int64_t)m * mats[i].n);
+        return;
+    }
     const type_info *t = find_type(type);
-    if (!mk_ggml_row_bytes(type, k)) { fill_nan(y, (int64_t)m * n); return; }
     mm_job J;
-    J.W = W;
     J.row_bytes = mk_ggml_row_bytes(type, k);
     J.x = x;
+    J.type = type;
     J.act_type = t->act_type;
     J.stride = act_stride(t->act_type, k);
     J.act = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    J.y = y;
-    J.n = n;
     J.k = k;
     J.m = m;
     J.simd = use_simd();
     J.dot = t->dot[J.simd && t->dot[1] ? 1 : 0];
     J.dot4 = J.simd ? t->dot4 : NULL;
+    J.mr = mr_eligible(type, m, flags);
+    mm_multi M = {&J, mats, nmat, {0}};
+    double total = 0;
+    for (int i = 0; i < nmat; i++) {
+        const int n = mats[i].n > 0 ? mats[i].n : 0;
+        M.task0[i + 1] = M.task0[i] + (n + MM_ROWS - 1) / MM_ROWS;
+        total += n;
+    }
+    if (!M.task0[nmat]) return;
+#if MK_HAVE_X86
+    if (J.mr) {
+        J.A = mr_view(J.act + (size_t)m * J.stride, m, k);
+        if (m % 2) mr_zero_row(&J.A, m, type == MK_GGML_Q8_0);
+    }
+#endif
+    /* the activations are quantized once for every matrix */
     mk_pool_run((double)m * k >= QUANT_POOL_MIN ? pool : NULL, m, mm_quant_task, &J);
     /* Waking the pool costs about as much as streaming a couple of hundred KiB of weights. */
-    if ((double)J.row_bytes * n * m < POOL_MIN_BYTES) pool = NULL;
-    mk_pool_run(pool, (n + MM_ROWS - 1) / MM_ROWS, mm_task, &J);
+    if ((double)J.row_bytes * total * m < POOL_MIN_BYTES) pool = NULL;
+    mk_pool_run(pool, M.task0[nmat], mm_multi_task, &M);
 }

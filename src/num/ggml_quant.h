@@ -62,7 +62,11 @@
  *                   the reference version, which is what it runs on x86.)
  *
  * Determinism: every kernel has a scalar reference and an AVX2 version (chosen at run time:
- * AVX2 + FMA + F16C); they give bit-identical results. Integer block dots are exact; the float
+ * AVX2 + FMA + F16C); they give bit-identical results. Products of 2+ activation rows against
+ * Q4_1 / Q8_0 weights run, where the CPU has AVX-512 VNNI, on multi-row tiles (several weight
+ * rows x up to 16 activation rows per pass, vpdpbusd for the integer sums) that give the same
+ * bits as the one-row kernels: the batched decode of the Llama family reads each weight block
+ * once for many rows instead of once per row. Integer block dots are exact; the float
  * steps after them (scale products, accumulation into 8 lanes, the final reduction tree) are the
  * same operations in the same order in both. So a result does not depend on the machine's SIMD
  * level or the thread count.
@@ -123,5 +127,28 @@ size_t mk_ggml_matmul_scratch(uint32_t type, int m, int k);
  * Invalid type or k: y is filled with NaN. */
 void mk_ggml_matmul(mk_pool *pool, uint32_t type, const void *W, int n, int k, const float *x,
                     int m, float *y, void *scratch);
+/* mk_ggml_matmul with kernel choices: flags MK_GGML_MM_NO_VNNI keeps a product of 2+ rows on the
+ * one-row AVX2 kernels (tests and benchmarks compare the two; the results are the same bits).
+ * Products of 2+ rows against Q4_1 / Q8_0 weights otherwise run on the multi-row AVX-512 VNNI
+ * tiles where the CPU has them (mk_ggml_have_vnni): a weight block is unpacked once for up to 16
+ * activation rows and an activation block loaded once for 2-4 weight rows, each output still
+ * summed in llama.cpp's order. The scratch (mk_ggml_matmul_scratch) covers both. */
+#define MK_GGML_MM_NO_VNNI 1u
+void mk_ggml_matmul_ex(mk_pool *pool, uint32_t type, const void *W, int n, int k, const float *x,
+                       int m, float *y, void *scratch, unsigned flags);
+/* Several products with the same input: y_i[m, n_i] = x[m, k] @ W_i^T for up to
+ * MK_GGML_MM_MAX_MATS matrices of one type (a layer's Q, K, V, or its gate and up): x is
+ * quantized once and all the matrices' rows are spread over the pool in one run. Each y_i is what
+ * mk_ggml_matmul_ex(W_i) gives, bit for bit. scratch: mk_ggml_matmul_scratch(type, m, k) bytes. */
+#define MK_GGML_MM_MAX_MATS 4
+typedef struct {
+    const void *W; /* [n rows][row_bytes(type, k)] */
+    int n;
+    float *y;      /* [m, n] */
+} mk_ggml_mat;
+void mk_ggml_matmul_n(mk_pool *pool, uint32_t type, int k, const mk_ggml_mat *mats, int nmat, const float *x,
+                      int m, void *scratch, unsigned flags);
+/* 1 when this CPU runs the multi-row VNNI kernels (AVX-512 F/BW/DQ/VL + VNNI), else 0. */
+int mk_ggml_have_vnni(void);
 
 #endif
