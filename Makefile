@@ -8,7 +8,8 @@ CFLAGS  += $(CSTD) $(WARN) $(OPT) $(ARCH) -Iinclude -Isrc -fno-math-errno
 LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl
 BUILD   ?= build
 
-SRC     := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
+# Host sources of the library; *_cuda.c files are the CUDA backend's host code, built by `make cuda`.
+SRC     := $(shell find src -name '*.c' ! -path 'src/cli/*' ! -name '*_cuda.c' | sort)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
 OBJ     := $(SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -89,7 +90,7 @@ fuzz:
 	@set -e; for f in $(FUZZ_SRC); do \
 	  n=$$(basename $$f .c); \
 	  clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $$f \
-	    $$(find src -name '*.c' ! -path 'src/cli/*') -o build-fuzz/$$n -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl; \
+	    $$(find src -name '*.c' ! -path 'src/cli/*' ! -name '*_cuda.c') -o build-fuzz/$$n -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -lcurl; \
 	  mkdir -p build-fuzz/corpus-$$n; \
 	  ./build-fuzz/$$n -max_total_time=$(FUZZ_TIME) -max_len=65536 build-fuzz/corpus-$$n fuzz/seeds/$$n; \
 	done
@@ -117,8 +118,16 @@ CUDA_HOST_OBJ:= $(CUDA_HOST_SRC:%.c=$(CUDA_BUILD)/%.o)
 CUDA_LIBS    := -L$(CUDA)/lib64 -Xlinker -rpath -Xlinker $(CUDA)/lib64 $(if $(filter 1,$(CUBLAS)),-lcublas) -lpthread -lm
 CUDA_HDR     := src/ops/cuda/cuda_common.cuh src/ops/cuda/ops_cuda.h src/ops/ops.h src/base/status.h include/minke.h
 
+# The DeepSeek-V4 GPU forward (src/models/dsv4_cuda.c) and the CPU model sources it needs, built
+# with the host compiler; JANSSON_LIB / JANSSON_INC let a machine without libjansson-dev link a
+# carried static copy (bench/gpu/run.sh).
+JANSSON_LIB  ?= -ljansson
+JANSSON_INC  ?=
+CUDA_DSV4_SRC:= src/models/dsv4_cuda.c src/models/dsv4.c src/models/dsv4_load.c src/models/dsv4_golden.c src/io/safetensors.c
+CUDA_DSV4_OBJ:= $(CUDA_DSV4_SRC:%.c=$(CUDA_BUILD)/%.o)
+
 .PHONY: cuda cuda-clean
-cuda: $(CUDA_BUILD)/test_ops_cuda $(CUDA_BUILD)/bench_gpu
+cuda: $(CUDA_BUILD)/test_ops_cuda $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_dsv4_cuda $(CUDA_BUILD)/bench_dsv4_cuda
 
 $(CUDA_BUILD)/src/ops/cuda/%.o: src/ops/cuda/%.cu $(CUDA_HDR)
 	@mkdir -p $(dir $@)
@@ -126,7 +135,7 @@ $(CUDA_BUILD)/src/ops/cuda/%.o: src/ops/cuda/%.cu $(CUDA_HDR)
 
 $(CUDA_BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) $(JANSSON_INC) -MMD -MP -c $< -o $@
 
 $(CUDA_BUILD)/test_ops_cuda: $(CUDA_BUILD)/tests/ops/test_ops_cuda.o $(CUDA_OBJ) $(CUDA_HOST_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
@@ -134,7 +143,13 @@ $(CUDA_BUILD)/test_ops_cuda: $(CUDA_BUILD)/tests/ops/test_ops_cuda.o $(CUDA_OBJ)
 $(CUDA_BUILD)/bench_gpu: bench/gpu/bench_gpu.cu $(CUDA_OBJ) $(CUDA_HOST_OBJ) $(CUDA_HDR)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_OBJ) $(CUDA_HOST_OBJ) $(CUDA_LIBS)
 
+$(CUDA_BUILD)/test_dsv4_cuda: $(CUDA_BUILD)/tests/ops/test_dsv4_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
+
+$(CUDA_BUILD)/bench_dsv4_cuda: $(CUDA_BUILD)/bench/gpu/bench_dsv4_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
+
 cuda-clean:
 	rm -rf $(CUDA_BUILD)
 
--include $(wildcard $(CUDA_BUILD)/src/*/*.d $(CUDA_BUILD)/src/*/*/*.d $(CUDA_BUILD)/tests/ops/*.d)
+-include $(wildcard $(CUDA_BUILD)/src/*/*.d $(CUDA_BUILD)/src/*/*/*.d $(CUDA_BUILD)/tests/ops/*.d $(CUDA_BUILD)/bench/gpu/*.d)

@@ -2,11 +2,18 @@
 # bench/gpu/run.sh — everything the GPU machine should do for the CUDA backend, in one call:
 # build (make cuda), run the op tests against the CPU twins, benchmark (HBM bandwidth, the linear
 # kernels at V4-Flash decode shapes, FP8 GEMM vs cuBLAS bf16), then re-run the tests on small
-# shapes under compute-sanitizer (memcheck). Results land in $OUT (default bench/gpu/out):
+# shapes under compute-sanitizer (memcheck); then the DeepSeek-V4 model on the GPU: the golden cases
+# (build-cuda/test_dsv4_cuda, forced + natural), a full-width checkpoint generated here
+# (tools/gen_dsv4.py, DSV4_LAYERS layers, never committed) decoded by minke (bench_dsv4_cuda) and by
+# transformers' DeepseekV4ForCausalLM (bench/gpu/hf_decode.py). Results land in $OUT (default bench/gpu/out):
 #   results.md  the summary (machine, test table, benchmark tables, sanitizer verdict)
-#   log.txt     the whole console output;  test.txt, bench.md, sanitizer.txt  the parts
+#   log.txt     the whole console output;  test.txt, bench.md, sanitizer.txt, dsv4.txt  the parts
 # Usage (repository root or anywhere): bash bench/gpu/run.sh
-# Environment: CUDA_GENCODE (default sm_90a only, to build fast there), SKIP_SANITIZER=1.
+# Environment: CUDA_GENCODE (default sm_90a only, to build fast there), SKIP_SANITIZER=1,
+# SKIP_OPS=1 (no op tests / op benchmark), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
+# DSV4_STEPS (64), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
+# SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md). Without libjansson-dev there, a static copy carried in .kit/
+# (include/, lib/libjansson.a) is used.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-bench/gpu/out}
@@ -26,7 +33,18 @@ echo "cores: $JOBS; kernel: $(uname -r)"
 
 stamp "build (make cuda, $GENCODE)"
 # Host warnings are not errors here: this machine's compilers may be newer than CI's.
-BUILD_VARS=(CUDA="$CUDA" CUDA_GENCODE="$GENCODE"
+CKPT=${DSV4_CKPT:-/tmp/dsv4-flash}
+if [ "${SKIP_DSV4:-0}" != 1 ] && [ ! -e "$CKPT/config.json" ]; then
+    # the benchmark checkpoint is generated while the build and the tests run
+    ( python3 tools/gen_dsv4.py --out "$CKPT" --preset flash --layers "${DSV4_LAYERS:-4}" \
+          --vocab "${DSV4_VOCAB:-129280}" --threads "$JOBS" > "$OUT/gen.txt" 2>&1; echo "gen rc $?" >> "$OUT/gen.txt" ) &
+    GEN_PID=$!
+fi
+JANSSON=()
+if [ ! -e /usr/include/jansson.h ] && [ -e .kit/lib/libjansson.a ]; then
+    JANSSON=(JANSSON_INC="-I$PWD/.kit/include" JANSSON_LIB="$PWD/.kit/lib/libjansson.a")
+fi
+BUILD_VARS=(CUDA="$CUDA" CUDA_GENCODE="$GENCODE" "${JANSSON[@]}"
             WARN="-Wall -Wextra -Wno-unused-parameter -Wno-format-truncation"
             NVCC_WARN="-Xcompiler -Wall,-Wextra,-Wno-unused-parameter")
 if command -v make >/dev/null 2>&1; then
@@ -55,7 +73,7 @@ stamp "build rc $BUILD_RC"
 TEST_RC=-1
 BENCH_RC=-1
 SAN_RC=-1
-if [ "$BUILD_RC" = 0 ]; then
+if [ "$BUILD_RC" = 0 ] && [ "${SKIP_OPS:-0}" != 1 ]; then
     stamp "op tests (CUDA vs CPU)"
     ./build-cuda/test_ops_cuda > "$OUT/test.txt" 2>&1
     TEST_RC=$?
@@ -81,6 +99,43 @@ if [ "$BUILD_RC" = 0 ]; then
     fi
 fi
 
+DSV4_RC=-1
+DBENCH_RC=-1
+if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
+    stamp "dsv4 golden cases on the GPU (forced + natural)"
+    ./build-cuda/test_dsv4_cuda > "$OUT/dsv4.txt" 2>&1
+    DSV4_RC=$?
+    cat "$OUT/dsv4.txt"
+    stamp "dsv4 golden rc $DSV4_RC"
+    SAN=${SAN:-$(command -v compute-sanitizer || ls "$CUDA"/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)}
+    if { [ "${DSV4_SANITIZER:-0}" = 1 ] || [ "${SKIP_SANITIZER:-0}" != 1 ]; } && [ -n "${SAN:-}" ]; then
+        stamp "compute-sanitizer memcheck: test_dsv4_cuda v4-tiny-fp8"
+        timeout 120 "$SAN" --tool memcheck --error-exitcode 3 ./build-cuda/test_dsv4_cuda v4-tiny-fp8 > "$OUT/dsv4_sanitizer.txt" 2>&1
+        echo "dsv4 sanitizer rc $?"; grep -E "ERROR SUMMARY|Invalid|FAIL" "$OUT/dsv4_sanitizer.txt" | head -5
+    fi
+    if [ -n "${GEN_PID:-}" ]; then stamp "waiting for the checkpoint"; wait "$GEN_PID"; fi
+    tail -3 "$OUT/gen.txt" 2>/dev/null
+    du -sh "$CKPT" 2>/dev/null
+    stamp "minke decode benchmark ($CKPT)"
+    ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" "$OUT/dsv4_bench.md" > "$OUT/dsv4_bench.txt" 2>&1
+    DBENCH_RC=$?
+    cat "$OUT/dsv4_bench.txt"
+    stamp "minke decode rc $DBENCH_RC"
+    if [ "${DSV4_NCU:-0}" = 1 ]; then
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
+        stamp "ncu: kernel durations of one decode step ($NCU)"
+        timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+        echo "ncu rc $?"; tail -2 "$OUT/ncu.err"
+        python3 bench/gpu/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu.md" 2>&1; head -45 "$OUT/ncu.md"
+    fi
+    if [ "${SKIP_HF:-0}" != 1 ]; then
+        stamp "transformers decode benchmark"
+        PYTHONUNBUFFERED=1 timeout "${HF_TIMEOUT:-240}" python3 bench/gpu/hf_decode.py "$CKPT" 16 "${DSV4_STEPS:-64}" > "$OUT/hf.txt" 2>&1
+        echo "hf rc $?"; grep -v "^\s*$" "$OUT/hf.txt" | tail -25
+    fi
+fi
+
 {
     echo "# minke CUDA backend on the GPU machine ($(date -u +%Y-%m-%d))"
     echo
@@ -102,5 +157,12 @@ fi
     echo '```'
     [ -f "$OUT/sanitizer.txt" ] && grep -E "ERROR SUMMARY|checks,|Invalid|out of bounds|FAIL" "$OUT/sanitizer.txt" | head -20
     echo '```'
+    echo
+    echo "## DeepSeek-V4 on the GPU: golden cases (rc $DSV4_RC), decode benchmark (rc $DBENCH_RC)"
+    echo
+    [ -f "$OUT/dsv4.txt" ] && cat "$OUT/dsv4.txt"
+    echo
+    [ -f "$OUT/dsv4_bench.md" ] && cat "$OUT/dsv4_bench.md"
+    [ -f "$OUT/hf.txt" ] && grep HF_RESULT "$OUT/hf.txt"
 } > "$OUT/results.md"
 stamp "done: $OUT/results.md"

@@ -183,6 +183,86 @@ int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
                         const float *const *rows, const int32_t *row_start, const float *sink,
                         float scale, float *o, mk_err *err);
 
+/* ---- DeepSeek-V4 model kernels (dsv4k.cu, topk.cu, moe.cu; used by src/models/dsv4_cuda.c) -- */
+
+/* h [T, hc, d] = embed[tok[t]] (bf16 -> f32) repeated over the hc streams; tok a device array. */
+int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab, const int32_t *tok, int T,
+                     int hc, int d, float *h, mk_err *err);
+/* mk_act_quant_sim (fp4 = 0) / mk_fp4_quant_sim (fp4 = 1) of the first n values of each of `rows`
+ * rows (row r at x + r * stride) in blocks of `block` (<= 128), written to y (may alias x). */
+int mk_cuda_quant_sim(mk_cuda_ctx *ctx, const float *x, int rows, int stride, int n, int block,
+                      int fp4, float *y, mk_err *err);
+/* Per-vector RMS normalisation without weight in bf16 arithmetic (the reference's q path). */
+int mk_cuda_head_rms_bf16(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float eps, mk_err *err);
+/* mk_rope of vector v (at x + v * stride) at position pos0 + v * step. */
+int mk_cuda_rope_step(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
+                      const mk_rope_table *t, int pos0, int step, int inverse, mk_err *err);
+/* x = bf16(x * s). */
+int mk_cuda_scale_bf16(mk_cuda_ctx *ctx, float *x, size_t n, float s, mk_err *err);
+/* x[t, :] += ape[(pos0 + t) % r, :], rows of w. */
+int mk_cuda_add_ape(mk_cuda_ctx *ctx, float *x, int T, int w, const float *ape, int r, int pos0,
+                    mk_err *err);
+/* out = bf16(silu(min(g, lim)) * clamp(u, -lim, lim)) (lim <= 0: no clamp); out may alias g. */
+int mk_cuda_swiglu(mk_cuda_ctx *ctx, const float *g, const float *u, size_t n, float lim, float *out,
+                   mk_err *err);
+/* out [rows, d] = bf16(a + b[row / rep]) (b [rows / rep, d]). */
+int mk_cuda_add_bcast_bf16(mk_cuda_ctx *ctx, const float *a, const float *b, int rows, int rep,
+                           int d, float *out, mk_err *err);
+/* Compressor pooling (dsv4.c compressor()): n_ent entries of D channels, each a softmax-weighted
+ * sum over its slots of kv / sc rows (row width W2), rounded to bf16. prefill: entry e pools rows
+ * (e-1)*r.. at column 0 (ov and e > 0) and rows e*r.. at column ov ? D : 0; else (one entry from
+ * the state) rows 0..r-1 at column 0 (ov) and rows (ov ? r : 0).. at column ov ? D : 0. */
+int mk_cuda_cmp_pool(mk_cuda_ctx *ctx, const float *kv, const float *sc, int W2, int D, int r,
+                     int ov, int prefill, int n_ent, float *out, mk_err *err);
+/* Row lists of the sparse attention for T query tokens at positions start..: the window (rows of
+ * kv_call at a prefill, the ring otherwise), then the compressed rows (ratio 4: the valid entries
+ * of sel [T, k_sel]; other ratios: all visible entries of ckv). rows needs T * (win + max(k_sel,
+ * n_ckv)) pointers, row_start T + 1. */
+int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, int D, const float *kv_call,
+                      const float *ring, const float *ckv, int n_ckv, int ratio, const int32_t *sel,
+                      int k_sel, const float **rows, int32_t *row_start, mk_err *err);
+/* Asynchronous device-to-device copies and fill on the stream. */
+int mk_cuda_copy(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+int mk_cuda_copy2d(mk_cuda_ctx *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
+                   size_t width, size_t rows, mk_err *err);
+int mk_cuda_fill(mk_cuda_ctx *ctx, float *x, size_t n, float v, mk_err *err);
+/* HBM reference: device-to-device cudaMemcpyAsync of `bytes`, iters times after two warm-ups;
+ * gbs = (bytes read + written) / time. */
+int mk_cuda_copy_bandwidth(mk_cuda_ctx *ctx, size_t bytes, int iters, double *gbs, mk_err *err);
+
+/* Lightning indexer: scores sc [T, n_all] (-inf past the visible entries: (t+1)/4 in a prefill,
+ * n_all in a decode) and the top-k per row into sel [T, k] (descending, ties to the lower index,
+ * -1 padded); clamp: forced selections past the visible entries become -1. */
+int mk_cuda_index_scores(mk_cuda_ctx *ctx, const float *iq, const float *iw, const float *ikv, int T,
+                         int IH, int ID, int prefill, int n_all, float *sc, mk_err *err);
+int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int prefill, int k,
+                       int32_t *sel, mk_err *err);
+int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int prefill, int k,
+                        mk_err *err);
+
+/* MoE (moe.cu). route: scores [T, E] gate logits -> sqrt(softplus); idx [T, K] the top-k of
+ * scores + bias (margin [T] k-th minus (k+1)-th) or, with bias NULL, tid2eid[tok[t]] (margin inf).
+ * weights: idx clamped to [0, E), w [T, K] = score / sum * route_scale. plan: groups the slots by
+ * expert (plan: mk_cuda_moe_plan_ints ints, sw: T*K floats). gemv: grouped expert GEMV over the
+ * planned groups; W1/S1 (and W3/S3 for the fused w1/w3 + SwiGLU pass; NULL for w2) are device
+ * tables [E] of weight and scale pointers of one kind; xd the (dequantized FP8-simulated for
+ * FP8/FP4, plain for BF16) inputs, rows by token (by_token) or by slot; out [T*K, n] by slot.
+ * combine: out [T, d] = bf16(sum of t's expert outputs in ascending expert order + shared). */
+int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
+                      const int64_t *tid2eid, const int32_t *tok, int vocab, int32_t *idx,
+                      float *margin, mk_err *err);
+int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T, int E, int K,
+                        float route_scale, int32_t *idx, float *w, mk_err *err);
+size_t mk_cuda_moe_plan_ints(int T, int K, int E);
+int mk_cuda_moe_plan(mk_cuda_ctx *ctx, const int32_t *idx, const float *w, int T, int K, int E,
+                     int32_t *plan, float *sw, mk_err *err);
+int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const uint8_t *const *S1,
+                     const void *const *W3, const uint8_t *const *S3, int n, int k, const float *xd,
+                     int by_token, const int32_t *plan, const float *sw, int T, int K, int E,
+                     float lim, float *out, mk_err *err);
+int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx, const int32_t *plan,
+                        int T, int K, int E, int d, const float *shared, float *out, mk_err *err);
+
 #ifdef __cplusplus
 }
 #endif

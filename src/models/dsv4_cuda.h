@@ -1,0 +1,52 @@
+/* dsv4_cuda.h — the DeepSeek-V4-Flash forward pass on a CUDA GPU (host C over ops_cuda.h).
+ *
+ * A dsv4_cuda holds the weights of a loaded dsv4_model on one device, uploaded once from the
+ * mmapped checkpoint exactly as stored (FP8 / FP4 bytes with their e8m0 scales, bf16, f32), plus
+ * the routed experts' pointer tables for the grouped expert kernels. A dsv4_cuda_seq owns the
+ * per-sequence state in device memory (window rings, compressed KV, compressor pooling state,
+ * indexer keys) and the device scratch of one call; nothing is allocated per call.
+ *
+ * The forward mirrors src/models/dsv4.c call for call (one prefill at position 0, then one-token
+ * decodes; the MTP layer on the last call's final stream) and returns fp32 logits of the last
+ * position. Every discrete decision is taken on the GPU (MoE gate scores, top-k with bias, hash
+ * routing through tid2eid, route scale; the indexer's scores and top-k); the hooks of dsv4.h are
+ * honoured for the golden tests: with a moe / indexer hook set, the decisions are copied to the
+ * host, passed to the hook (which may overwrite them: forced decisions) and copied back, and a
+ * dump hook receives the mHC stream "L<l>.h" after every layer. Without hooks a call copies only
+ * the token ids in and the logits out. Errors from CUDA come back as mk_status codes.
+ */
+#ifndef MK_MODELS_DSV4_CUDA_H
+#define MK_MODELS_DSV4_CUDA_H
+
+#include "models/dsv4.h"
+#include "ops/cuda/ops_cuda.h"
+
+typedef struct dsv4_cuda dsv4_cuda;
+typedef struct dsv4_cuda_seq dsv4_cuda_seq;
+
+/* Uploads m's weights to ctx's device. m must outlive the result (its config is read). */
+int dsv4_cuda_create(mk_cuda_ctx *ctx, const dsv4_model *m, dsv4_cuda **out, mk_err *err);
+void dsv4_cuda_free(dsv4_cuda *g);
+/* Device bytes of the uploaded weights. */
+size_t dsv4_cuda_weight_bytes(const dsv4_cuda *g);
+/* Bytes of weights one batch-1 decode step reads (dense weights, n_act routed experts and the
+ * shared expert per layer, the head; embedding row and small vectors included). */
+size_t dsv4_cuda_decode_weight_bytes(const dsv4_cuda *g);
+
+/* A sequence of up to max_len tokens (<= the model's max_seq_len; 0 = that), calls of up to
+ * max_tok tokens (0 = max_len). */
+int dsv4_cuda_seq_create(dsv4_cuda *g, int max_len, int max_tok, dsv4_cuda_seq **out, mk_err *err);
+void dsv4_cuda_seq_free(dsv4_cuda_seq *s);
+int dsv4_cuda_seq_reset(dsv4_cuda_seq *s, mk_err *err);
+int dsv4_cuda_seq_pos(const dsv4_cuda_seq *s);
+/* Hooks as in dsv4.h (copied; NULL clears them). */
+void dsv4_cuda_seq_set_hooks(dsv4_cuda_seq *s, const dsv4_hooks *h);
+
+/* Runs T tokens at the current position (a prefill at 0, then one token per call); logits [vocab]
+ * (host) of the last position, or NULL to skip the head. */
+int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err);
+/* The MTP layer on the final stream of the last forward call (which must have had n tokens):
+ * ids [n] the next tokens; logits [vocab] of the last position. */
+int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int n, float *logits, mk_err *err);
+
+#endif

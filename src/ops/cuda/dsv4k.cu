@@ -1,0 +1,395 @@
+/* dsv4k.cu — small model-level kernels of the DeepSeek-V4 GPU forward (src/models/dsv4_cuda.c):
+ * embedding gather, the reference's QAT simulations (FP8 act_quant_sim, FP4 fp4_quant_sim) on
+ * strided rows, the per-head bf16 RMS normalisation of q, RoPE with a position step (compressed
+ * entries), compressor softmax pooling, bf16 scaling, ape addition, SwiGLU, the gathering of the
+ * sparse-attention row lists from the window ring and the compressed cache, and device copies.
+ *
+ * Numerics follow the CPU code of src/models/dsv4.c and src/num/formats.c: the quantization sims
+ * are bit-exact (same fp32 operations, the hardware's round-to-nearest-even e4m3 conversion, the
+ * e2m1 grid with ties to the even code), RoPE is the basic.cu rotation; the pooling and the q
+ * normalisation sum in another order (fp32), with expf, within an ulp of the CPU.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#include <math.h>
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+
+__global__ void k_embed_hc(const uint16_t *__restrict__ emb, const int32_t *__restrict__ tok, int hc,
+                           int d, int vocab, float *__restrict__ h) {
+    int t = blockIdx.x;
+    int id = tok[t];
+    if (id < 0 || id >= vocab) id = 0;
+    const uint16_t *er = emb + (size_t)id * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = mk_d_bf16(er[i]);
+        for (int j = 0; j < hc; j++) h[((size_t)t * hc + j) * d + i] = v;
+    }
+}
+
+extern "C" int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab,
+                                const int32_t *tok, int T, int hc, int d, float *h, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    k_embed_hc<<<T, 256, 0, ctx->stream>>>(embed, tok, hc, d, vocab, h);
+    MK_CU_LAUNCHED(err, "cuda: embed launch");
+    return MK_OK;
+}
+
+/* ---- quantization simulations --------------------------------------------------------------- */
+
+__device__ __forceinline__ float d_e2m1_round(float a) { /* |v| on the e2m1 grid, ties to even */
+    if (a <= 0.25f) return 0.0f;
+    if (a < 0.75f) return 0.5f;
+    if (a <= 1.25f) return 1.0f;
+    if (a < 1.75f) return 1.5f;
+    if (a <= 2.5f) return 2.0f;
+    if (a < 3.5f) return 3.0f;
+    if (a <= 5.0f) return 4.0f;
+    return 6.0f;
+}
+
+/* One warp per (row, block); block <= 128. */
+__global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, int n, int block,
+                            int fp4, float *__restrict__ y) {
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    int nb = (n + block - 1) / block;
+    if (warp >= rows * nb) return;
+    int r = warp / nb, b = warp - r * nb;
+    int base = b * block, w = min(block, n - base);
+    const float *xr = x + (size_t)r * stride + base;
+    float *yr = y + (size_t)r * stride + base;
+    float v[4], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane + 32 * j;
+        v[j] = i < w ? xr[i] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    amax = mk_d_warp_max(amax);
+    float s;
+    if (fp4) {
+        amax = fmaxf(amax, 6.0f * 1.17549435e-38f);
+        s = mk_d_pow2_ceil(__fdiv_rn(amax, 6.0f));
+    } else {
+        amax = fmaxf(amax, 1e-4f);
+        s = mk_d_pow2_ceil(__fmul_rn(amax, 1.0f / 448.0f));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane + 32 * j;
+        if (i >= w) continue;
+        float q = __fdiv_rn(v[j], s), o;
+        if (fp4) {
+            q = fminf(fmaxf(q, -6.0f), 6.0f);
+            float a = d_e2m1_round(fabsf(q));
+            o = signbit(q) ? -a : a;
+        } else {
+            q = fminf(fmaxf(q, -448.0f), 448.0f);
+            __nv_fp8_storage_t b8 = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+            o = mk_d_e4m3((uint32_t)b8);
+        }
+        yr[i] = mk_d_bf16r(__fmul_rn(o, s));
+    }
+}
+
+extern "C" int mk_cuda_quant_sim(mk_cuda_ctx *ctx, const float *x, int rows, int stride, int n,
+                                 int block, int fp4, float *y, mk_err *err) {
+    if (rows <= 0 || n <= 0) return MK_OK;
+    if (block <= 0 || block > 128)
+        return mk_fail(err, MK_EINVAL, "cuda: quant_sim: block %d (1..128)", block);
+    size_t warps = (size_t)rows * ((n + block - 1) / block);
+    k_quant_sim<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(x, rows, stride, n,
+                                                                               block, fp4, y);
+    MK_CU_LAUNCHED(err, "cuda: quant_sim launch");
+    return MK_OK;
+}
+
+/* ---- per-head q normalisation in bf16 arithmetic (dsv4.c q_rms_bf16) ------------------------ */
+
+__global__ void k_head_rms_bf16(float *q, int n_vec, int D, float eps) {
+    int v = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    if (v >= n_vec) return;
+    float *x = q + (size_t)v * D;
+    float ss = 0.0f;
+    for (int i = lane; i < D; i += 32) ss += mk_d_bf16r(__fmul_rn(x[i], x[i]));
+    ss = mk_d_warp_sum(ss);
+    float mean = mk_d_bf16r(__fdiv_rn(ss, (float)D));
+    float var = mk_d_bf16r(__fadd_rn(mean, eps));
+    float r = mk_d_bf16r(__fdiv_rn(1.0f, sqrtf(var)));
+    for (int i = lane; i < D; i += 32) x[i] = mk_d_bf16r(__fmul_rn(x[i], r));
+}
+
+extern "C" int mk_cuda_head_rms_bf16(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float eps,
+                                     mk_err *err) {
+    if (n_vec <= 0) return MK_OK;
+    k_head_rms_bf16<<<(unsigned)(((size_t)n_vec * 32 + 255) / 256), 256, 0, ctx->stream>>>(q, n_vec, D, eps);
+    MK_CU_LAUNCHED(err, "cuda: head_rms launch");
+    return MK_OK;
+}
+
+/* ---- RoPE with a position step: vector v at position pos0 + v * step ----------------------- */
+
+__global__ void k_rope_step(float *x, int n_vec, int stride, int half, const float *__restrict__ cs,
+                            int tab_half, int pos0, int step, int inverse) {
+    size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (id >= (size_t)n_vec * half) return;
+    int v = (int)(id / half), i = (int)(id - (size_t)v * half);
+    int pos = pos0 + v * step;
+    const float *c2 = cs + ((size_t)pos * tab_half + i) * 2;
+    float c = c2[0], s = inverse ? -c2[1] : c2[1];
+    float *p = x + (size_t)v * stride + 2 * i;
+    float a = p[0], b = p[1];
+    p[0] = mk_d_bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    p[1] = mk_d_bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
+extern "C" int mk_cuda_rope_step(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
+                                 const mk_rope_table *t, int pos0, int step, int inverse,
+                                 mk_err *err) {
+    if (n_vec <= 0) return MK_OK;
+    int last = pos0 + (n_vec - 1) * step;
+    if (rd <= 0 || rd % 2 || rd / 2 > t->half || pos0 < 0 || last >= t->max_pos || !t->cs)
+        return mk_fail(err, MK_ERANGE, "cuda: rope_step: rd %d, positions %d..%d, table %d", rd, pos0,
+                       last, t->max_pos);
+    size_t n = (size_t)n_vec * (rd / 2);
+    k_rope_step<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n_vec, stride, rd / 2, t->cs,
+                                                                        t->half, pos0, step, inverse);
+    MK_CU_LAUNCHED(err, "cuda: rope_step launch");
+    return MK_OK;
+}
+
+/* ---- elementwise ----------------------------------------------------------------------------- */
+
+__global__ void k_scale_bf16(float *x, size_t n, float s) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] = mk_d_bf16r(__fmul_rn(x[i], s));
+}
+
+extern "C" int mk_cuda_scale_bf16(mk_cuda_ctx *ctx, float *x, size_t n, float s, mk_err *err) {
+    if (!n) return MK_OK;
+    k_scale_bf16<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n, s);
+    MK_CU_LAUNCHED(err, "cuda: scale_bf16 launch");
+    return MK_OK;
+}
+
+/* x[t, :] += ape[(pos0 + t) % r, :] for t < T, rows of w. */
+__global__ void k_add_ape(float *x, int T, int w, const float *__restrict__ ape, int r, int pos0) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * w) return;
+    int t = (int)(i / w), c = (int)(i - (size_t)t * w);
+    x[i] = __fadd_rn(x[i], ape[(size_t)((pos0 + t) % r) * w + c]);
+}
+
+extern "C" int mk_cuda_add_ape(mk_cuda_ctx *ctx, float *x, int T, int w, const float *ape, int r,
+                               int pos0, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    size_t n = (size_t)T * w;
+    k_add_ape<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, T, w, ape, r, pos0);
+    MK_CU_LAUNCHED(err, "cuda: add_ape launch");
+    return MK_OK;
+}
+
+/* a = bf16(silu(clamp g) * clamp u) (dsv4.c expert(), no routing weight). g may alias out. */
+__global__ void k_swiglu(const float *g, const float *u, size_t n, float lim, float *out) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gg = g[i], uu = u[i];
+    if (lim > 0) {
+        uu = uu < -lim ? -lim : uu > lim ? lim : uu;
+        gg = gg > lim ? lim : gg;
+    }
+    float a = __fmul_rn(__fdiv_rn(gg, __fadd_rn(1.0f, expf(-gg))), uu);
+    out[i] = mk_d_bf16r(a);
+}
+
+extern "C" int mk_cuda_swiglu(mk_cuda_ctx *ctx, const float *g, const float *u, size_t n, float lim,
+                              float *out, mk_err *err) {
+    if (!n) return MK_OK;
+    k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(g, u, n, lim, out);
+    MK_CU_LAUNCHED(err, "cuda: swiglu launch");
+    return MK_OK;
+}
+
+/* out[i] = bf16(a[i] + b[i % bn]) (the MTP input: e_proj broadcast over the hc copies). */
+__global__ void k_add_bcast_bf16(const float *a, const float *b, size_t n, size_t d, int rep,
+                                 float *out) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t row = i / d, c = i - row * d;
+    out[i] = mk_d_bf16r(__fadd_rn(b[(row / rep) * d + c], a[i]));
+}
+
+extern "C" int mk_cuda_add_bcast_bf16(mk_cuda_ctx *ctx, const float *a, const float *b, int rows,
+                                      int rep, int d, float *out, mk_err *err) {
+    size_t n = (size_t)rows * d;
+    if (!n) return MK_OK;
+    k_add_bcast_bf16<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(a, b, n, (size_t)d, rep, out);
+    MK_CU_LAUNCHED(err, "cuda: add_bcast launch");
+    return MK_OK;
+}
+
+/* ---- compressor pooling ---------------------------------------------------------------------- */
+
+/* Entry e pools its slots per channel: softmax over the slot scores, weighted sum of the slot
+ * values (dsv4.c pool_slots), output rounded to bf16. Slots: segment A (rows a0.., columns 0..D,
+ * nA of them), then segment B (rows b0.., columns offB.., r of them); see mk_cuda_cmp_pool. */
+__global__ void k_cmp_pool(const float *__restrict__ kv, const float *__restrict__ sc, int W2, int D,
+                           int r, int ov, int prefill, int n_ent, float *__restrict__ out) {
+    int e = blockIdx.y;
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_ent || ch >= D) return;
+    int a0, nA, b0, offB = ov ? D : 0;
+    if (prefill) {
+        a0 = (e - 1) * r;
+        nA = (ov && e > 0) ? r : 0;
+        b0 = e * r;
+    } else {
+        a0 = 0;
+        nA = ov ? r : 0;
+        b0 = ov ? r : 0;
+    }
+    float mx = -INFINITY;
+    for (int j = 0; j < nA; j++) mx = fmaxf(mx, sc[(size_t)(a0 + j) * W2 + ch]);
+    for (int j = 0; j < r; j++) mx = fmaxf(mx, sc[(size_t)(b0 + j) * W2 + offB + ch]);
+    float sum = 0.0f;
+    for (int j = 0; j < nA; j++) sum += expf(sc[(size_t)(a0 + j) * W2 + ch] - mx);
+    for (int j = 0; j < r; j++) sum += expf(sc[(size_t)(b0 + j) * W2 + offB + ch] - mx);
+    float acc = 0.0f;
+    for (int j = 0; j < nA; j++) {
+        size_t o = (size_t)(a0 + j) * W2 + ch;
+        acc += kv[o] * __fdiv_rn(expf(sc[o] - mx), sum);
+    }
+    for (int j = 0; j < r; j++) {
+        size_t o = (size_t)(b0 + j) * W2 + offB + ch;
+        acc += kv[o] * __fdiv_rn(expf(sc[o] - mx), sum);
+    }
+    out[(size_t)e * D + ch] = mk_d_bf16r(acc);
+}
+
+extern "C" int mk_cuda_cmp_pool(mk_cuda_ctx *ctx, const float *kv, const float *sc, int W2, int D,
+                                int r, int ov, int prefill, int n_ent, float *out, mk_err *err) {
+    if (n_ent <= 0) return MK_OK;
+    dim3 grid((unsigned)((D + 127) / 128), (unsigned)n_ent);
+    k_cmp_pool<<<grid, 128, 0, ctx->stream>>>(kv, sc, W2, D, r, ov, prefill, n_ent, out);
+    MK_CU_LAUNCHED(err, "cuda: cmp_pool launch");
+    return MK_OK;
+}
+
+/* ---- attention row lists --------------------------------------------------------------------- */
+
+/* One block: per query token t the window rows, then the compressed rows (CSA: the valid
+ * selections; HCA: every visible entry); counts, prefix sums, then the pointers. */
+__global__ void k_attn_rows(int T, int start, int win, int D, const float *kv_call,
+                            const float *ring, const float *ckv, int n_ckv, int ratio,
+                            const int32_t *__restrict__ sel, int k_sel, const float **rows,
+                            int32_t *row_start) {
+    extern __shared__ int32_t cnt[]; /* [T + 1] */
+    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+        int p = start + t, n = p - win + 1 < 0 ? p + 1 : win;
+        if (ratio == 4) {
+            for (int i = 0; i < k_sel; i++) {
+                int s = sel[(size_t)t * k_sel + i];
+                if (s >= 0 && s < n_ckv) n++;
+            }
+        } else if (ratio) {
+            n += min((p + 1) / ratio, n_ckv);
+        }
+        cnt[t + 1] = n;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cnt[0] = 0;
+        for (int t = 0; t < T; t++) cnt[t + 1] += cnt[t];
+        for (int t = 0; t <= T; t++) row_start[t] = cnt[t];
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+        int p = start + t, n = cnt[t];
+        for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
+            rows[n++] = start == 0 ? kv_call + (size_t)q * D : ring + (size_t)(q % win) * D;
+        if (ratio == 4) {
+            for (int i = 0; i < k_sel; i++) {
+                int s = sel[(size_t)t * k_sel + i];
+                if (s >= 0 && s < n_ckv) rows[n++] = ckv + (size_t)s * D;
+            }
+        } else if (ratio) {
+            int vis = min((p + 1) / ratio, n_ckv);
+            for (int j = 0; j < vis; j++) rows[n++] = ckv + (size_t)j * D;
+        }
+    }
+}
+
+extern "C" int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, int D,
+                                 const float *kv_call, const float *ring, const float *ckv,
+                                 int n_ckv, int ratio, const int32_t *sel, int k_sel,
+                                 const float **rows, int32_t *row_start, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    if (T > 12000) return mk_fail(err, MK_ERANGE, "cuda: attn_rows: %d tokens in one call", T);
+    k_attn_rows<<<1, 256, sizeof(int32_t) * (T + 1), ctx->stream>>>(T, start, win, D, kv_call, ring, ckv,
+                                                                    n_ckv, ratio, sel, k_sel, rows, row_start);
+    MK_CU_LAUNCHED(err, "cuda: attn_rows launch");
+    return MK_OK;
+}
+
+/* ---- copies ---------------------------------------------------------------------------------- */
+
+extern "C" int mk_cuda_copy(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err) {
+    if (!bytes) return MK_OK;
+    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream), err,
+              "cuda: device copy");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_copy2d(mk_cuda_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                              size_t spitch, size_t width, size_t rows, mk_err *err) {
+    if (!width || !rows) return MK_OK;
+    MK_CU_TRY(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice,
+                                ctx->stream),
+              err, "cuda: device 2d copy");
+    return MK_OK;
+}
+
+/* Fills n floats with v (compressor scores start at -inf). */
+__global__ void k_fill(float *x, size_t n, float v) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+extern "C" int mk_cuda_fill(mk_cuda_ctx *ctx, float *x, size_t n, float v, mk_err *err) {
+    if (!n) return MK_OK;
+    k_fill<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n, v);
+    MK_CU_LAUNCHED(err, "cuda: fill launch");
+    return MK_OK;
+}
+
+/* ---- bandwidth reference for the model benchmark ------------------------------------------- */
+
+extern "C" int mk_cuda_copy_bandwidth(mk_cuda_ctx *ctx, size_t bytes, int iters, double *gbs,
+                                      mk_err *err) {
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = mk_cuda_alloc(ctx, bytes, &a, err);
+    if (!rc) rc = mk_cuda_alloc(ctx, bytes, &b, err);
+    if (!rc) rc = mk_cuda_memset(ctx, a, 0x3c, bytes, err);
+    cudaError_t ce = cudaSuccess;
+    if (!rc) ce = cudaEventCreate(&e0);
+    if (!rc && ce == cudaSuccess) ce = cudaEventCreate(&e1);
+    for (int w = 0; !rc && ce == cudaSuccess && w < 2; w++)
+        ce = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, ctx->stream);
+    if (!rc && ce == cudaSuccess) ce = cudaEventRecord(e0, ctx->stream);
+    for (int i = 0; !rc && ce == cudaSuccess && i < iters; i++)
+        ce = cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice, ctx->stream);
+    if (!rc && ce == cudaSuccess) ce = cudaEventRecord(e1, ctx->stream);
+    if (!rc && ce == cudaSuccess) ce = cudaEventSynchronize(e1);
+    float ms = 0;
+    if (!rc && ce == cudaSuccess) ce = cudaEventElapsedTime(&ms, e0, e1);
+    if (!rc && ce != cudaSuccess) rc = mk_cuda_fail(err, ce, "cuda: copy bandwidth");
+    if (!rc) *gbs = 2.0 * (double)bytes * iters / (ms * 1e-3) / 1e9;
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    mk_cuda_free(ctx, a);
+    mk_cuda_free(ctx, b);
+    return rc;
+}

@@ -1,0 +1,384 @@
+/* moe.cu — the routed half of DeepSeek-V4's MoE on the GPU (src/models/dsv4_cuda.c):
+ *
+ *   route    scores = sqrt(softplus(gate logits)); score-routed layers take the top-k of
+ *            scores + bias (rank order, ties to the lower expert as dsv4.c) and the margin
+ *            k-th minus (k+1)-th biased score; hash layers read tid2eid[token];
+ *   weights  w = score[idx] / sum_k score[idx_k] * route_scale (indices clamped into range);
+ *   plan     one block groups the (token, k) slots by expert, ascending, tokens in order:
+ *            plan = [n_groups, gexp[G], goff[G+1], stok[TK], spos[TK]] with sw[TK] the slot
+ *            weights; spos[t*K+k] = the slot's row in the grouped outputs (-1 for a duplicate);
+ *   experts  grouped GEMV over the active experts only (grid.y = group): a warp per output
+ *            feature reads each weight row once per group of up to 4 tokens; w1 and w3 in one
+ *            pass with SwiGLU, the routing weight and the bf16 rounding fused; then w2;
+ *   combine  out[t] = bf16(sum over t's experts in ascending order of eo + shared).
+ *
+ * Weights stay as stored (BF16, FP8 with 128x128 e8m0 scales, FP4 e2m1 with per-32 e8m0 scales);
+ * FP8/FP4 activations are the reference's per-128 FP8 quantization, passed in dequantized form
+ * (mk_cuda_quant_sim with block 128: e4m3 x power of two, exact in fp32). Products are exact in
+ * fp32; sums run in another order than mk_linear (per 16/32-wide chunk, then across lanes).
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- routing --------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* One block per token. */
+__global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *__restrict__ bias,
+                            const int64_t *__restrict__ tid2eid, const int32_t *__restrict__ tok,
+                            int vocab, int32_t *__restrict__ idx, float *__restrict__ margin) {
+    extern __shared__ float bsc[]; /* [E] biased scores */
+    __shared__ int32_t top[65];
+    int t = blockIdx.x;
+    float *s = sc + (size_t)t * E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = sqrtf(d_softplus(s[e]));
+        s[e] = v;
+        if (bias) bsc[e] = __fadd_rn(v, bias[e]);
+    }
+    if (!bias) {
+        if (threadIdx.x == 0) {
+            int id = tok[t];
+            if (id < 0 || id >= vocab) id = 0;
+            for (int k = 0; k < K; k++) idx[(size_t)t * K + k] = (int32_t)tid2eid[(size_t)id * K + k];
+            margin[t] = INFINITY;
+        }
+        return;
+    }
+    __syncthreads();
+    int kk = K + 1 <= E ? K + 1 : K;
+    for (int j = threadIdx.x; j < E; j += blockDim.x) {
+        float x = bsc[j];
+        int rank = 0;
+        for (int i = 0; i < E && rank < kk; i++) {
+            float y = bsc[i];
+            rank += (y > x) || (y == x && i < j);
+        }
+        if (rank < kk) top[rank] = j;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < K; k++) idx[(size_t)t * K + k] = top[k];
+        margin[t] = kk > K ? __fsub_rn(bsc[top[K - 1]], bsc[top[K]]) : INFINITY;
+    }
+}
+
+extern "C" int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, int K,
+                                 const float *bias, const int64_t *tid2eid, const int32_t *tok,
+                                 int vocab, int32_t *idx, float *margin, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    if (K < 1 || K > 64 || E < K || E > 8192)
+        return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
+    if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
+    k_moe_route<<<T, 256, sizeof(float) * E, ctx->stream>>>(scores, E, K, bias, tid2eid, tok, vocab,
+                                                            idx, margin);
+    MK_CU_LAUNCHED(err, "cuda: moe_route launch");
+    return MK_OK;
+}
+
+/* One thread per token. */
+__global__ void k_moe_weights(const float *__restrict__ sc, int T, int E, int K, float route_scale,
+                              int32_t *idx, float *w) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const float *s = sc + (size_t)t * E;
+    int32_t *ix = idx + (size_t)t * K;
+    float sum = 0.0f;
+    for (int k = 0; k < K; k++) {
+        if (ix[k] < 0 || ix[k] >= E) ix[k] = 0;
+        sum += s[ix[k]];
+    }
+    for (int k = 0; k < K; k++) w[(size_t)t * K + k] = __fmul_rn(__fdiv_rn(s[ix[k]], sum), route_scale);
+}
+
+extern "C" int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T, int E, int K,
+                                   float route_scale, int32_t *idx, float *w, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    k_moe_weights<<<(T + 127) / 128, 128, 0, ctx->stream>>>(scores, T, E, K, route_scale, idx, w);
+    MK_CU_LAUNCHED(err, "cuda: moe_weights launch");
+    return MK_OK;
+}
+
+/* ---- plan ------------------------------------------------------------------------------------ */
+
+size_t mk_cuda_moe_plan_ints(int T, int K, int E) {
+    int TK = T * K, G = TK < E ? TK : E;
+    return 1 + (size_t)G + (size_t)G + 1 + 2 * (size_t)TK;
+}
+
+/* One block. Expert by expert (ascending), the tokens that chose it, in token order; a token
+ * that names an expert twice is counted once, with its first weight (as dsv4.c). */
+__global__ void k_moe_plan(const int32_t *__restrict__ idx, const float *__restrict__ w, int T,
+                           int K, int E, int32_t *plan, float *sw) {
+    int TK = T * K, G = TK < E ? TK : E;
+    int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1, *spos = stok + TK;
+    for (int i = threadIdx.x; i < TK; i += blockDim.x) spos[i] = -1;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    /* serial: TK is at most a few thousand in a prefill and K in a decode */
+    int ng = 0, n = 0;
+    for (int e = 0; e < E; e++) {
+        int first = n;
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++)
+                if (idx[(size_t)t * K + k] == e) {
+                    stok[n] = t;
+                    sw[n] = w[(size_t)t * K + k];
+                    spos[(size_t)t * K + k] = n;
+                    n++;
+                    break;
+                }
+        if (n > first) {
+            gexp[ng] = e;
+            goff[ng] = first;
+            ng++;
+        }
+    }
+    goff[ng] = n;
+    plan[0] = ng;
+}
+
+/* Faster plan for a single token (decode): the K slots sorted by expert. */
+__global__ void k_moe_plan1(const int32_t *__restrict__ idx, const float *__restrict__ w, int K,
+                            int E, int32_t *plan, float *sw) {
+    int TK = K, G = TK < E ? TK : E;
+    int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1, *spos = stok + TK;
+    if (threadIdx.x != 0) return;
+    int ng = 0;
+    for (int k = 0; k < K; k++) spos[k] = -1;
+    /* selection sort over K slots by expert id; duplicates keep their first k */
+    int last = -1;
+    for (int g = 0; g < K; g++) {
+        int best = -1;
+        for (int k = 0; k < K; k++) {
+            int e = idx[k];
+            if (e > last && (best < 0 || e < idx[best])) best = k;
+        }
+        if (best < 0) break;
+        last = idx[best];
+        gexp[ng] = last;
+        goff[ng] = ng;
+        stok[ng] = 0;
+        sw[ng] = w[best];
+        spos[best] = ng;
+        ng++;
+    }
+    goff[ng] = ng;
+    plan[0] = ng;
+}
+
+extern "C" int mk_cuda_moe_plan(mk_cuda_ctx *ctx, const int32_t *idx, const float *w, int T, int K,
+                                int E, int32_t *plan, float *sw, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    if (T == 1) k_moe_plan1<<<1, 32, 0, ctx->stream>>>(idx, w, K, E, plan, sw);
+    else k_moe_plan<<<1, 256, 0, ctx->stream>>>(idx, w, T, K, E, plan, sw);
+    MK_CU_LAUNCHED(err, "cuda: moe_plan launch");
+    return MK_OK;
+}
+
+/* ---- grouped expert GEMV --------------------------------------------------------------------- */
+
+__device__ __forceinline__ float2 d_h2f2(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, sizeof h);
+    return __half22float2(h);
+}
+
+/* Decodes the 16 weight bytes of chunk c of row j into EPC floats and returns the chunk's scale. */
+template <int KIND>
+__device__ __forceinline__ float d_load_chunk(const void *W, const uint8_t *S, int j, int k,
+                                              int c, float *wv) {
+    if (KIND == MK_W_BF16) {
+        uint4 q = mk_d_ld_stream((const uint8_t *)W + ((size_t)j * k + (size_t)c * 8) * 2);
+        uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            wv[2 * i] = __uint_as_float(u[i] << 16);
+            wv[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+        return 1.0f;
+    } else if (KIND == MK_W_FP8) {
+        uint4 q = mk_d_ld_stream((const uint8_t *)W + (size_t)j * k + (size_t)c * 16);
+        uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t lo = mk_d_e4m3x2_to_f16x2(u[i] & 0xffff), hi = mk_d_e4m3x2_to_f16x2(u[i] >> 16);
+            float2 a = d_h2f2(lo), b = d_h2f2(hi);
+            wv[4 * i] = a.x;
+            wv[4 * i + 1] = a.y;
+            wv[4 * i + 2] = b.x;
+            wv[4 * i + 3] = b.y;
+        }
+        int nbk = (k + 127) >> 7;
+        return mk_d_e8m0(S[(size_t)(j >> 7) * nbk + ((c * 16) >> 7)]);
+    } else { /* FP4: 32 values, one per-32 scale */
+        uint4 q = mk_d_ld_stream((const uint8_t *)W + (size_t)j * (k / 2) + (size_t)c * 16);
+        uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t ev, od;
+            mk_d_fp4x8_to_e4m3(u[i], ev, od); /* values x 2^-6 */
+            uint32_t e01 = mk_d_e4m3x2_to_f16x2(ev & 0xffff), e23 = mk_d_e4m3x2_to_f16x2(ev >> 16);
+            uint32_t o01 = mk_d_e4m3x2_to_f16x2(od & 0xffff), o23 = mk_d_e4m3x2_to_f16x2(od >> 16);
+            float2 a = d_h2f2(e01), b = d_h2f2(e23);
+            float2 p = d_h2f2(o01), r = d_h2f2(o23);
+            wv[8 * i + 0] = a.x;
+            wv[8 * i + 2] = a.y;
+            wv[8 * i + 4] = b.x;
+            wv[8 * i + 6] = b.y;
+            wv[8 * i + 1] = p.x;
+            wv[8 * i + 3] = p.y;
+            wv[8 * i + 5] = r.x;
+            wv[8 * i + 7] = r.y;
+        }
+        return mk_d_e8m0(S[(size_t)j * (k / 32) + c]) * 64.0f;
+    }
+}
+
+template <int KIND> struct epc_of { static const int v = KIND == MK_W_BF16 ? 8 : KIND == MK_W_FP8 ? 16 : 32; };
+
+#define MOE_NT 4     /* tokens per pass over a weight row */
+#define MOE_WARPS 8  /* output features per block */
+
+/* grid (ceil(n / MOE_WARPS), G). DUAL: W1 and W3 rows, SwiGLU with the slot weight -> out [slot,
+ * n]; else W1 rows -> bf16 out. x rows: stok[slot] (by_token) or the slot itself. */
+template <int KIND, int DUAL>
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    k_moe_gemv(const void *const *__restrict__ W1, const uint8_t *const *__restrict__ S1,
+               const void *const *__restrict__ W3, const uint8_t *const *__restrict__ S3, int n,
+               int k, const float *__restrict__ xd, int by_token, const int32_t *__restrict__ plan,
+               const float *__restrict__ sw, int TK, int E, float lim, float *__restrict__ out) {
+    const int EPC = epc_of<KIND>::v;
+    int G = TK < E ? TK : E;
+    int g = blockIdx.y;
+    if (g >= plan[0]) return;
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    int e = gexp[g], s0 = goff[g], s1 = goff[g + 1];
+    int j = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (j >= n) return;
+    const void *w1 = W1[e];
+    const uint8_t *sc1 = S1 ? S1[e] : NULL;
+    const void *w3 = DUAL ? W3[e] : NULL;
+    const uint8_t *sc3 = DUAL && S3 ? S3[e] : NULL;
+    int nch = k / EPC;
+    for (int sb = s0; sb < s1; sb += MOE_NT) {
+        int nt = min(MOE_NT, s1 - sb);
+        const float *xr[MOE_NT];
+#pragma unroll
+        for (int q = 0; q < MOE_NT; q++) {
+            int slot = sb + (q < nt ? q : 0);
+            xr[q] = xd + (size_t)(by_token ? stok[slot] : slot) * k;
+        }
+        float a1[MOE_NT] = {0}, a3[MOE_NT] = {0};
+        for (int c = lane; c < nch; c += 32) {
+            float wv[EPC], wu[EPC];
+            float s_1 = d_load_chunk<KIND>(w1, sc1, j, k, c, wv), s_3 = 0.0f;
+            if (DUAL) s_3 = d_load_chunk<KIND>(w3, sc3, j, k, c, wu);
+#pragma unroll
+            for (int q = 0; q < MOE_NT; q++) {
+                if (q >= nt) break;
+                const float4 *xv = (const float4 *)(xr[q] + (size_t)c * EPC);
+                float p1 = 0.0f, p3 = 0.0f;
+#pragma unroll
+                for (int i = 0; i < EPC / 4; i++) {
+                    float4 x4 = __ldg(xv + i);
+                    p1 += wv[4 * i] * x4.x + wv[4 * i + 1] * x4.y + wv[4 * i + 2] * x4.z + wv[4 * i + 3] * x4.w;
+                    if (DUAL)
+                        p3 += wu[4 * i] * x4.x + wu[4 * i + 1] * x4.y + wu[4 * i + 2] * x4.z + wu[4 * i + 3] * x4.w;
+                }
+                a1[q] += p1 * s_1;
+                if (DUAL) a3[q] += p3 * s_3;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < MOE_NT; q++) {
+            if (q >= nt) break;
+            float v1 = mk_d_warp_sum(a1[q]);
+            float v3 = DUAL ? mk_d_warp_sum(a3[q]) : 0.0f;
+            if (lane == 0) {
+                int slot = sb + q;
+                float o;
+                if (DUAL) {
+                    float gg = mk_d_bf16r(v1), uu = mk_d_bf16r(v3);
+                    if (lim > 0) {
+                        uu = uu < -lim ? -lim : uu > lim ? lim : uu;
+                        gg = gg > lim ? lim : gg;
+                    }
+                    float a = __fmul_rn(__fdiv_rn(gg, __fadd_rn(1.0f, expf(-gg))), uu);
+                    o = mk_d_bf16r(__fmul_rn(sw[slot], a));
+                } else {
+                    o = mk_d_bf16r(v1);
+                }
+                out[(size_t)slot * n + j] = o;
+            }
+        }
+    }
+}
+
+extern "C" int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1,
+                                const uint8_t *const *S1, const void *const *W3,
+                                const uint8_t *const *S3, int n, int k, const float *xd,
+                                int by_token, const int32_t *plan, const float *sw, int T, int K,
+                                int E, float lim, float *out, mk_err *err) {
+    int TK = T * K, G = TK < E ? TK : E;
+    if (T <= 0) return MK_OK;
+    int epc = kind == MK_W_BF16 ? 8 : kind == MK_W_FP8 ? 16 : kind == MK_W_FP4 ? 32 : 0;
+    if (!epc || k % epc) return mk_fail(err, MK_EINVAL, "cuda: moe_gemv: kind %d with k %d", kind, k);
+    dim3 grid((unsigned)((n + MOE_WARPS - 1) / MOE_WARPS), (unsigned)G);
+    int dual = W3 != NULL;
+#define MOE_L(KD, DU)                                                                              \
+    k_moe_gemv<KD, DU><<<grid, MOE_WARPS * 32, 0, ctx->stream>>>(W1, S1, W3, S3, n, k, xd, by_token, \
+                                                                 plan, sw, TK, E, lim, out)
+    if (kind == MK_W_BF16) { if (dual) MOE_L(MK_W_BF16, 1); else MOE_L(MK_W_BF16, 0); }
+    else if (kind == MK_W_FP8) { if (dual) MOE_L(MK_W_FP8, 1); else MOE_L(MK_W_FP8, 0); }
+    else { if (dual) MOE_L(MK_W_FP4, 1); else MOE_L(MK_W_FP4, 0); }
+#undef MOE_L
+    MK_CU_LAUNCHED(err, "cuda: moe_gemv launch");
+    return MK_OK;
+}
+
+/* ---- combine --------------------------------------------------------------------------------- */
+
+/* One block per token: y = 0; y += eo[slot] for t's experts in ascending order; out = bf16(y +
+ * shared[t]). */
+__global__ void k_moe_combine(const float *__restrict__ eo, const int32_t *__restrict__ idx,
+                              const int32_t *__restrict__ plan, int T, int K, int E, int d,
+                              const float *__restrict__ shared, float *__restrict__ out) {
+    __shared__ int32_t ord[64];
+    __shared__ int32_t nord;
+    int TK = T * K, G = TK < E ? TK : E;
+    const int32_t *spos = plan + 1 + 2 * G + 1 + TK;
+    int t = blockIdx.x;
+    if (threadIdx.x == 0) {
+        int n = 0;
+        int32_t ex[64];
+        for (int k = 0; k < K; k++) {
+            int p = spos[(size_t)t * K + k];
+            if (p < 0) continue;
+            int e = idx[(size_t)t * K + k], i = n++;
+            while (i > 0 && ex[i - 1] > e) { ex[i] = ex[i - 1]; ord[i] = ord[i - 1]; i--; }
+            ex[i] = e;
+            ord[i] = p;
+        }
+        nord = n;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float y = 0.0f;
+        for (int q = 0; q < nord; q++) y = __fadd_rn(y, eo[(size_t)ord[q] * d + i]);
+        out[(size_t)t * d + i] = mk_d_bf16r(__fadd_rn(y, shared[(size_t)t * d + i]));
+    }
+}
+
+extern "C" int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx,
+                                   const int32_t *plan, int T, int K, int E, int d,
+                                   const float *shared, float *out, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    if (K > 64) return mk_fail(err, MK_EINVAL, "cuda: moe_combine: K = %d", K);
+    k_moe_combine<<<T, 256, 0, ctx->stream>>>(eo, idx, plan, T, K, E, d, shared, out);
+    MK_CU_LAUNCHED(err, "cuda: moe_combine launch");
+    return MK_OK;
+}

@@ -1,0 +1,97 @@
+/* topk.cu — the lightning indexer of a CSA layer on the GPU: its scores and its top-k.
+ *
+ * Scores (dsv4.c indexer()): for query token t and compressed key j,
+ *   sc = bf16(sum_h bf16(relu(bf16(q_th . K_j)) * w_th))
+ * summed over heads in order, one warp per (t, j) (the dot's fp32 sum runs in another order than
+ * the CPU's mk_vdot). Top-k by rank: element j of a row goes to position
+ *   #{i : v_i > v_j} + #{i < j : v_i == v_j}
+ * which is the CPU's insertion order (descending, ties to the lower index), exactly, with no
+ * sorting network; O(n^2 / threads) per row, fine for the row lengths of a decode.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#include <math.h>
+
+/* Visible entries of row t: prefill rows see the groups completed by their own position. */
+__device__ __forceinline__ int d_vis(int t, int prefill, int n_all) {
+    return prefill ? min((t + 1) / 4, n_all) : n_all;
+}
+
+__global__ void k_index_scores(const float *__restrict__ iq, const float *__restrict__ iw,
+                               const float *__restrict__ ikv, int T, int IH, int ID, int prefill,
+                               int n_all, float *__restrict__ sc) {
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    if (warp >= T * n_all) return;
+    int t = warp / n_all, j = warp - t * n_all;
+    if (j >= d_vis(t, prefill, n_all)) {
+        if (lane == 0) sc[(size_t)t * n_all + j] = -INFINITY;
+        return;
+    }
+    const float *K = ikv + (size_t)j * ID;
+    float acc = 0.0f;
+    for (int h = 0; h < IH; h++) {
+        const float *q = iq + ((size_t)t * IH + h) * ID;
+        float d = 0.0f;
+        for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
+        d = mk_d_bf16r(mk_d_warp_sum(d));
+        if (d < 0) d = 0;
+        acc += mk_d_bf16r(__fmul_rn(d, iw[(size_t)t * IH + h]));
+    }
+    if (lane == 0) sc[(size_t)t * n_all + j] = mk_d_bf16r(acc);
+}
+
+extern "C" int mk_cuda_index_scores(mk_cuda_ctx *ctx, const float *iq, const float *iw,
+                                    const float *ikv, int T, int IH, int ID, int prefill,
+                                    int n_all, float *sc, mk_err *err) {
+    if (T <= 0 || n_all <= 0) return MK_OK;
+    size_t warps = (size_t)T * n_all;
+    k_index_scores<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(
+        iq, iw, ikv, T, IH, ID, prefill, n_all, sc);
+    MK_CU_LAUNCHED(err, "cuda: index_scores launch");
+    return MK_OK;
+}
+
+/* One block per row t: out[t, 0..k) = the min(k, vis) best visible entries, then -1. */
+__global__ void k_index_topk(const float *__restrict__ sc, int n_all, int prefill, int k,
+                             int32_t *__restrict__ out) {
+    int t = blockIdx.x;
+    int vis = d_vis(t, prefill, n_all);
+    int kk = min(k, vis);
+    const float *v = sc + (size_t)t * n_all;
+    int32_t *o = out + (size_t)t * k;
+    for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
+    for (int j = threadIdx.x; j < vis; j += blockDim.x) {
+        float x = v[j];
+        int rank = 0;
+        for (int i = 0; i < vis && rank < kk; i++) {
+            float y = v[i];
+            rank += (y > x) || (y == x && i < j);
+        }
+        if (rank < kk) o[rank] = j;
+    }
+}
+
+extern "C" int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int prefill,
+                                  int k, int32_t *sel, mk_err *err) {
+    if (T <= 0 || k <= 0) return MK_OK;
+    k_index_topk<<<T, 256, 0, ctx->stream>>>(sc, n_all, prefill, k, sel);
+    MK_CU_LAUNCHED(err, "cuda: index_topk launch");
+    return MK_OK;
+}
+
+/* After a forced selection: entries past the visible ones become -1 (dsv4.c). */
+__global__ void k_index_clamp(int32_t *sel, int T, int n_all, int prefill, int k) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * k) return;
+    int t = i / k;
+    if (sel[i] >= d_vis(t, prefill, n_all)) sel[i] = -1;
+}
+
+extern "C" int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int prefill,
+                                   int k, mk_err *err) {
+    if (T <= 0 || k <= 0) return MK_OK;
+    k_index_clamp<<<(T * k + 255) / 256, 256, 0, ctx->stream>>>(sel, T, n_all, prefill, k);
+    MK_CU_LAUNCHED(err, "cuda: index_clamp launch");
+    return MK_OK;
+}
