@@ -531,6 +531,7 @@ int main(int argc, char **argv) {
     test_hadamard(7, 128);
     test_hadamard(3, 512);
     test_hc(3, 4, 4096);
+    test_hc(40, 4, 512); /* more tokens than the split path takes: one block per token */
     {
         int ns[3] = {0, 300, 640};
         test_attn(64, 512, 3, ns, 1000);

@@ -141,6 +141,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     }
     e = cudaMalloc((void **)&ctx->counters, sizeof(unsigned) * MK_CUDA_COUNTERS);
     if (e == cudaSuccess) e = cudaMemset(ctx->counters, 0, sizeof(unsigned) * MK_CUDA_COUNTERS);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&ctx->hc_partial, sizeof(double) * MK_CUDA_HC_SPLIT_TOK * MK_CUDA_HC_SPLIT * 32);
     if (e != cudaSuccess) {
         st = mk_cuda_fail(err, e, "cuda: split-K counters");
         goto fail;
@@ -176,6 +178,7 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
     if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
 #endif
     if (ctx->counters) cudaFree(ctx->counters);
+    if (ctx->hc_partial) cudaFree(ctx->hc_partial);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     free(ctx);
 }

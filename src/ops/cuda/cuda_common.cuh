@@ -35,7 +35,11 @@ struct mk_cuda_ctx {
     mk_cuda_tuning tune;
     unsigned *counters; /* [MK_CUDA_COUNTERS] zeroed arrival counters of split-K GEMV slabs; each
                            launch leaves them zero again */
+    double *hc_partial; /* [MK_CUDA_HC_SPLIT_TOK * MK_CUDA_HC_SPLIT * 32] partial sums of the split
+                           hc_pre reduction (hc.cu) */
 };
+#define MK_CUDA_HC_SPLIT 64     /* chunks of the hc*d row reduced by separate blocks */
+#define MK_CUDA_HC_SPLIT_TOK 16 /* hc_pre calls of at most this many tokens use the split path */
 #define MK_CUDA_COUNTERS 65536
 
 /* Maps a CUDA error to an mk_status and writes "what: cuda error text" into err. */

@@ -3,7 +3,10 @@
  * the head collapse; twins of src/ops/cpu/hc.c.
  *
  * hc_pre / hc_head: one block per token. The (2+hc)*hc dot products over the hc*d flattened
- * streams and the sum of squares are accumulated in double, like the CPU, then one thread runs
+ * streams and the sum of squares are accumulated in double, like the CPU (hc_pre with few tokens,
+ * i.e. decode: the row is split into MK_CUDA_HC_SPLIT chunks reduced by separate blocks into
+ * per-chunk partial sums, then added in chunk order by the token's block — deterministic, and one
+ * block per token alone left most of the GPU idle: it was 68% of a decode step), then one thread runs
  * the tiny 4x4 Sinkhorn in fp32 with the CPU's operation order (only expf may differ from the
  * host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
  * arithmetic. hc_post is elementwise and bit-identical to the CPU.
@@ -59,6 +62,44 @@ __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, c
     }
 }
 
+/* pre, post and the Sinkhorn-normalized comb from the mixes (one thread, the CPU's order). */
+__device__ void hc_sinkhorn(const float *mix, int hc, const float *__restrict__ scale,
+                            const float *__restrict__ base, int iters, float hc_eps, float *pre,
+                            float *__restrict__ post_t, float *__restrict__ comb_t) {
+    for (int i = 0; i < hc; i++) {
+        pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
+        post_t[i] =
+            2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + i], scale[1]), base[hc + i]));
+    }
+    float C[HC_MAX][HC_MAX];
+    for (int i = 0; i < hc; i++) {
+        float mx = -INFINITY;
+        for (int j = 0; j < hc; j++) {
+            C[i][j] = __fadd_rn(__fmul_rn(mix[2 * hc + hc * i + j], scale[2]), base[2 * hc + hc * i + j]);
+            if (C[i][j] > mx) mx = C[i][j];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < hc; j++) sum += (C[i][j] = expf(C[i][j] - mx));
+        for (int j = 0; j < hc; j++) C[i][j] = C[i][j] / sum + hc_eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            for (int i = 0; i < hc; i++) {
+                float rs = 0.0f;
+                for (int j = 0; j < hc; j++) rs += C[i][j];
+                for (int j = 0; j < hc; j++) C[i][j] /= rs + hc_eps;
+            }
+        }
+        for (int j = 0; j < hc; j++) {
+            float cs = 0.0f;
+            for (int i = 0; i < hc; i++) cs += C[i][j];
+            for (int i = 0; i < hc; i++) C[i][j] /= cs + hc_eps;
+        }
+    }
+    for (int i = 0; i < hc; i++)
+        for (int j = 0; j < hc; j++) comb_t[i * hc + j] = C[i][j];
+}
+
 __global__ void __launch_bounds__(256) k_hc_pre(const float *__restrict__ h, int hc, int d,
                                                 const float *__restrict__ fn,
                                                 const float *__restrict__ scale,
@@ -70,39 +111,70 @@ __global__ void __launch_bounds__(256) k_hc_pre(const float *__restrict__ h, int
     const int t = blockIdx.x, nmix = (2 + hc) * hc;
     const float *ht = h + (size_t)t * hc * d;
     hc_mix_block(ht, hc * d, fn, nmix, norm_eps, mix);
+    if (threadIdx.x == 0)
+        hc_sinkhorn(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
+    __syncthreads();
+    hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
+}
+
+/* Split path, part 1: block (t, c) reduces chunk c of token t's row into part[(t*S + c)*32 + q]
+ * (q < nmix: the mix dots, q = 31: the sum of squares). */
+__global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h, int n,
+                                                     const float *__restrict__ fn, int nmix,
+                                                     double *__restrict__ part) {
+    __shared__ double red[8][HC_MAXMIX + 1];
+    const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y;
+    const int chunk = (n + S - 1) / S, lo = c * chunk, hi = min(n, lo + chunk);
+    const float *ht = h + (size_t)t * n;
+    double acc[HC_MAXMIX + 1];
+#pragma unroll
+    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        double v = ht[i];
+        acc[HC_MAXMIX] += v * v;
+#pragma unroll
+        for (int q = 0; q < HC_MAXMIX; q++)
+            if (q < nmix) acc[q] += v * (double)fn[(size_t)q * n + i];
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int q = 0; q <= HC_MAXMIX; q++) {
+        double sum = mk_d_warp_sum_d(acc[q]);
+        if (lane == 0) red[warp][q] = sum;
+    }
+    __syncthreads();
+    if (threadIdx.x <= HC_MAXMIX) {
+        const int q = threadIdx.x;
+        double a = 0.0;
+        for (int w = 0; w < nw; w++) a += red[w][q];
+        part[((size_t)t * S + c) * 32 + (q == HC_MAXMIX ? 31 : q)] = a;
+    }
+}
+
+/* Split path, part 2: one block per token adds the chunks in order and finishes as k_hc_pre. */
+__global__ void __launch_bounds__(256) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
+                                                    const double *__restrict__ part,
+                                                    const float *__restrict__ scale,
+                                                    const float *__restrict__ base, int iters,
+                                                    float hc_eps, float norm_eps, float *__restrict__ x,
+                                                    float *__restrict__ post, float *__restrict__ comb) {
+    __shared__ float mix[HC_MAXMIX];
+    __shared__ float pre[HC_MAX];
+    const int t = blockIdx.x, nmix = (2 + hc) * hc, n = hc * d;
+    const float *ht = h + (size_t)t * n;
+    __shared__ double tot[32];
+    if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one thread each */
+        const int q = threadIdx.x;
+        double a = 0.0;
+        if (q < nmix || q == 31)
+            for (int c = 0; c < S; c++) a += part[((size_t)t * S + c) * 32 + q];
+        tot[q] = a;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
-        for (int i = 0; i < hc; i++) {
-            pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
-            post[(size_t)t * hc + i] =
-                2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + i], scale[1]), base[hc + i]));
-        }
-        float C[HC_MAX][HC_MAX];
-        for (int i = 0; i < hc; i++) {
-            float mx = -INFINITY;
-            for (int j = 0; j < hc; j++) {
-                C[i][j] = __fadd_rn(__fmul_rn(mix[2 * hc + hc * i + j], scale[2]), base[2 * hc + hc * i + j]);
-                if (C[i][j] > mx) mx = C[i][j];
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < hc; j++) sum += (C[i][j] = expf(C[i][j] - mx));
-            for (int j = 0; j < hc; j++) C[i][j] = C[i][j] / sum + hc_eps;
-        }
-        for (int it = 0; it < iters; it++) {
-            if (it > 0) {
-                for (int i = 0; i < hc; i++) {
-                    float rs = 0.0f;
-                    for (int j = 0; j < hc; j++) rs += C[i][j];
-                    for (int j = 0; j < hc; j++) C[i][j] /= rs + hc_eps;
-                }
-            }
-            for (int j = 0; j < hc; j++) {
-                float cs = 0.0f;
-                for (int i = 0; i < hc; i++) cs += C[i][j];
-                for (int i = 0; i < hc; i++) C[i][j] /= cs + hc_eps;
-            }
-        }
-        for (int i = 0; i < hc; i++)
-            for (int j = 0; j < hc; j++) comb[((size_t)t * hc + i) * hc + j] = C[i][j];
+        float r = 1.0f / sqrtf(__fadd_rn((float)(tot[31] / n), norm_eps));
+        for (int q = 0; q < nmix; q++) mix[q] = __fmul_rn((float)tot[q], r);
+        hc_sinkhorn(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
     }
     __syncthreads();
     hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
@@ -154,6 +226,15 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
                               mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
+    if (s <= MK_CUDA_HC_SPLIT_TOK && ctx->hc_partial) {
+        const int S = MK_CUDA_HC_SPLIT;
+        k_hc_mix_part<<<dim3((unsigned)s, S), 256, 0, ctx->stream>>>(h, hc * d, fn, (2 + hc) * hc, ctx->hc_partial);
+        MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
+        k_hc_pre_fin<<<s, 256, 0, ctx->stream>>>(h, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps, norm_eps,
+                                                 x, post, comb);
+        MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
+        return MK_OK;
+    }
     k_hc_pre<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, iters, hc_eps, norm_eps, x, post, comb);
     MK_CU_LAUNCHED(err, "cuda: hc_pre launch");
     return MK_OK;
