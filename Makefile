@@ -25,7 +25,8 @@ all: $(BUILD)/minke
 help:
 	@echo "make            build ./build/minke (the CLI) and build/libminke.a"
 	@echo "make test       build and run every test (unit, golden DeepSeek-V4 cases, corruption, CLI,"
-	@echo "                checkpoint generator, and a $(FUZZ_SMOKE_TIME) s fuzz smoke run)"
+	@echo "                checkpoint generator, a $(FUZZ_SMOKE_TIME) s fuzz smoke run, and make cuda + the CUDA"
+	@echo "                tests, which skip without a GPU, when the CUDA toolkit is installed)"
 	@echo "make bench      CPU decode benchmark on a generated V4-shaped checkpoint vs memcpy bandwidth"
 	@echo "make asan       build and run the tests with AddressSanitizer + UBSan (build-asan/)"
 	@echo "make fuzz       build and run the libFuzzer targets for 60 s each (clang)"
@@ -65,6 +66,8 @@ test: $(BUILD)/minke $(TEST_BIN)
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/gguf_cli && python3 tests/tokenizer/gguf_vs_llamacpp.py $(BUILD)
 	@python3 tests/llama/test_vs_llamacpp.py $(BUILD)/minke
 	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(FUZZ_SMOKE_TIME)
+	@if [ -x "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda && $(CUDA_BUILD)/test_ops_cuda && $(CUDA_BUILD)/test_dsv4_cuda; \
+	 else echo "skip: make cuda (no CUDA toolkit at $(NVCC))"; fi
 	@echo "all tests passed"
 
 bench: $(BUILD)/minke $(BENCH_BIN)
