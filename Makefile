@@ -31,7 +31,8 @@ help:
 	@echo "make asan       build and run the tests with AddressSanitizer + UBSan (build-asan/)"
 	@echo "make fuzz       build and run the libFuzzer targets for 60 s each (clang)"
 	@echo "make clean      remove build outputs"
-	@echo "make cuda       build the CUDA backend, its op tests and GPU benchmark (build-cuda/; nvcc, no GPU needed)"
+	@echo "make cuda       build the CUDA backend, its tests, the GPU benchmarks and build-cuda/minke (--device cuda)"
+	@echo "                into build-cuda/ (nvcc, no GPU needed)"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -66,7 +67,8 @@ test: $(BUILD)/minke $(TEST_BIN)
 	@$(MAKE) --no-print-directory $(BUILD)/tests/tokenizer/gguf_cli && python3 tests/tokenizer/gguf_vs_llamacpp.py $(BUILD)
 	@python3 tests/llama/test_vs_llamacpp.py $(BUILD)/minke
 	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(FUZZ_SMOKE_TIME)
-	@if [ -x "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda && $(CUDA_BUILD)/test_ops_cuda && $(CUDA_BUILD)/test_dsv4_cuda; \
+	@if [ -x "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda && $(CUDA_BUILD)/test_ops_cuda && $(CUDA_BUILD)/test_dsv4_cuda && $(CUDA_BUILD)/test_dsv4_paged_cuda && \
+	   $(CUDA_BUILD)/test_dsv4_engine_cuda; \
 	 else echo "skip: make cuda (no CUDA toolkit at $(NVCC))"; fi
 	@echo "all tests passed"
 
@@ -103,8 +105,10 @@ clean:
 
 -include $(OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
-# ---- CUDA backend: `make cuda` builds src/ops/cuda (nvcc), the op tests and the GPU benchmark into
-# build-cuda/ (needs the CUDA toolkit, not a GPU; the tests skip cleanly without a device).
+# ---- CUDA backend: `make cuda` builds src/ops/cuda (nvcc), the op tests, the GPU benchmarks and the
+# whole program with the CUDA backend (build-cuda/minke, `--device cuda`) into build-cuda/ (needs the
+# CUDA toolkit, not a GPU; the tests skip cleanly without a device). Every host object in build-cuda/
+# is compiled with -DMK_WITH_CUDA (src/models/model.c and batch.c then reach the GPU model).
 # CUDA_GENCODE=... narrows the targets (bench/gpu/run.sh builds sm_90a only); CUBLAS=0 builds
 # without cuBLAS (bf16 GEMM then runs as chunked GEMVs).
 CUDA         ?= /usr/local/cuda
@@ -130,7 +134,8 @@ CUDA_DSV4_SRC:= src/models/dsv4_cuda.c src/models/dsv4.c src/models/dsv4_load.c 
 CUDA_DSV4_OBJ:= $(CUDA_DSV4_SRC:%.c=$(CUDA_BUILD)/%.o)
 
 .PHONY: cuda cuda-clean
-cuda: $(CUDA_BUILD)/test_ops_cuda $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_dsv4_cuda $(CUDA_BUILD)/bench_dsv4_cuda
+cuda: $(CUDA_BUILD)/test_ops_cuda $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_dsv4_cuda $(CUDA_BUILD)/test_dsv4_paged_cuda $(CUDA_BUILD)/bench_dsv4_cuda \
+      $(CUDA_BUILD)/minke $(CUDA_BUILD)/test_dsv4_engine_cuda
 
 $(CUDA_BUILD)/src/ops/cuda/%.o: src/ops/cuda/%.cu $(CUDA_HDR)
 	@mkdir -p $(dir $@)
@@ -138,7 +143,7 @@ $(CUDA_BUILD)/src/ops/cuda/%.o: src/ops/cuda/%.cu $(CUDA_HDR)
 
 $(CUDA_BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(JANSSON_INC) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) -DMK_WITH_CUDA $(JANSSON_INC) -MMD -MP -c $< -o $@
 
 $(CUDA_BUILD)/test_ops_cuda: $(CUDA_BUILD)/tests/ops/test_ops_cuda.o $(CUDA_OBJ) $(CUDA_HOST_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
@@ -149,8 +154,28 @@ $(CUDA_BUILD)/bench_gpu: bench/gpu/bench_gpu.cu $(CUDA_OBJ) $(CUDA_HOST_OBJ) $(C
 $(CUDA_BUILD)/test_dsv4_cuda: $(CUDA_BUILD)/tests/ops/test_dsv4_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
 
+$(CUDA_BUILD)/test_dsv4_paged_cuda: $(CUDA_BUILD)/tests/ops/test_dsv4_paged_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
+
 $(CUDA_BUILD)/bench_dsv4_cuda: $(CUDA_BUILD)/bench/gpu/bench_dsv4_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
+
+# build-cuda/minke: every host source of build/minke (and src/models/dsv4_cuda.c) compiled into
+# build-cuda/ with -DMK_WITH_CUDA, plus the CUDA objects, linked by nvcc with the program's libraries
+# and cuBLAS. The GPU engine test links the same library (no server libraries needed at run time).
+CUDA_LIB_OBJ := $(SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BUILD)/src/models/dsv4_cuda.o
+CUDA_CLI_OBJ := $(CLI_SRC:%.c=$(CUDA_BUILD)/%.o)
+CUDA_MINKE_LIBS := $(JANSSON_LIB) -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl -lpthread -lm
+$(CUDA_BUILD)/src/server/misc.o: CFLAGS += -DMK_GIT_COMMIT=\"$(GIT_COMMIT)\"
+
+$(CUDA_BUILD)/libminke.a: $(CUDA_LIB_OBJ)
+	ar rcs $@ $^
+
+$(CUDA_BUILD)/minke: $(CUDA_CLI_OBJ) $(CUDA_OBJ) $(CUDA_BUILD)/libminke.a
+	$(NVCC) $(CUDA_GENCODE) -o $@ $(CUDA_CLI_OBJ) $(CUDA_OBJ) $(CUDA_BUILD)/libminke.a $(CUDA_LIBS) $(CUDA_MINKE_LIBS)
+
+$(CUDA_BUILD)/test_dsv4_engine_cuda: $(CUDA_BUILD)/tests/ops/test_dsv4_engine_cuda.o $(CUDA_OBJ) $(CUDA_BUILD)/libminke.a
+	$(NVCC) $(CUDA_GENCODE) -o $@ $< $(CUDA_OBJ) $(CUDA_BUILD)/libminke.a $(CUDA_LIBS) $(JANSSON_LIB)
 
 cuda-clean:
 	rm -rf $(CUDA_BUILD)

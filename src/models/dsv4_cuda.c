@@ -1,8 +1,16 @@
 /* dsv4_cuda.c — the DeepSeek-V4-Flash forward pass on the GPU: the structure of dsv4.c with every
  * step an op of ops_cuda.h on the context's stream (see dsv4_cuda.h). Host code only: no CUDA
  * headers; sizes and positions that the CPU code derives from the position (how many compressed
- * entries exist, which ring slot a token lands in) are derived on the host the same way, so a
- * call without hooks never waits for the device until it copies the logits back.
+ * entries exist, which ring slot a token lands in, which block an entry lives in) are derived on
+ * the host the same way, so a call without hooks waits for the device only to upload its token
+ * ids and block tables (one copy) and to copy the logits back.
+ *
+ * A call runs pieces of one or more sequences: their rows are concatenated through every linear
+ * (the row-invariant kernels: a row's bits never depend on the others), the MoE and the mHC
+ * mixing; RoPE, the window, the compressors, the indexer and the attention run per piece on its
+ * own state and block table. Compressed entries live in a pool of 256-position blocks with the
+ * CPU's layout (dsv4_kv_layout): a standalone sequence has a private pool (identity table, no
+ * snapshots), the engine's slots share one with snapshots.
  */
 #include "models/dsv4_cuda.h"
 
@@ -63,42 +71,11 @@ struct dsv4_cuda {
     size_t lin_scratch_rows1; /* max linear scratch for m = 1 (for sizing) */
 };
 
+/* Per-layer state of one sequence (slot) on the device; the compressed entries live in blocks. */
 typedef struct {
-    float *win, *ckv, *kv_state, *sc_state, *ikv, *ikv_state, *isc_state;
+    float *win, *kv_state, *sc_state, *ikv_state, *isc_state;
     int n_ckv, n_ikv;
 } gstate;
-
-struct dsv4_cuda_seq {
-    dsv4_cuda *g;
-    int max_len, max_tok, pos, mtp_pos, n_last;
-    gstate ls[DSV4_MAX_LAYERS + 1];
-    dsv4_hooks hooks;
-    /* device scratch */
-    float *h, *h2, *x, *post, *comb, *sub;
-    float *qr, *q, *kv, *o, *og, *oa, *ot;
-    float *ckvp, *cscp;
-    float *iq, *iw, *isc;
-    int32_t *sel;
-    const float **rows;
-    int32_t *row_start;
-    float *gsc, *gw, *gmargin, *sw, *xd, *act, *actd, *eo, *sg, *su, *seo;
-    int32_t *gidx, *plan, *tok;
-    float *logits;
-    float *me, *mhn, *mhp, *mh; /* MTP */
-    void *lin;
-    size_t lin_bytes;
-    int isc_ld, sel_cap;
-    /* host buffers of the hooks */
-    float *hh;
-    size_t hh_n;
-    int32_t *hi;
-    float *hf;
-    void **allocs;
-    int n_allocs, cap_allocs;
-};
-
-static int dumpv(dsv4_cuda_seq *s, const float *dev, int64_t a, int64_t b, int64_t c3, mk_err *err, const char *fmt,
-                 int layer);
 
 /* ---- allocation helpers ------------------------------------------------------------------- */
 
@@ -294,135 +271,285 @@ size_t dsv4_cuda_decode_weight_bytes(const dsv4_cuda *g) {
     return b;
 }
 
-/* ---- sequences ------------------------------------------------------------------------------ */
-
-static int salloc(dsv4_cuda_seq *s, size_t bytes, void *pp, mk_err *err) {
-    void **p = pp;
-    TRY(mk_cuda_alloc(s->g->ctx, bytes, p, err));
-    TRY(track(&s->allocs, &s->n_allocs, &s->cap_allocs, *p, err));
-    return mk_cuda_memset(s->g->ctx, *p, 0, bytes, err);
-}
+/* ---- device memory: the paged pool, the call scratch, the sequences -------------------------- */
 
 #define F(n) (sizeof(float) * (size_t)(n))
 
-static int seq_alloc(dsv4_cuda_seq *s, mk_err *err) {
-    dsv4_cuda *g = s->g;
+typedef struct {
+    void **list;
+    int n, cap;
+} dlist;
+
+static int dalloc(mk_cuda_ctx *ctx, dlist *l, size_t bytes, void *pp, mk_err *err) {
+    void **p = pp;
+    TRY(mk_cuda_alloc(ctx, bytes, p, err));
+    int rc = track(&l->list, &l->n, &l->cap, *p, err);
+    if (rc) {
+        mk_cuda_free(ctx, *p);
+        *p = NULL;
+        return rc;
+    }
+    return mk_cuda_memset(ctx, *p, 0, bytes, err);
+}
+
+static void dfree(mk_cuda_ctx *ctx, dlist *l) {
+    for (int i = 0; i < l->n; i++) mk_cuda_free(ctx, l->list[i]);
+    free(l->list);
+    memset(l, 0, sizeof *l);
+}
+
+struct dsv4_cuda_pool {
+    dsv4_cuda *g;
+    dsv4_kv_layout lay;
+    int n_blocks;
+    uint8_t *base;
+};
+
+static int pool_create(dsv4_cuda *g, int n_blocks, int snapshots, dsv4_cuda_pool **out, mk_err *err) {
+    *out = NULL;
+    if (n_blocks < 1) return mk_fail(err, MK_EINVAL, "cuda kv pool: need at least one block, got %d", n_blocks);
+    dsv4_cuda_pool *p = calloc(1, sizeof *p);
+    if (!p) return mk_fail(err, MK_ENOMEM, "out of memory");
+    p->g = g;
+    p->n_blocks = n_blocks;
+    int rc = dsv4_kv_layout_init(g->m, snapshots, &p->lay, err);
+    if (!rc && (rc = mk_cuda_alloc(g->ctx, p->lay.bytes * (size_t)n_blocks, (void **)&p->base, err)))
+        mk_err_prefix(err, "cuda kv pool of %d blocks of %zu bytes", n_blocks, p->lay.bytes);
+    if (!rc) rc = mk_cuda_memset(g->ctx, p->base, 0, p->lay.bytes * (size_t)n_blocks, err);
+    if (rc) {
+        dsv4_cuda_pool_free(p);
+        return rc;
+    }
+    *out = p;
+    return MK_OK;
+}
+
+int dsv4_cuda_pool_create(dsv4_cuda *g, int n_blocks, dsv4_cuda_pool **out, mk_err *err) {
+    return pool_create(g, n_blocks, 1, out, err);
+}
+
+void dsv4_cuda_pool_free(dsv4_cuda_pool *p) {
+    if (!p) return;
+    if (p->base) mk_cuda_free(p->g->ctx, p->base);
+    free(p);
+}
+
+size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p) { return p->lay.bytes; }
+
+/* Scratch of one call: rows of every piece concatenated (row0 of a piece = its first row). */
+struct dsv4_cuda_work {
+    dsv4_cuda *g;
+    int max_rows, max_pieces, max_len, tbl_cap, with_mtp;
+    float *h, *h2, *x, *post, *comb, *sub;
+    float *qr, *q, *kv, *o, *og, *oa, *ot;
+    float *ckvp, *cscp, *ekv, *esc, *ents;
+    float *iq, *iw, *isc;
+    int32_t *sel;
+    const float **rows;
+    int32_t *row_start;
+    float *gsc, *gw, *gmargin, *sw, *xd, *act, *actd, *eo, *sg, *su, *seo;
+    int32_t *gidx, *plan, *ids, *tok, *tbl; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] */
+    float *hl, *xl, *logits;                /* head: [max_pieces, hc, dim], [max_pieces, dim], [max_pieces, vocab] */
+    float *me, *mhn, *mhp, *mh;             /* MTP */
+    void *lin;
+    size_t lin_bytes;
+    int sel_cap, rows_per;
+    int32_t *hids;                          /* host staging of ids */
+    /* host buffers of the hooks (standalone sequences only) */
+    float *hh;
+    size_t hh_n;
+    int32_t *hi;
+    float *hf;
+    size_t bytes;
+    dlist mem;
+};
+
+static int walloc(dsv4_cuda_work *w, size_t bytes, void *pp, mk_err *err) {
+    w->bytes += bytes;
+    return dalloc(w->g->ctx, &w->mem, bytes, pp, err);
+}
+
+static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, int with_mtp, int with_hooks,
+                       dsv4_cuda_work **out, mk_err *err) {
+    *out = NULL;
     const dsv4_config *c = &g->m->cfg;
-    size_t Tm = (size_t)s->max_tok;
+    if (max_rows < 1 || max_pieces < 1 || max_len < 1)
+        return mk_fail(err, MK_EINVAL, "cuda work: rows %d, pieces %d, length %d must be >= 1", max_rows, max_pieces,
+                       max_len);
+    dsv4_cuda_work *w = calloc(1, sizeof *w);
+    if (!w) return mk_fail(err, MK_ENOMEM, "out of memory");
+    w->g = g;
+    w->max_rows = max_rows;
+    w->max_pieces = max_pieces;
+    w->max_len = max_len;
+    w->with_mtp = with_mtp && c->n_mtp;
+    w->tbl_cap = max_len / DSV4_BLOCK_TOKENS + 1;
+    size_t Tm = (size_t)max_rows, P = (size_t)max_pieces;
     int d = c->dim, hc = c->hc, HD = c->n_heads * c->head_dim, D = c->head_dim, ID = c->index_head_dim;
-    int cmax = 2 * (D > ID ? D : ID), E = c->n_experts, K = c->n_act, I = c->moe_inter;
-    int n_ent = s->max_len / 4 + 1;
-    s->isc_ld = n_ent;
-    s->sel_cap = c->index_topk < n_ent ? c->index_topk : n_ent;
-    size_t rows_per = (size_t)c->window + (size_t)(s->sel_cap > s->max_len / 4 + 1 ? s->sel_cap : s->max_len / 4 + 1) + 16;
-    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
-        int r = c->compress_ratio[l], coff = r == 4 ? 2 : 1;
-        gstate *st = &s->ls[l];
-        TRY(salloc(s, F((size_t)c->window * D), &st->win, err));
-        if (r) {
-            TRY(salloc(s, F((size_t)(s->max_len / r + 1) * D), &st->ckv, err));
-            TRY(salloc(s, F((size_t)coff * r * coff * D), &st->kv_state, err));
-            TRY(salloc(s, F((size_t)coff * r * coff * D), &st->sc_state, err));
-        }
-        if (r == 4) {
-            TRY(salloc(s, F((size_t)n_ent * ID), &st->ikv, err));
-            TRY(salloc(s, F((size_t)16 * ID), &st->ikv_state, err));
-            TRY(salloc(s, F((size_t)16 * ID), &st->isc_state, err));
-        }
-    }
+    int cmax = 2 * (D > ID ? D : ID), E = c->n_experts, K = c->n_act, I = c->moe_inter, rmax = 4;
+    for (int l = 0; l < c->n_layers + c->n_mtp; l++)
+        if (c->compress_ratio[l] > rmax) rmax = c->compress_ratio[l];
+    int n_ent = max_len / 4 + 1;
+    w->sel_cap = c->index_topk < n_ent ? c->index_topk : n_ent;
+    w->rows_per = c->window + (w->sel_cap > n_ent ? w->sel_cap : n_ent) + 16;
     size_t Th = Tm * hc;
-    TRY(salloc(s, F(Th * d), &s->h, err));
-    TRY(salloc(s, F(Th * d), &s->h2, err));
-    TRY(salloc(s, F(Tm * d), &s->x, err));
-    TRY(salloc(s, F(Th), &s->post, err));
-    TRY(salloc(s, F(Th * hc), &s->comb, err));
-    TRY(salloc(s, F(Tm * d), &s->sub, err));
-    TRY(salloc(s, F(Tm * c->q_lora), &s->qr, err));
-    TRY(salloc(s, F(Tm * HD), &s->q, err));
-    TRY(salloc(s, F(Tm * D), &s->kv, err));
-    TRY(salloc(s, F(Tm * HD), &s->o, err));
-    TRY(salloc(s, F(Tm * (HD / c->o_groups)), &s->og, err));
-    TRY(salloc(s, F(Tm * c->o_groups * c->o_lora), &s->oa, err));
-    TRY(salloc(s, F(Tm * c->o_lora), &s->ot, err));
-    TRY(salloc(s, F(Tm * cmax), &s->ckvp, err));
-    TRY(salloc(s, F(Tm * cmax), &s->cscp, err));
-    TRY(salloc(s, F(Tm * c->index_heads * ID), &s->iq, err));
-    TRY(salloc(s, F(Tm * c->index_heads), &s->iw, err));
-    TRY(salloc(s, F(Tm * n_ent), &s->isc, err));
-    TRY(salloc(s, F(Tm * s->sel_cap + 16), &s->sel, err));
-    TRY(salloc(s, sizeof(void *) * Tm * rows_per, &s->rows, err));
-    TRY(salloc(s, sizeof(int32_t) * (Tm + 1), &s->row_start, err));
-    TRY(salloc(s, F(Tm * E), &s->gsc, err));
-    TRY(salloc(s, F(Tm * K), &s->gw, err));
-    TRY(salloc(s, F(Tm), &s->gmargin, err));
-    TRY(salloc(s, F(Tm * K), &s->sw, err));
-    TRY(salloc(s, sizeof(int32_t) * Tm * K, &s->gidx, err));
-    TRY(salloc(s, sizeof(int32_t) * mk_cuda_moe_plan_ints((int)Tm, K, E), &s->plan, err));
-    TRY(salloc(s, sizeof(int32_t) * Tm, &s->tok, err));
-    TRY(salloc(s, F(Tm * d), &s->xd, err));
-    TRY(salloc(s, F(Tm * K * I), &s->act, err));
-    TRY(salloc(s, F(Tm * K * I), &s->actd, err));
-    TRY(salloc(s, F(Tm * K * d), &s->eo, err));
-    TRY(salloc(s, F(Tm * I), &s->sg, err));
-    TRY(salloc(s, F(Tm * I), &s->su, err));
-    TRY(salloc(s, F(Tm * d), &s->seo, err));
-    TRY(salloc(s, F(c->vocab), &s->logits, err));
-    if (c->n_mtp) {
-        TRY(salloc(s, F(Tm * d), &s->me, err));
-        TRY(salloc(s, F(Th * d), &s->mhn, err));
-        TRY(salloc(s, F(Th * d), &s->mhp, err));
-        TRY(salloc(s, F(Th * d), &s->mh, err));
+    int rc = MK_OK;
+#define WA(ptr, bytes) \
+    if (!rc) rc = walloc(w, (bytes), &(ptr), err)
+    WA(w->h, F(Th * d));
+    WA(w->h2, F(Th * d));
+    WA(w->x, F(Tm * d));
+    WA(w->post, F(Th));
+    WA(w->comb, F(Th * hc));
+    WA(w->sub, F(Tm * d));
+    WA(w->qr, F(Tm * c->q_lora));
+    WA(w->q, F(Tm * HD));
+    WA(w->kv, F(Tm * D));
+    WA(w->o, F(Tm * HD));
+    WA(w->og, F(Tm * (HD / c->o_groups)));
+    WA(w->oa, F(Tm * c->o_groups * c->o_lora));
+    WA(w->ot, F(Tm * c->o_lora));
+    WA(w->ckvp, F(Tm * cmax));
+    WA(w->cscp, F(Tm * cmax));
+    WA(w->ekv, F((Tm + 2 * (size_t)rmax) * cmax));
+    WA(w->esc, F((Tm + 2 * (size_t)rmax) * cmax));
+    WA(w->ents, F((Tm / 4 + 2) * (size_t)(D > ID ? D : ID)));
+    WA(w->iq, F(Tm * c->index_heads * ID));
+    WA(w->iw, F(Tm * c->index_heads));
+    WA(w->isc, F(Tm * n_ent));
+    WA(w->sel, F(Tm * w->sel_cap + 16));
+    WA(w->rows, sizeof(void *) * Tm * w->rows_per);
+    WA(w->row_start, sizeof(int32_t) * (Tm + 1));
+    WA(w->gsc, F(Tm * E));
+    WA(w->gw, F(Tm * K));
+    WA(w->gmargin, F(Tm));
+    WA(w->sw, F(Tm * K));
+    WA(w->gidx, sizeof(int32_t) * Tm * K);
+    WA(w->plan, sizeof(int32_t) * mk_cuda_moe_plan_ints((int)Tm, K, E));
+    WA(w->ids, sizeof(int32_t) * (Tm + P * w->tbl_cap));
+    WA(w->xd, F(Tm * d));
+    WA(w->act, F(Tm * K * I));
+    WA(w->actd, F(Tm * K * I));
+    WA(w->eo, F(Tm * K * d));
+    WA(w->sg, F(Tm * I));
+    WA(w->su, F(Tm * I));
+    WA(w->seo, F(Tm * d));
+    WA(w->hl, F(P * hc * d));
+    WA(w->xl, F(P * d));
+    WA(w->logits, F(P * c->vocab));
+    if (w->with_mtp) {
+        WA(w->me, F(Tm * d));
+        WA(w->mhn, F(Th * d));
+        WA(w->mhp, F(Th * d));
+        WA(w->mh, F(Th * d));
     }
-    /* linear scratch: the largest need of any weight at Tm * hc rows (MTP h_proj) */
+#undef WA
+    if (rc) {
+        dsv4_cuda_work_free(w);
+        return rc;
+    }
+    w->tok = w->ids;
+    w->tbl = w->ids + Tm;
+    /* linear scratch: the largest need of any weight at its largest row count */
     size_t lb = 0;
-    const mk_wmat *all[64];
-    int na = 0;
     for (int l = 0; l <= c->n_layers; l++) {
-        const glayer *L = l < c->n_layers ? &g->layers[l] : (c->n_mtp ? &g->mtp : NULL);
+        const glayer *L = l < c->n_layers ? &g->layers[l] : (w->with_mtp ? &g->mtp : NULL);
         if (!L) break;
         const mk_wmat *ws[] = {&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b, &L->gate, &L->sh1,
                                &L->sh2, &L->sh3, &L->cmp.wkv, &L->cmp.wgate, &L->idx_cmp.wkv,
                                &L->idx_cmp.wgate, &L->idx_wq_b, &L->idx_wproj, &L->e_proj, &L->h_proj};
-        na = 0;
-        for (int i = 0; i < 17; i++) if (ws[i]->w) all[na++] = ws[i];
-        for (int i = 0; i < na; i++) {
-            size_t b = mk_cuda_linear_scratch(g->ctx, all[i], (int)Th);
+        for (int i = 0; i < 17; i++) {
+            if (!ws[i]->w) continue;
+            size_t b = mk_cuda_linear_scratch(g->ctx, ws[i], (int)(ws[i] == &L->h_proj ? Th : Tm));
             if (b > lb) lb = b;
         }
     }
-    size_t hb = mk_cuda_linear_scratch(g->ctx, &g->head, 1);
+    size_t hb = mk_cuda_linear_scratch(g->ctx, &g->head, (int)P);
     if (hb > lb) lb = hb;
-    s->lin_bytes = lb;
-    TRY(salloc(s, lb, &s->lin, err));
-    size_t hn = Th * d;
-    if ((size_t)c->vocab > hn) hn = c->vocab;
-    if (Tm * n_ent > hn) hn = Tm * n_ent;
-    if (Tm * HD > hn) hn = Tm * HD;
-    if ((size_t)(s->max_len / 4 + 1) * D > hn) hn = (size_t)(s->max_len / 4 + 1) * D;
-    s->hh_n = hn;
-    s->hh = malloc(F(hn));
-    s->hf = malloc(F(Tm + 16));
-    size_t ni = Tm * K;
-    if (Tm * s->sel_cap > ni) ni = Tm * s->sel_cap;
-    s->hi = malloc(sizeof(int32_t) * (ni + 16));
-    if (!s->hh || !s->hf || !s->hi) return mk_fail(err, MK_ENOMEM, "out of memory");
+    w->lin_bytes = lb;
+    rc = walloc(w, lb, &w->lin, err);
+    w->hids = malloc(sizeof(int32_t) * (Tm + P * w->tbl_cap));
+    if (!rc && !w->hids) rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    if (!rc && with_hooks) {
+        size_t hn = Th * d;
+        if ((size_t)c->vocab > hn) hn = c->vocab;
+        if (Tm * n_ent > hn) hn = Tm * n_ent;
+        if (Tm * HD > hn) hn = Tm * HD;
+        if ((size_t)n_ent * D > hn) hn = (size_t)n_ent * D;
+        w->hh_n = hn;
+        w->hh = malloc(F(hn));
+        w->hf = malloc(F(Tm + 16));
+        size_t ni = Tm * K;
+        if (Tm * w->sel_cap > ni) ni = Tm * w->sel_cap;
+        w->hi = malloc(sizeof(int32_t) * (ni + 16));
+        if (!w->hh || !w->hf || !w->hi) rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    }
+    if (rc) {
+        dsv4_cuda_work_free(w);
+        return rc;
+    }
+    *out = w;
     return MK_OK;
 }
 
-int dsv4_cuda_seq_create(dsv4_cuda *g, int max_len, int max_tok, dsv4_cuda_seq **out, mk_err *err) {
+int dsv4_cuda_work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, dsv4_cuda_work **out,
+                          mk_err *err) {
+    return work_create(g, max_rows, max_pieces, max_len, 0, 0, out, err);
+}
+
+void dsv4_cuda_work_free(dsv4_cuda_work *w) {
+    if (!w) return;
+    dfree(w->g->ctx, &w->mem);
+    free(w->hids);
+    free(w->hh);
+    free(w->hf);
+    free(w->hi);
+    free(w);
+}
+
+size_t dsv4_cuda_work_bytes(const dsv4_cuda_work *w) { return w->bytes; }
+
+struct dsv4_cuda_seq {
+    dsv4_cuda *g;
+    int max_len, pos, mtp_pos, n_last;
+    gstate ls[DSV4_MAX_LAYERS + 1];
+    dsv4_cuda_pool *pool;
+    dsv4_cuda_work *work;      /* standalone: its own (with MTP and hooks); paged: NULL */
+    int own;                   /* pool and work are this sequence's */
+    int *blocks, n_blocks, cap_blocks;
+    dsv4_hooks hooks;
+    size_t bytes;
+    dlist mem;
+};
+
+static int seq_new(dsv4_cuda *g, int max_len, dsv4_cuda_seq **out, mk_err *err) {
     *out = NULL;
     if (max_len <= 0) max_len = g->m->max_seq_len;
     if (max_len > g->m->max_seq_len)
         return mk_fail(err, MK_ERANGE, "sequence length %d exceeds the model's max_seq_len %d", max_len,
                        g->m->max_seq_len);
-    if (max_tok <= 0 || max_tok > max_len) max_tok = max_len;
+    const dsv4_config *c = &g->m->cfg;
     dsv4_cuda_seq *s = calloc(1, sizeof *s);
     if (!s) return mk_fail(err, MK_ENOMEM, "out of memory");
     s->g = g;
     s->max_len = max_len;
-    s->max_tok = max_tok;
-    int rc = seq_alloc(s, err);
-    if (!rc) rc = dsv4_cuda_seq_reset(s, err);
+    s->cap_blocks = max_len / DSV4_BLOCK_TOKENS + 1;
+    s->blocks = calloc((size_t)s->cap_blocks, sizeof *s->blocks);
+    int rc = s->blocks ? MK_OK : mk_fail(err, MK_ENOMEM, "out of memory");
+    int D = c->head_dim, ID = c->index_head_dim;
+    for (int l = 0; l < c->n_layers + c->n_mtp && !rc; l++) {
+        int r = c->compress_ratio[l], coff = r == 4 ? 2 : 1;
+        gstate *st = &s->ls[l];
+        size_t sb[5] = {F((size_t)c->window * D), r ? F((size_t)coff * r * coff * D) : 0,
+                        r ? F((size_t)coff * r * coff * D) : 0, r == 4 ? F((size_t)16 * ID) : 0,
+                        r == 4 ? F((size_t)16 * ID) : 0};
+        float **dst[5] = {&st->win, &st->kv_state, &st->sc_state, &st->ikv_state, &st->isc_state};
+        for (int i = 0; i < 5 && !rc; i++) {
+            if (!sb[i]) continue;
+            s->bytes += sb[i];
+            rc = dalloc(g->ctx, &s->mem, sb[i], dst[i], err);
+        }
+    }
     if (rc) {
         dsv4_cuda_seq_free(s);
         return rc;
@@ -431,39 +558,80 @@ int dsv4_cuda_seq_create(dsv4_cuda *g, int max_len, int max_tok, dsv4_cuda_seq *
     return MK_OK;
 }
 
+int dsv4_cuda_seq_create(dsv4_cuda *g, int max_len, int max_tok, dsv4_cuda_seq **out, mk_err *err) {
+    dsv4_cuda_seq *s;
+    TRY(seq_new(g, max_len, &s, err));
+    if (max_tok <= 0 || max_tok > s->max_len) max_tok = s->max_len;
+    s->own = 1;
+    int nb = (s->max_len + DSV4_BLOCK_TOKENS - 1) / DSV4_BLOCK_TOKENS;
+    int rc = pool_create(g, nb, 0, &s->pool, err);
+    if (!rc) rc = work_create(g, max_tok, 1, s->max_len, 1, 1, &s->work, err);
+    if (!rc) {
+        for (int b = 0; b < nb; b++) s->blocks[b] = b;
+        s->n_blocks = nb;
+        rc = dsv4_cuda_seq_reset(s, err);
+    }
+    if (!rc) rc = mk_cuda_ctx_sync(g->ctx, err);
+    if (rc) {
+        dsv4_cuda_seq_free(s);
+        return rc;
+    }
+    *out = s;
+    return MK_OK;
+}
+
+int dsv4_cuda_seq_create_paged(dsv4_cuda *g, int max_len, dsv4_cuda_pool *pool, dsv4_cuda_seq **out, mk_err *err) {
+    dsv4_cuda_seq *s;
+    if (!pool || pool->g != g) return mk_fail(err, MK_EINVAL, "cuda: paged sequence without its model's pool");
+    TRY(seq_new(g, max_len, &s, err));
+    s->pool = pool;
+    int rc = dsv4_cuda_seq_reset(s, err);
+    if (rc) {
+        dsv4_cuda_seq_free(s);
+        return rc;
+    }
+    *out = s;
+    return MK_OK;
+}
+
+size_t dsv4_cuda_seq_bytes(const dsv4_cuda_seq *s) { return s->bytes; }
+
 void dsv4_cuda_seq_free(dsv4_cuda_seq *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_allocs; i++) mk_cuda_free(s->g->ctx, s->allocs[i]);
-    free(s->allocs);
-    free(s->hh);
-    free(s->hf);
-    free(s->hi);
+    dfree(s->g->ctx, &s->mem);
+    if (s->own) {
+        dsv4_cuda_pool_free(s->pool);
+        dsv4_cuda_work_free(s->work);
+    }
+    free(s->blocks);
     free(s);
+}
+
+/* Fresh state of one layer: compressor scores -inf (the first group's "previous" slots weigh 0). */
+static int layer_reset(dsv4_cuda_seq *s, int l, mk_err *err) {
+    const dsv4_config *c = &s->g->m->cfg;
+    mk_cuda_ctx *ctx = s->g->ctx;
+    int D = c->head_dim, ID = c->index_head_dim, r = c->compress_ratio[l], coff = r == 4 ? 2 : 1;
+    gstate *st = &s->ls[l];
+    st->n_ckv = st->n_ikv = 0;
+    TRY(mk_cuda_memset(ctx, st->win, 0, F((size_t)c->window * D), err));
+    if (r) {
+        size_t n = (size_t)coff * r * coff * D;
+        TRY(mk_cuda_memset(ctx, st->kv_state, 0, F(n), err));
+        TRY(mk_cuda_fill(ctx, st->sc_state, n, -INFINITY, err));
+    }
+    if (r == 4) {
+        TRY(mk_cuda_memset(ctx, st->ikv_state, 0, F((size_t)16 * ID), err));
+        TRY(mk_cuda_fill(ctx, st->isc_state, (size_t)16 * ID, -INFINITY, err));
+    }
+    return MK_OK;
 }
 
 int dsv4_cuda_seq_reset(dsv4_cuda_seq *s, mk_err *err) {
     const dsv4_config *c = &s->g->m->cfg;
-    mk_cuda_ctx *ctx = s->g->ctx;
-    int D = c->head_dim, ID = c->index_head_dim;
-    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
-        int r = c->compress_ratio[l], coff = r == 4 ? 2 : 1;
-        gstate *st = &s->ls[l];
-        st->n_ckv = st->n_ikv = 0;
-        TRY(mk_cuda_memset(ctx, st->win, 0, F((size_t)c->window * D), err));
-        if (r) {
-            size_t n = (size_t)coff * r * coff * D;
-            TRY(mk_cuda_memset(ctx, st->ckv, 0, F((size_t)(s->max_len / r + 1) * D), err));
-            TRY(mk_cuda_memset(ctx, st->kv_state, 0, F(n), err));
-            TRY(mk_cuda_fill(ctx, st->sc_state, n, -INFINITY, err));
-        }
-        if (r == 4) {
-            TRY(mk_cuda_memset(ctx, st->ikv, 0, F((size_t)(s->max_len / 4 + 1) * ID), err));
-            TRY(mk_cuda_memset(ctx, st->ikv_state, 0, F((size_t)16 * ID), err));
-            TRY(mk_cuda_fill(ctx, st->isc_state, (size_t)16 * ID, -INFINITY, err));
-        }
-    }
+    for (int l = 0; l < c->n_layers + c->n_mtp; l++) TRY(layer_reset(s, l, err));
     s->pos = s->mtp_pos = s->n_last = 0;
-    return mk_cuda_ctx_sync(ctx, err);
+    return MK_OK;
 }
 
 int dsv4_cuda_seq_pos(const dsv4_cuda_seq *s) { return s->pos; }
@@ -473,138 +641,326 @@ void dsv4_cuda_seq_set_hooks(dsv4_cuda_seq *s, const dsv4_hooks *h) {
     else memset(&s->hooks, 0, sizeof s->hooks);
 }
 
+int dsv4_cuda_seq_bind(dsv4_cuda_seq *s, const int *blocks, int n_blocks, mk_err *err) {
+    if (s->own) return mk_fail(err, MK_EINVAL, "cuda: a standalone sequence has its own block table");
+    if (n_blocks < 0 || n_blocks > s->cap_blocks)
+        return mk_fail(err, MK_ERANGE, "cuda: block table of %d entries (room for %d)", n_blocks, s->cap_blocks);
+    for (int b = 0; b < n_blocks; b++)
+        if (blocks[b] < 0 || blocks[b] >= s->pool->n_blocks)
+            return mk_fail(err, MK_ERANGE, "cuda: block table entry %d is %d (pool of %d)", b, blocks[b],
+                           s->pool->n_blocks);
+    if (n_blocks) memcpy(s->blocks, blocks, sizeof(int) * (size_t)n_blocks);
+    s->n_blocks = n_blocks;
+    return MK_OK;
+}
+
+static uint8_t *blk(const dsv4_cuda_seq *s, int b) {
+    return s->pool->base + (size_t)s->blocks[b] * s->pool->lay.bytes;
+}
+
+/* Compressor state slots [0, r) (first D channels of kv, then of score) <-> a block's cst region. */
+static int state_snap(mk_cuda_ctx *ctx, float *dst, const float *kv, const float *sc, int W2, int D, int r,
+                      mk_err *err) {
+    TRY(mk_cuda_copy2d(ctx, dst, F(D), kv, F(W2), F(D), (size_t)r, err));
+    return mk_cuda_copy2d(ctx, dst + (size_t)r * D, F(D), sc, F(W2), F(D), (size_t)r, err);
+}
+
+int dsv4_cuda_seq_restore(dsv4_cuda_seq *s, int pos, mk_err *err) {
+    const dsv4_config *c = &s->g->m->cfg;
+    mk_cuda_ctx *ctx = s->g->ctx;
+    const dsv4_kv_layout *lay = &s->pool->lay;
+    const int bt = lay->block_tokens, D = c->head_dim, ID = c->index_head_dim;
+    if (!lay->snapshots) return mk_fail(err, MK_EINTERNAL, "restore: this sequence's blocks carry no snapshots");
+    if (pos <= 0 || pos % bt || pos > s->max_len)
+        return mk_fail(err, MK_EINTERNAL, "restore: position %d is not a block boundary in (0, %d]", pos, s->max_len);
+    if (s->n_blocks < pos / bt)
+        return mk_fail(err, MK_EINTERNAL, "restore: the block table (%d blocks) does not reach position %d",
+                       s->n_blocks, pos);
+    const uint8_t *b = blk(s, pos / bt - 1);
+    for (int l = 0; l < c->n_layers; l++) {
+        int r = c->compress_ratio[l];
+        gstate *st = &s->ls[l];
+        TRY(mk_cuda_bf16_to_f32(ctx, (const uint16_t *)(b + lay->win[l]), (size_t)c->window * D, st->win, err));
+        st->n_ckv = r ? pos / r : 0;
+        st->n_ikv = r == 4 ? pos / 4 : 0;
+        if (r == 4) {
+            const float *cs = (const float *)(b + lay->cst[l]), *ics = (const float *)(b + lay->icst[l]);
+            TRY(mk_cuda_copy2d(ctx, st->kv_state, F(2 * D), cs, F(D), F(D), (size_t)r, err));
+            TRY(mk_cuda_copy2d(ctx, st->sc_state, F(2 * D), cs + (size_t)r * D, F(D), F(D), (size_t)r, err));
+            TRY(mk_cuda_copy2d(ctx, st->ikv_state, F(2 * ID), ics, F(ID), F(ID), 4, err));
+            TRY(mk_cuda_copy2d(ctx, st->isc_state, F(2 * ID), ics + (size_t)4 * ID, F(ID), F(ID), 4, err));
+        }
+    }
+    for (int l = c->n_layers; l < c->n_layers + c->n_mtp; l++) TRY(layer_reset(s, l, err));
+    s->pos = pos;
+    s->mtp_pos = s->n_last = 0;
+    return MK_OK;
+}
+
 /* ---- the forward pass ----------------------------------------------------------------------- */
 
-static int lin(dsv4_cuda_seq *s, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
-    return mk_cuda_linear(s->g->ctx, W, x, m, y, round, s->lin, s->lin_bytes, err);
+typedef struct {
+    dsv4_cuda_seq *s;
+    int T, start, row0, k_sel;
+    const int32_t *dtbl; /* the block table on the device */
+    float *logits;       /* host, or NULL */
+} gpiece;
+
+/* One call's context: the scratch, the pieces, and the hooks (a single-piece call only). */
+typedef struct {
+    dsv4_cuda *g;
+    mk_cuda_ctx *ctx;
+    dsv4_cuda_work *w;
+    gpiece *pc;
+    int np, R;
+    const dsv4_hooks *hk;
+} gcall;
+
+static mk_cuda_paged paged(const gpiece *p, size_t off, int epb) {
+    mk_cuda_paged q = {p->s->pool->base, p->dtbl, p->s->pool->lay.bytes, off, epb};
+    return q;
+}
+
+static int lin_f(gcall *C, int flags, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
+    return mk_cuda_linear_ex(C->ctx, MK_CUDA_K_AUTO, flags | MK_CUDA_LIN_ROW_INVARIANT, W, x, m, y, round, C->w->lin,
+                             C->w->lin_bytes, err);
+}
+
+static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
+    return lin_f(C, 0, W, x, m, y, round, err);
+}
+
+/* Test mode: a named intermediate (dsv4.c's names) copied to the host for the dump hook. */
+static int dumpv(gcall *C, const float *dev, int64_t a, int64_t b, int64_t c3, mk_err *err, const char *fmt,
+                 int layer) {
+    if (!C->hk || !C->hk->dump) return MK_OK;
+    size_t n = (size_t)a * (size_t)b * (size_t)(c3 ? c3 : 1);
+    if (n > C->w->hh_n) return MK_OK;
+    TRY(mk_cuda_download(C->ctx, C->w->hh, dev, F(n), err));
+    char name[48];
+    snprintf(name, sizeof name, fmt, layer);
+    int64_t sh[3] = {a, b, c3};
+    C->hk->dump(C->hk->ctx, name, C->w->hh, c3 ? 3 : 2, sh);
+    return MK_OK;
+}
+
+/* Test mode: every compressed entry of layer l (gathered from the blocks) to the dump hook. */
+static int dump_entries(gcall *C, const gpiece *p, int layer, size_t off, int r, int n, int D, mk_err *err) {
+    if (!C->hk || !C->hk->dump || !n || (size_t)n * D > C->w->hh_n) return MK_OK;
+    int epb = DSV4_BLOCK_TOKENS / r;
+    for (int e = 0; e < n; e += epb) {
+        int cnt = n - e < epb ? n - e : epb;
+        TRY(mk_cuda_download(C->ctx, C->w->hh + (size_t)e * D, blk(p->s, e / epb) + off, F((size_t)cnt * D), err));
+    }
+    char name[48];
+    snprintf(name, sizeof name, "L%d.attn.ckv", layer);
+    int64_t sh[3] = {n, D, 0};
+    C->hk->dump(C->hk->ctx, name, C->w->hh, 2, sh);
+    return MK_OK;
 }
 
 /* New compressed entries of a compressor: rmsnorm, RoPE, then the indexer (Hadamard + FP4) or
  * attention (FP8 of the nope dims) simulation; the pooling already rounded them to bf16. */
-static int cmp_finish(dsv4_cuda_seq *s, const glayer *L, const gcmp *C, int is_idx, float *e, int n,
-                      int pos0, mk_err *err) {
-    const dsv4_config *c = &s->g->m->cfg;
-    mk_cuda_ctx *ctx = s->g->ctx;
-    int D = C->D, rd = c->rope_dim;
+static int cmp_finish(gcall *C, const glayer *L, const gcmp *Cm, int is_idx, float *e, int n, int pos0,
+                      mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    int D = Cm->D, rd = c->rope_dim;
     if (n <= 0) return MK_OK;
-    TRY(mk_cuda_rmsnorm(ctx, e, n, D, C->norm, c->norm_eps, e, err));
-    TRY(mk_cuda_rope_step(ctx, e + D - rd, n, D, rd, L->rope, pos0, C->ratio, 0, err));
+    TRY(mk_cuda_rmsnorm(C->ctx, e, n, D, Cm->norm, c->norm_eps, e, err));
+    TRY(mk_cuda_rope_step(C->ctx, e + D - rd, n, D, rd, L->rope, pos0, Cm->ratio, 0, err));
     if (is_idx) {
-        TRY(mk_cuda_hadamard(ctx, e, n, D, 1.0f / sqrtf((float)D), err));
-        TRY(mk_cuda_quant_sim(ctx, e, n, D, D, 32, 1, e, err));
+        TRY(mk_cuda_hadamard(C->ctx, e, n, D, 1.0f / sqrtf((float)D), err));
+        TRY(mk_cuda_quant_sim(C->ctx, e, n, D, D, 32, 1, e, err));
     } else {
-        TRY(mk_cuda_quant_sim(ctx, e, n, D, D - rd, 64, 0, e, err));
+        TRY(mk_cuda_quant_sim(C->ctx, e, n, D, D - rd, 64, 0, e, err));
     }
     return MK_OK;
 }
 
-static int compressor(dsv4_cuda_seq *s, const glayer *L, const gcmp *C, int is_idx, const float *x,
-                      int T, int start, float *cache, int *n_cache, float *kvs, float *scs, mk_err *err) {
-    mk_cuda_ctx *ctx = s->g->ctx;
-    int r = C->ratio, D = C->D, W2 = C->coff * D, ov = C->coff == 2;
-    float *kvp = s->ckvp, *scp = s->cscp;
-    TRY(lin(s, &C->wkv, x, T, kvp, 0, err));
-    TRY(lin(s, &C->wgate, x, T, scp, 0, err));
-    if (start == 0) {
-        int rem = T % r, cutoff = T - rem, off = ov ? r : 0;
-        TRY(mk_cuda_add_ape(ctx, scp, T, W2, C->ape, r, 0, err));
-        if (ov && cutoff >= r) {
-            TRY(mk_cuda_copy(ctx, kvs, kvp + (size_t)(cutoff - r) * W2, F((size_t)r * W2), err));
-            TRY(mk_cuda_copy(ctx, scs, scp + (size_t)(cutoff - r) * W2, F((size_t)r * W2), err));
+/* Entries [n0, n0 + n) of one region (offset off, epb per block) <- src [n, D]. */
+static int put_entries(gcall *C, const dsv4_cuda_seq *s, size_t off, int epb, int D, int n0, int n, const float *src,
+                       mk_err *err) {
+    for (int i = 0; i < n;) {
+        int e = n0 + i, cnt = epb - e % epb;
+        if (cnt > n - i) cnt = n - i;
+        float *dst = (float *)(blk(s, e / epb) + off) + (size_t)(e % epb) * D;
+        TRY(mk_cuda_copy(C->ctx, dst, src + (size_t)i * D, F((size_t)cnt * D), err));
+        i += cnt;
+    }
+    return MK_OK;
+}
+
+/* A compressor (the attention's, or with is_idx the indexer's) over the call's rows x: the
+ * projections of all pieces in one call each, then per piece its pooling state. A one-token piece
+ * goes through the state slots (the reference's decode rule); a longer one pools from E = [the
+ * state's rows before the call | the call's rows] (the prefill rule over the same rows in the same
+ * order: the same bits), then keeps the rows the next call needs. New entries go to the piece's
+ * blocks; with snapshots, an overlap compressor's state slots [0, r) go to every block end. */
+static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int is_idx, const float *x,
+                      mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    const int r = Cm->ratio, D = Cm->D, W2 = Cm->coff * D, ov = Cm->coff == 2, bt = DSV4_BLOCK_TOKENS;
+    TRY(lin(C, &Cm->wkv, x, C->R, w->ckvp, 0, err));
+    TRY(lin(C, &Cm->wgate, x, C->R, w->cscp, 0, err));
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        dsv4_cuda_seq *s = p->s;
+        gstate *st = &s->ls[layer];
+        const int T = p->T, start = p->start, epb = bt / r;
+        const dsv4_kv_layout *lay = &s->pool->lay;
+        const int snap = lay->snapshots && layer < c->n_layers && ov;
+        const size_t off = is_idx ? lay->ikv[layer] : lay->ckv[layer];
+        const size_t soff = is_idx ? lay->icst[layer] : lay->cst[layer];
+        int *n_cache = is_idx ? &st->n_ikv : &st->n_ckv;
+        float *kvs = is_idx ? st->ikv_state : st->kv_state, *scs = is_idx ? st->isc_state : st->sc_state;
+        float *kvp = w->ckvp + (size_t)p->row0 * W2, *scp = w->cscp + (size_t)p->row0 * W2;
+        TRY(mk_cuda_add_ape(ctx, scp, T, W2, Cm->ape, r, start, err));
+        if (T == 1) {
+            int slot = ov ? r + start % r : start % r;
+            TRY(mk_cuda_copy(ctx, kvs + (size_t)slot * W2, kvp, F(W2), err));
+            TRY(mk_cuda_copy(ctx, scs + (size_t)slot * W2, scp, F(W2), err));
+            if ((start + 1) % r) continue;
+            TRY(mk_cuda_cmp_pool(ctx, kvs, scs, W2, D, r, ov, 0, 1, w->ents, err));
+            if (ov) {
+                TRY(mk_cuda_copy(ctx, kvs, kvs + (size_t)r * W2, F((size_t)r * W2), err));
+                TRY(mk_cuda_copy(ctx, scs, scs + (size_t)r * W2, F((size_t)r * W2), err));
+            }
+            TRY(cmp_finish(C, L, Cm, is_idx, w->ents, 1, start + 1 - r, err));
+            TRY(put_entries(C, s, off, epb, D, *n_cache, 1, w->ents, err));
+            (*n_cache)++;
+            if (snap && (start + 1) % bt == 0)
+                TRY(state_snap(ctx, (float *)(blk(s, start / bt) + soff), kvs, scs, W2, D, r, err));
+            continue;
+        }
+        const int pre = (ov ? r : 0) + start % r, a = start - pre;
+        const int g0 = start / r, g1 = (start + T) / r, ng = g1 - g0, rem = (start + T) % r;
+        TRY(mk_cuda_copy(ctx, w->ekv, kvs, F((size_t)pre * W2), err));
+        TRY(mk_cuda_copy(ctx, w->esc, scs, F((size_t)pre * W2), err));
+        TRY(mk_cuda_copy(ctx, w->ekv + (size_t)pre * W2, kvp, F((size_t)T * W2), err));
+        TRY(mk_cuda_copy(ctx, w->esc + (size_t)pre * W2, scp, F((size_t)T * W2), err));
+        if (ng > 0) {
+            size_t g0row = (size_t)(ov ? r : 0) * W2;
+            TRY(mk_cuda_cmp_pool(ctx, w->ekv + g0row, w->esc + g0row, W2, D, r, ov, 1, ng, w->ents, err));
+            TRY(cmp_finish(C, L, Cm, is_idx, w->ents, ng, g0 * r, err));
+            TRY(put_entries(C, s, off, epb, D, *n_cache, ng, w->ents, err));
+            *n_cache += ng;
+            for (int e = (start / bt + 1) * bt - 1; snap && e < start + T; e += bt) {
+                size_t i = (size_t)((e + 1) / r - 1) * r - a;
+                TRY(state_snap(ctx, (float *)(blk(s, e / bt) + soff), w->ekv + i * W2, w->esc + i * W2, W2, D, r, err));
+            }
+        }
+        if (ov && g1 >= 1) {
+            size_t i = (size_t)(g1 - 1) * r - a;
+            TRY(mk_cuda_copy(ctx, kvs, w->ekv + i * W2, F((size_t)r * W2), err));
+            TRY(mk_cuda_copy(ctx, scs, w->esc + i * W2, F((size_t)r * W2), err));
         }
         if (rem) {
-            TRY(mk_cuda_copy(ctx, kvs + (size_t)off * W2, kvp + (size_t)cutoff * W2, F((size_t)rem * W2), err));
-            TRY(mk_cuda_copy(ctx, scs + (size_t)off * W2, scp + (size_t)cutoff * W2, F((size_t)rem * W2), err));
+            size_t i = (size_t)g1 * r - a, slot = ov ? r : 0;
+            TRY(mk_cuda_copy(ctx, kvs + slot * W2, w->ekv + i * W2, F((size_t)rem * W2), err));
+            TRY(mk_cuda_copy(ctx, scs + slot * W2, w->esc + i * W2, F((size_t)rem * W2), err));
         }
-        int ng = cutoff / r;
-        float *e = cache + (size_t)(*n_cache) * D;
-        TRY(mk_cuda_cmp_pool(ctx, kvp, scp, W2, D, r, ov, 1, ng, e, err));
-        TRY(cmp_finish(s, L, C, is_idx, e, ng, 0, err));
-        *n_cache += ng;
-    } else {
-        int p = start;
-        TRY(mk_cuda_add_ape(ctx, scp, 1, W2, C->ape, r, p, err));
-        int slot = ov ? r + p % r : p % r;
-        TRY(mk_cuda_copy(ctx, kvs + (size_t)slot * W2, kvp, F(W2), err));
-        TRY(mk_cuda_copy(ctx, scs + (size_t)slot * W2, scp, F(W2), err));
-        if ((p + 1) % r) return MK_OK;
-        float *e = cache + (size_t)(*n_cache) * D;
-        TRY(mk_cuda_cmp_pool(ctx, kvs, scs, W2, D, r, ov, 0, 1, e, err));
-        if (ov) {
-            TRY(mk_cuda_copy(ctx, kvs, kvs + (size_t)r * W2, F((size_t)r * W2), err));
-            TRY(mk_cuda_copy(ctx, scs, scs + (size_t)r * W2, F((size_t)r * W2), err));
-        }
-        TRY(cmp_finish(s, L, C, is_idx, e, 1, p + 1 - r, err));
-        (*n_cache)++;
     }
     return MK_OK;
 }
 
-static int indexer(dsv4_cuda_seq *s, int layer, const glayer *L, gstate *st, const float *x, int T,
-                   int start, int *k_out, mk_err *err) {
-    const dsv4_config *c = &s->g->m->cfg;
-    mk_cuda_ctx *ctx = s->g->ctx;
-    int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim;
-    *k_out = 0;
-    TRY(lin(s, &L->idx_wq_b, s->qr, T, s->iq, 1, err));
-    TRY(mk_cuda_rope(ctx, s->iq + ID - rd, T * IH, ID, rd, L->rope, start, IH, 0, err));
-    TRY(mk_cuda_hadamard(ctx, s->iq, T * IH, ID, 1.0f / sqrtf((float)ID), err));
-    TRY(mk_cuda_quant_sim(ctx, s->iq, T * IH, ID, ID, 32, 1, s->iq, err));
-    TRY(dumpv(s, s->iq, T, IH, ID, err, "L%d.idx.q", layer));
-    TRY(compressor(s, L, &L->idx_cmp, 1, x, T, start, st->ikv, &st->n_ikv, st->ikv_state, st->isc_state, err));
-    TRY(lin(s, &L->idx_wproj, x, T, s->iw, 1, err));
+/* Lightning indexer of a CSA layer: per piece, up to index_topk entries per row into sel (rows of
+ * the piece at row0, stride the piece's k_sel). */
+static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim, R = C->R;
+    TRY(lin(C, &L->idx_wq_b, w->qr, R, w->iq, 1, err));
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        TRY(mk_cuda_rope(ctx, w->iq + (size_t)p->row0 * IH * ID + ID - rd, p->T * IH, ID, rd, L->rope, p->start, IH,
+                         0, err));
+    }
+    TRY(mk_cuda_hadamard(ctx, w->iq, R * IH, ID, 1.0f / sqrtf((float)ID), err));
+    TRY(mk_cuda_quant_sim(ctx, w->iq, R * IH, ID, ID, 32, 1, w->iq, err));
+    TRY(dumpv(C, w->iq, R, IH, ID, err, "L%d.idx.q", layer));
+    TRY(compressor(C, layer, L, &L->idx_cmp, 1, x, err));
+    TRY(lin(C, &L->idx_wproj, x, R, w->iw, 1, err));
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
-    TRY(mk_cuda_scale_bf16(ctx, s->iw, (size_t)T * IH, wscale, err));
-    int end = start + T, n_all = end / 4, prefill = start == 0;
-    int k = c->index_topk < n_all ? c->index_topk : n_all;
-    if (k <= 0) return MK_OK;
-    if (k > s->sel_cap) return mk_fail(err, MK_ERANGE, "cuda: indexer top-k %d over capacity %d", k, s->sel_cap);
-    TRY(mk_cuda_index_scores(ctx, s->iq, s->iw, st->ikv, T, IH, ID, prefill, n_all, s->isc, err));
-    TRY(mk_cuda_index_topk(ctx, s->isc, T, n_all, prefill, k, s->sel, err));
-    if (s->hooks.indexer) {
-        TRY(mk_cuda_download(ctx, s->hi, s->sel, sizeof(int32_t) * (size_t)T * k, err));
-        TRY(mk_cuda_download(ctx, s->hh, s->isc, F((size_t)T * n_all), err));
-        for (int t = 0; t < T; t++) {
-            int vis = prefill ? (t + 1) / 4 : n_all;
-            s->hooks.indexer(s->hooks.ctx, layer, t, T, k, s->hi + (size_t)t * k, s->hh + (size_t)t * n_all, vis);
+    TRY(mk_cuda_scale_bf16(ctx, w->iw, (size_t)R * IH, wscale, err));
+    for (int pi = 0; pi < C->np; pi++) {
+        gpiece *p = &C->pc[pi];
+        const int T = p->T, start = p->start, n_all = (start + T) / 4;
+        const int k = c->index_topk < n_all ? c->index_topk : n_all;
+        int32_t *sel = w->sel + (size_t)p->row0 * w->sel_cap;
+        p->k_sel = k > 0 ? k : 0;
+        if (k <= 0) continue;
+        if (k > w->sel_cap) return mk_fail(err, MK_ERANGE, "cuda: indexer top-k %d over capacity %d", k, w->sel_cap);
+        TRY(mk_cuda_index_scores(ctx, w->iq + (size_t)p->row0 * IH * ID, w->iw + (size_t)p->row0 * IH,
+                                 paged(p, p->s->pool->lay.ikv[layer], DSV4_BLOCK_TOKENS / 4), T, IH, ID, start, n_all,
+                                 w->isc, err));
+        TRY(mk_cuda_index_topk(ctx, w->isc, T, n_all, start, k, sel, err));
+        if (C->hk && C->hk->indexer) {
+            TRY(mk_cuda_download(ctx, w->hi, sel, sizeof(int32_t) * (size_t)T * k, err));
+            TRY(mk_cuda_download(ctx, w->hh, w->isc, F((size_t)T * n_all), err));
+            for (int t = 0; t < T; t++) {
+                int vis = (start + t + 1) / 4 < n_all ? (start + t + 1) / 4 : n_all;
+                C->hk->indexer(C->hk->ctx, layer, t, T, k, w->hi + (size_t)t * k, w->hh + (size_t)t * n_all, vis);
+            }
+            TRY(mk_cuda_upload(ctx, sel, w->hi, sizeof(int32_t) * (size_t)T * k, err));
+            TRY(mk_cuda_index_clamp(ctx, sel, T, n_all, start, k, err));
         }
-        TRY(mk_cuda_upload(ctx, s->sel, s->hi, sizeof(int32_t) * (size_t)T * k, err));
-        TRY(mk_cuda_index_clamp(ctx, s->sel, T, n_all, prefill, k, err));
     }
-    *k_out = k;
     return MK_OK;
 }
 
-static int attention(dsv4_cuda_seq *s, int layer, const glayer *L, gstate *st, const float *x, int T,
-                     int start, float *out, mk_err *err) {
-    const dsv4_config *c = &s->g->m->cfg;
-    mk_cuda_ctx *ctx = s->g->ctx;
-    int H = c->n_heads, D = c->head_dim, rd = c->rope_dim, nope = D - rd, HD = H * D;
-    int G = c->o_groups, Dg = HD / G, win = c->window, r = L->ratio;
-    TRY(lin(s, &L->wq_a, x, T, s->qr, 1, err));
-    TRY(mk_cuda_rmsnorm(ctx, s->qr, T, c->q_lora, L->q_norm, c->norm_eps, s->qr, err));
-    TRY(dumpv(s, s->qr, T, c->q_lora, 0, err, "L%d.attn.qr", layer));
-    TRY(lin(s, &L->wq_b, s->qr, T, s->q, 1, err));
-    TRY(mk_cuda_head_rms_bf16(ctx, s->q, T * H, D, c->norm_eps, err));
-    TRY(mk_cuda_rope(ctx, s->q + nope, T * H, D, rd, L->rope, start, H, 0, err));
-    TRY(dumpv(s, s->q, T, H, D, err, "L%d.attn.q", layer));
-    TRY(lin(s, &L->wkv, x, T, s->kv, 1, err));
-    TRY(mk_cuda_rmsnorm(ctx, s->kv, T, D, L->kv_norm, c->norm_eps, s->kv, err));
-    TRY(mk_cuda_rope(ctx, s->kv + nope, T, D, rd, L->rope, start, 1, 0, err));
-    TRY(mk_cuda_quant_sim(ctx, s->kv, T, D, nope, 64, 0, s->kv, err));
-    TRY(dumpv(s, s->kv, T, D, 0, err, "L%d.attn.kv", layer));
-    int k_sel = 0;
-    if (r == 4) TRY(indexer(s, layer, L, st, x, T, start, &k_sel, err));
-    for (int t = (T > win ? T - win : 0); t < T; t++)
-        TRY(mk_cuda_copy(ctx, st->win + (size_t)((start + t) % win) * D, s->kv + (size_t)t * D, F(D), err));
-    if (r) TRY(compressor(s, L, &L->cmp, 0, x, T, start, st->ckv, &st->n_ckv, st->kv_state, st->sc_state, err));
-    if (r && st->n_ckv) TRY(dumpv(s, st->ckv, st->n_ckv, D, 0, err, "L%d.attn.ckv", layer));
-    TRY(mk_cuda_attn_rows(ctx, T, start, win, D, s->kv, st->win, st->ckv, st->n_ckv, r, s->sel, k_sel,
-                          s->rows, s->row_start, err));
-    TRY(mk_cuda_sparse_attn(ctx, s->q, T, H, D, (const float *const *)s->rows, s->row_start, L->attn_sink,
-                            1.0f / sqrtf((float)D), s->o, err));
-    TRY(mk_cuda_rope(ctx, s->o + nope, T * H, D, rd, L->rope, start, H, 1, err));
-    TRY(dumpv(s, s->o, T, H, D, err, "L%d.attn.o", layer));
+static int attention(gcall *C, int layer, const glayer *L, const float *x, float *out, mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    const int H = c->n_heads, D = c->head_dim, rd = c->rope_dim, nope = D - rd, HD = H * D, R = C->R;
+    const int G = c->o_groups, Dg = HD / G, win = c->window, r = L->ratio, bt = DSV4_BLOCK_TOKENS;
+    TRY(lin(C, &L->wq_a, x, R, w->qr, 1, err));
+    TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
+    TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
+    TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
+    TRY(mk_cuda_head_rms_bf16(ctx, w->q, R * H, D, c->norm_eps, err));
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        TRY(mk_cuda_rope(ctx, w->q + (size_t)p->row0 * HD + nope, p->T * H, D, rd, L->rope, p->start, H, 0, err));
+    }
+    TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
+    TRY(lin(C, &L->wkv, x, R, w->kv, 1, err));
+    TRY(mk_cuda_rmsnorm(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, w->kv, err));
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        TRY(mk_cuda_rope(ctx, w->kv + (size_t)p->row0 * D + nope, p->T, D, rd, L->rope, p->start, 1, 0, err));
+    }
+    TRY(mk_cuda_quant_sim(ctx, w->kv, R, D, nope, 64, 0, w->kv, err));
+    TRY(dumpv(C, w->kv, R, D, 0, err, "L%d.attn.kv", layer));
+    for (int pi = 0; pi < C->np; pi++) C->pc[pi].k_sel = 0;
+    if (r == 4) TRY(indexer(C, layer, L, x, err));
+    if (r) TRY(compressor(C, layer, L, &L->cmp, 0, x, err));
+    if (r && C->np == 1)
+        TRY(dump_entries(C, &C->pc[0], layer, C->pc[0].s->pool->lay.ckv[layer], r, C->pc[0].s->ls[layer].n_ckv, D, err));
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        dsv4_cuda_seq *s = p->s;
+        gstate *st = &s->ls[layer];
+        const int T = p->T, start = p->start;
+        const float *kvp = w->kv + (size_t)p->row0 * D;
+        mk_cuda_paged ckv = {0};
+        if (r) ckv = paged(p, s->pool->lay.ckv[layer], bt / r);
+        TRY(mk_cuda_attn_rows(ctx, T, start, win, D, kvp, st->win, ckv, st->n_ckv, r,
+                              w->sel + (size_t)p->row0 * w->sel_cap, p->k_sel, w->rows, w->row_start, err));
+        TRY(mk_cuda_sparse_attn(ctx, w->q + (size_t)p->row0 * HD, T, H, D, (const float *const *)w->rows,
+                                w->row_start, L->attn_sink, 1.0f / sqrtf((float)D), w->o + (size_t)p->row0 * HD,
+                                err));
+        TRY(mk_cuda_rope(ctx, w->o + (size_t)p->row0 * HD + nope, T * H, D, rd, L->rope, start, H, 1, err));
+        /* window snapshots at the block ends inside the piece, then the ring itself */
+        for (int e = (start / bt + 1) * bt - 1; s->pool->lay.snapshots && layer < c->n_layers && e < start + T; e += bt)
+            TRY(mk_cuda_snap_ring(ctx, (uint16_t *)(blk(s, e / bt) + s->pool->lay.win[layer]), st->win, kvp, start, e,
+                                  win, D, err));
+        TRY(mk_cuda_ring_put(ctx, st->win, kvp, start, T, win, D, err));
+    }
+    TRY(dumpv(C, w->o, R, H, D, err, "L%d.attn.o", layer));
     for (int g = 0; g < G; g++) {
         mk_wmat Wg = L->wo_a;
         Wg.n = c->o_lora;
@@ -614,158 +970,217 @@ static int attention(dsv4_cuda_seq *s, int layer, const glayer *L, gstate *st, c
             Wg.w = (const uint8_t *)L->wo_a.w + (size_t)g * c->o_lora * Dg;
             Wg.scale = L->wo_a.scale + (size_t)(g * c->o_lora / 128) * ((Dg + 127) / 128);
         }
-        if (T == 1) {
-            TRY(lin(s, &Wg, s->o + (size_t)g * Dg, 1, s->oa + (size_t)g * c->o_lora, 1, err));
+        if (R == 1) {
+            TRY(lin(C, &Wg, w->o + (size_t)g * Dg, 1, w->oa + (size_t)g * c->o_lora, 1, err));
         } else {
-            TRY(mk_cuda_copy2d(ctx, s->og, F(Dg), s->o + (size_t)g * Dg, F(HD), F(Dg), (size_t)T, err));
-            TRY(lin(s, &Wg, s->og, T, s->ot, 1, err));
-            TRY(mk_cuda_copy2d(ctx, s->oa + (size_t)g * c->o_lora, F(G * c->o_lora), s->ot, F(c->o_lora),
-                               F(c->o_lora), (size_t)T, err));
+            TRY(mk_cuda_copy2d(ctx, w->og, F(Dg), w->o + (size_t)g * Dg, F(HD), F(Dg), (size_t)R, err));
+            TRY(lin(C, &Wg, w->og, R, w->ot, 1, err));
+            TRY(mk_cuda_copy2d(ctx, w->oa + (size_t)g * c->o_lora, F(G * c->o_lora), w->ot, F(c->o_lora),
+                               F(c->o_lora), (size_t)R, err));
         }
     }
-    TRY(dumpv(s, s->oa, T, G * c->o_lora, 0, err, "L%d.attn.oa", layer));
-    TRY(lin(s, &L->wo_b, s->oa, T, out, 1, err));
-    return dumpv(s, out, T, c->dim, 0, err, "L%d.attn.out", layer);
+    TRY(dumpv(C, w->oa, R, G * c->o_lora, 0, err, "L%d.attn.oa", layer));
+    TRY(lin(C, &L->wo_b, w->oa, R, out, 1, err));
+    return dumpv(C, out, R, c->dim, 0, err, "L%d.attn.out", layer);
 }
 
-static int moe(dsv4_cuda_seq *s, int layer, const glayer *L, const float *x, int T, float *out, mk_err *err) {
-    const dsv4_config *c = &s->g->m->cfg;
-    mk_cuda_ctx *ctx = s->g->ctx;
-    int E = c->n_experts, K = c->n_act, d = c->dim, I = c->moe_inter;
+static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out, mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    int E = c->n_experts, K = c->n_act, d = c->dim, I = c->moe_inter, T = C->R;
     float lim = c->swiglu_limit;
-    TRY(lin(s, &L->gate, x, T, s->gsc, 0, err));
-    TRY(mk_cuda_moe_route(ctx, s->gsc, T, E, K, L->gate_bias, L->tid2eid, s->tok, c->vocab, s->gidx,
-                          s->gmargin, err));
-    if (s->hooks.moe) {
-        TRY(mk_cuda_download(ctx, s->hi, s->gidx, sizeof(int32_t) * (size_t)T * K, err));
-        TRY(mk_cuda_download(ctx, s->hf, s->gmargin, F(T), err));
-        s->hooks.moe(s->hooks.ctx, layer, T, K, s->hi, s->hf);
-        TRY(mk_cuda_upload(ctx, s->gidx, s->hi, sizeof(int32_t) * (size_t)T * K, err));
+    TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
+    TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
+                          err));
+    if (C->hk && C->hk->moe) {
+        TRY(mk_cuda_download(ctx, w->hi, w->gidx, sizeof(int32_t) * (size_t)T * K, err));
+        TRY(mk_cuda_download(ctx, w->hf, w->gmargin, F(T), err));
+        C->hk->moe(C->hk->ctx, layer, T, K, w->hi, w->hf);
+        TRY(mk_cuda_upload(ctx, w->gidx, w->hi, sizeof(int32_t) * (size_t)T * K, err));
     }
-    TRY(mk_cuda_moe_weights(ctx, s->gsc, T, E, K, c->route_scale, s->gidx, s->gw, err));
-    TRY(dumpv(s, s->gw, T, K, 0, err, "L%d.moe.weights", layer));
-    TRY(mk_cuda_moe_plan(ctx, s->gidx, s->gw, T, K, E, s->plan, s->sw, err));
-    const float *xd = x, *ad = s->act;
+    TRY(mk_cuda_moe_weights(ctx, w->gsc, T, E, K, c->route_scale, w->gidx, w->gw, err));
+    TRY(dumpv(C, w->gw, T, K, 0, err, "L%d.moe.weights", layer));
+    TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
+    const float *xd = x, *ad = w->act;
     if (L->ekind != MK_W_BF16) {
-        TRY(mk_cuda_quant_sim(ctx, x, T, d, d, 128, 0, s->xd, err));
-        xd = s->xd;
+        TRY(mk_cuda_quant_sim(ctx, x, T, d, d, 128, 0, w->xd, err));
+        xd = w->xd;
     }
     TRY(mk_cuda_moe_gemv(ctx, L->ekind, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
-                         (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, xd, 1, s->plan,
-                         s->sw, T, K, E, lim, s->act, err));
+                         (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, xd, 1, w->plan, w->sw, T,
+                         K, E, lim, w->act, err));
     if (L->ekind != MK_W_BF16) {
-        TRY(mk_cuda_quant_sim(ctx, s->act, T * K, I, I, 128, 0, s->actd, err));
-        ad = s->actd;
+        TRY(mk_cuda_quant_sim(ctx, w->act, T * K, I, I, 128, 0, w->actd, err));
+        ad = w->actd;
     }
-    TRY(mk_cuda_moe_gemv(ctx, L->ekind, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL,
-                         NULL, d, I, ad, 0, s->plan, s->sw, T, K, E, lim, s->eo, err));
+    TRY(mk_cuda_moe_gemv(ctx, L->ekind, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
+                         ad, 0, w->plan, w->sw, T, K, E, lim, w->eo, err));
     /* shared expert */
-    TRY(lin(s, &L->sh1, x, T, s->sg, 1, err));
-    TRY(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_REUSE_X, &L->sh3, x, T, s->su, 1, s->lin,
-                          s->lin_bytes, err));
-    TRY(mk_cuda_swiglu(ctx, s->sg, s->su, (size_t)T * I, lim, s->sg, err));
-    TRY(lin(s, &L->sh2, s->sg, T, s->seo, 1, err));
-    TRY(mk_cuda_moe_combine(ctx, s->eo, s->gidx, s->plan, T, K, E, d, s->seo, out, err));
+    TRY(lin(C, &L->sh1, x, T, w->sg, 1, err));
+    TRY(lin_f(C, MK_CUDA_LIN_REUSE_X, &L->sh3, x, T, w->su, 1, err));
+    TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, lim, w->sg, err));
+    TRY(lin(C, &L->sh2, w->sg, T, w->seo, 1, err));
+    TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
     return MK_OK;
 }
 
-/* Test mode: a named intermediate (dsv4.c's names) copied to the host for the dump hook. */
-static int dumpv(dsv4_cuda_seq *s, const float *dev, int64_t a, int64_t b, int64_t c3, mk_err *err, const char *fmt,
-                 int layer) {
-    if (!s->hooks.dump) return MK_OK;
-    size_t n = (size_t)a * (size_t)b * (size_t)(c3 ? c3 : 1);
-    if (n > s->hh_n) return MK_OK;
-    TRY(mk_cuda_download(s->g->ctx, s->hh, dev, F(n), err));
-    char name[48];
-    snprintf(name, sizeof name, fmt, layer);
-    int64_t sh[3] = {a, b, c3};
-    s->hooks.dump(s->hooks.ctx, name, s->hh, c3 ? 3 : 2, sh);
+static int block(gcall *C, int layer, const glayer *L, float *h, mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    int hc = c->hc, d = c->dim, T = C->R;
+    TRY(mk_cuda_hc_pre(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters, c->hc_eps,
+                       c->norm_eps, w->x, w->post, w->comb, err));
+    TRY(mk_cuda_rmsnorm(ctx, w->x, T, d, L->attn_norm, c->norm_eps, w->x, err));
+    TRY(dumpv(C, w->x, T, d, 0, err, "L%d.attn.in", layer));
+    TRY(attention(C, layer, L, w->x, w->sub, err));
+    TRY(mk_cuda_hc_post(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, err));
+    TRY(dumpv(C, w->h2, T, hc, d, err, "L%d.h_attn", layer));
+    TRY(mk_cuda_hc_pre(ctx, w->h2, T, hc, d, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_iters, c->hc_eps,
+                       c->norm_eps, w->x, w->post, w->comb, err));
+    TRY(mk_cuda_rmsnorm(ctx, w->x, T, d, L->ffn_norm, c->norm_eps, w->x, err));
+    TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
+    TRY(moe(C, layer, L, w->x, w->sub, err));
+    TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
+    TRY(mk_cuda_hc_post(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, err));
+    return dumpv(C, h, T, hc, d, err, "L%d.h", layer);
+}
+
+/* Logits of the pieces that want them: their last rows of h gathered, then one head call. */
+static int head(gcall *C, const float *h, const float *fn, const float *scale, const float *base,
+                const uint16_t *norm, mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    size_t row = (size_t)c->hc * c->dim;
+    int n = 0;
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        if (!p->logits) continue;
+        TRY(mk_cuda_copy(ctx, w->hl + (size_t)n * row, h + (size_t)(p->row0 + p->T - 1) * row, F(row), err));
+        n++;
+    }
+    if (!n) return mk_cuda_ctx_sync(ctx, err);
+    TRY(mk_cuda_hc_head(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, w->xl, err));
+    TRY(mk_cuda_rmsnorm(ctx, w->xl, n, c->dim, norm, c->norm_eps, w->xl, err));
+    TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
+    n = 0;
+    for (int pi = 0; pi < C->np; pi++) {
+        if (!C->pc[pi].logits) continue;
+        TRY(mk_cuda_download(ctx, C->pc[pi].logits, w->logits + (size_t)n * c->vocab, F(c->vocab), err));
+        n++;
+    }
     return MK_OK;
 }
 
-static int block(dsv4_cuda_seq *s, int layer, const glayer *L, gstate *st, float *h, int T, int start,
-                 mk_err *err) {
-    const dsv4_config *c = &s->g->m->cfg;
-    mk_cuda_ctx *ctx = s->g->ctx;
-    int hc = c->hc, d = c->dim;
-    TRY(mk_cuda_hc_pre(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
-                       c->hc_eps, c->norm_eps, s->x, s->post, s->comb, err));
-    TRY(mk_cuda_rmsnorm(ctx, s->x, T, d, L->attn_norm, c->norm_eps, s->x, err));
-    TRY(dumpv(s, s->x, T, d, 0, err, "L%d.attn.in", layer));
-    TRY(attention(s, layer, L, st, s->x, T, start, s->sub, err));
-    TRY(mk_cuda_hc_post(ctx, s->sub, h, s->post, s->comb, T, hc, d, s->h2, err));
-    TRY(dumpv(s, s->h2, T, hc, d, err, "L%d.h_attn", layer));
-    TRY(mk_cuda_hc_pre(ctx, s->h2, T, hc, d, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_iters,
-                       c->hc_eps, c->norm_eps, s->x, s->post, s->comb, err));
-    TRY(mk_cuda_rmsnorm(ctx, s->x, T, d, L->ffn_norm, c->norm_eps, s->x, err));
-    TRY(dumpv(s, s->x, T, d, 0, err, "L%d.moe.in", layer));
-    TRY(moe(s, layer, L, s->x, T, s->sub, err));
-    TRY(dumpv(s, s->sub, T, d, 0, err, "L%d.moe.out", layer));
-    TRY(mk_cuda_hc_post(ctx, s->sub, s->h2, s->post, s->comb, T, hc, d, h, err));
-    return dumpv(s, h, T, hc, d, err, "L%d.h", layer);
-}
-
-static int head(dsv4_cuda_seq *s, const float *h_last, const float *fn, const float *scale,
-                const float *base, const uint16_t *norm, float *logits, mk_err *err) {
-    dsv4_cuda *g = s->g;
-    const dsv4_config *c = &g->m->cfg;
-    TRY(mk_cuda_hc_head(g->ctx, h_last, 1, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, s->x, err));
-    TRY(mk_cuda_rmsnorm(g->ctx, s->x, 1, c->dim, norm, c->norm_eps, s->x, err));
-    TRY(lin(s, &g->head, s->x, 1, s->logits, 0, err));
-    return mk_cuda_download(g->ctx, logits, s->logits, F(c->vocab), err);
-}
-
-static int check_call(dsv4_cuda_seq *s, const int32_t *tokens, int T, int start, mk_err *err) {
-    const dsv4_config *c = &s->g->m->cfg;
-    if (T <= 0) return mk_fail(err, MK_EINVAL, "a forward call needs at least one token");
-    if (start > 0 && T != 1)
-        return mk_fail(err, MK_ENOTSUP, "a call at position %d has %d tokens: after the prefill only one-token decodes are supported", start, T);
-    if (T > s->max_tok) return mk_fail(err, MK_ERANGE, "a call of %d tokens exceeds this sequence's %d", T, s->max_tok);
-    if (start + T > s->max_len)
-        return mk_fail(err, MK_ERANGE, "position %d exceeds the sequence capacity %d", start + T, s->max_len);
+static int check_tokens(const dsv4_config *c, const int32_t *tokens, int T, int piece, mk_err *err) {
     for (int i = 0; i < T; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
-            return mk_fail(err, MK_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, c->vocab);
+            return mk_fail(err, MK_ERANGE, "token id %d at index %d of piece %d is outside the vocabulary [0, %d)",
+                           tokens[i], i, piece, c->vocab);
     return MK_OK;
+}
+
+/* Checks every piece, lays out the rows and uploads token ids and block tables (one copy). */
+static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
+                      const int *n, float *const *logits, int np, gpiece *pc, mk_err *err) {
+    const dsv4_config *c = &w->g->m->cfg;
+    memset(C, 0, sizeof *C);
+    if (np < 1) return mk_fail(err, MK_EINVAL, "a batched call needs at least one piece");
+    if (np > w->max_pieces) return mk_fail(err, MK_ERANGE, "a call of %d pieces exceeds the scratch's %d", np, w->max_pieces);
+    int R = 0;
+    for (int i = 0; i < np; i++) {
+        dsv4_cuda_seq *s = seqs[i];
+        if (s->g != w->g) return mk_fail(err, MK_EINVAL, "piece %d: a sequence of another model", i);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == s) return mk_fail(err, MK_EINVAL, "pieces %d and %d run on the same sequence", j, i);
+        if (n[i] <= 0) return mk_fail(err, MK_EINVAL, "piece %d: a forward call needs at least one token", i);
+        if (s->pos + n[i] > s->max_len)
+            return mk_fail(err, MK_ERANGE, "piece %d: position %d exceeds the sequence capacity %d", i, s->pos + n[i],
+                           s->max_len);
+        if ((long)s->n_blocks * DSV4_BLOCK_TOKENS < (long)s->pos + n[i])
+            return mk_fail(err, MK_EINTERNAL, "piece %d: [%d, %d) is not covered by its %d blocks", i, s->pos,
+                           s->pos + n[i], s->n_blocks);
+        if (s->pos + n[i] > w->max_len)
+            return mk_fail(err, MK_ERANGE, "piece %d: position %d exceeds the scratch's length %d", i, s->pos + n[i],
+                           w->max_len);
+        TRY(check_tokens(c, tokens[i], n[i], i, err));
+        pc[i] = (gpiece){.s = s, .T = n[i], .start = s->pos, .row0 = R, .logits = logits ? logits[i] : NULL};
+        R += n[i];
+        if (R > w->max_rows)
+            return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
+    }
+    for (int i = 0; i < np; i++) {
+        memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
+        int32_t *t = w->hids + w->max_rows + (size_t)i * w->tbl_cap;
+        for (int b = 0; b < seqs[i]->n_blocks && b < w->tbl_cap; b++) t[b] = seqs[i]->blocks[b];
+        pc[i].dtbl = w->tbl + (size_t)i * w->tbl_cap;
+    }
+    TRY(mk_cuda_upload(w->g->ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)w->max_rows + (size_t)np * w->tbl_cap), err));
+    C->g = w->g;
+    C->ctx = w->g->ctx;
+    C->w = w;
+    C->pc = pc;
+    C->np = np;
+    C->R = R;
+    C->hk = np == 1 && w->hh ? &seqs[0]->hooks : NULL;
+    return MK_OK;
+}
+
+int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
+                            const int *n, float *const *logits, int np, mk_err *err) {
+    gpiece pcs[64], *pc = np <= 64 ? pcs : malloc(sizeof *pc * (size_t)np);
+    if (!pc) return mk_fail(err, MK_ENOMEM, "out of memory");
+    gcall C;
+    int rc = call_setup(&C, w, seqs, tokens, n, logits, np, pc, err);
+    if (!rc) {
+        dsv4_cuda *g = w->g;
+        const dsv4_config *c = &g->m->cfg;
+        rc = mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C.R, c->hc, c->dim, w->h, err);
+        for (int l = 0; l < c->n_layers && !rc; l++) rc = block(&C, l, &g->layers[l], w->h, err);
+        if (!rc) rc = head(&C, w->h, g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, err);
+        for (int i = 0; i < np && !rc; i++) {
+            seqs[i]->pos += n[i];
+            seqs[i]->n_last = n[i];
+        }
+    }
+    if (pc != pcs) free(pc);
+    return rc;
 }
 
 int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
-    dsv4_cuda *g = s->g;
-    const dsv4_config *c = &g->m->cfg;
-    int start = s->pos;
-    TRY(check_call(s, tokens, T, start, err));
-    TRY(mk_cuda_upload(g->ctx, s->tok, tokens, sizeof(int32_t) * (size_t)T, err));
-    TRY(mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, s->tok, T, c->hc, c->dim, s->h, err));
-    for (int l = 0; l < c->n_layers; l++) TRY(block(s, l, &g->layers[l], &s->ls[l], s->h, T, start, err));
-    s->n_last = T;
-    if (logits)
-        TRY(head(s, s->h + (size_t)(T - 1) * c->hc * c->dim, g->hc_head_fn, g->hc_head_scale, g->hc_head_base,
-                 g->norm, logits, err));
-    else
-        TRY(mk_cuda_ctx_sync(g->ctx, err));
-    s->pos += T;
-    return MK_OK;
+    if (!s->work) return mk_fail(err, MK_EINVAL, "cuda: a paged sequence runs through dsv4_cuda_forward_batch");
+    return dsv4_cuda_forward_batch(s->work, &s, &tokens, &T, logits ? &logits : NULL, 1, err);
 }
 
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *logits, mk_err *err) {
     dsv4_cuda *g = s->g;
     const dsv4_config *c = &g->m->cfg;
     mk_cuda_ctx *ctx = g->ctx;
+    dsv4_cuda_work *w = s->work;
     if (!c->n_mtp) return mk_fail(err, MK_ENOTSUP, "this checkpoint has no MTP layer");
+    if (!w || !w->with_mtp) return mk_fail(err, MK_ENOTSUP, "cuda: the MTP layer runs on standalone sequences only");
     if (T != s->n_last) return mk_fail(err, MK_EINVAL, "MTP call of %d ids after a call of %d tokens", T, s->n_last);
+    if (!logits) return mk_fail(err, MK_EINVAL, "MTP call without logits");
     int start = s->mtp_pos, hc = c->hc, d = c->dim;
-    TRY(check_call(s, ids, T, start, err));
+    if (start + T > s->max_len)
+        return mk_fail(err, MK_ERANGE, "position %d exceeds the sequence capacity %d", start + T, s->max_len);
+    TRY(check_tokens(c, ids, T, 0, err));
     const glayer *L = &g->mtp;
-    TRY(mk_cuda_upload(ctx, s->tok, ids, sizeof(int32_t) * (size_t)T, err));
-    TRY(mk_cuda_embed_hc(ctx, g->embed, c->vocab, s->tok, T, 1, d, s->me, err));
-    TRY(mk_cuda_rmsnorm(ctx, s->me, T, d, L->enorm, c->norm_eps, s->me, err));
-    TRY(mk_cuda_rmsnorm(ctx, s->h, T * hc, d, L->hnorm, c->norm_eps, s->mhn, err));
-    TRY(lin(s, &L->e_proj, s->me, T, s->sub, 1, err));
-    TRY(lin(s, &L->h_proj, s->mhn, T * hc, s->mhp, 1, err));
-    TRY(mk_cuda_add_bcast_bf16(ctx, s->mhp, s->sub, T * hc, hc, d, s->mh, err));
-    TRY(block(s, c->n_layers, L, &s->ls[c->n_layers], s->mh, T, start, err));
-    TRY(head(s, s->mh + (size_t)(T - 1) * hc * d, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm,
-             logits, err));
+    gpiece p = {.s = s, .T = T, .start = start, .row0 = 0, .logits = logits, .dtbl = w->tbl};
+    gcall C = {.g = g, .ctx = ctx, .w = w, .pc = &p, .np = 1, .R = T, .hk = w->hh ? &s->hooks : NULL};
+    for (int b = 0; b < s->n_blocks && b < w->tbl_cap; b++) w->hids[w->max_rows + b] = s->blocks[b];
+    memcpy(w->hids, ids, sizeof(int32_t) * (size_t)T);
+    TRY(mk_cuda_upload(ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)w->max_rows + w->tbl_cap), err));
+    TRY(mk_cuda_embed_hc(ctx, g->embed, c->vocab, w->tok, T, 1, d, w->me, err));
+    TRY(mk_cuda_rmsnorm(ctx, w->me, T, d, L->enorm, c->norm_eps, w->me, err));
+    TRY(mk_cuda_rmsnorm(ctx, w->h, T * hc, d, L->hnorm, c->norm_eps, w->mhn, err));
+    TRY(lin(&C, &L->e_proj, w->me, T, w->sub, 1, err));
+    TRY(lin(&C, &L->h_proj, w->mhn, T * hc, w->mhp, 1, err));
+    TRY(mk_cuda_add_bcast_bf16(ctx, w->mhp, w->sub, T * hc, hc, d, w->mh, err));
+    TRY(block(&C, c->n_layers, L, w->mh, err));
+    TRY(head(&C, w->mh, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, err));
     s->mtp_pos = start + T;
     return MK_OK;
 }

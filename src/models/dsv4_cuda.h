@@ -42,9 +42,42 @@ int dsv4_cuda_seq_pos(const dsv4_cuda_seq *s);
 /* Hooks as in dsv4.h (copied; NULL clears them). */
 void dsv4_cuda_seq_set_hooks(dsv4_cuda_seq *s, const dsv4_hooks *h);
 
-/* Runs T tokens at the current position (a prefill at 0, then one token per call); logits [vocab]
- * (host) of the last position, or NULL to skip the head. */
+/* Runs T >= 1 tokens at the current position (a prompt, a chunk of one at any position, or a
+ * decode); logits [vocab] (host) of the last position, or NULL to skip the head. */
 int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err);
+
+/* ---- the engine's paged KV on the device (src/models/batch.c) ----
+ * A dsv4_cuda_pool is the device memory of n_blocks blocks laid out as dsv4_kv_layout (with
+ * snapshots: compressed entries of 256 positions of every layer plus the slot state at the
+ * block's end), the GPU twin of the engine's host pool (whose accounting, mk_kv_pool, stays on
+ * the host). A dsv4_cuda_work is the device scratch of one batched call of up to max_rows rows
+ * and max_pieces pieces over sequences of up to max_len tokens. A paged sequence is one slot:
+ * its window rings and compressor state on the device; its entries in the pool, reached
+ * through the block table bound before each call (host ints, copied to the device per call). */
+typedef struct dsv4_cuda_pool dsv4_cuda_pool;
+typedef struct dsv4_cuda_work dsv4_cuda_work;
+int dsv4_cuda_pool_create(dsv4_cuda *g, int n_blocks, dsv4_cuda_pool **out, mk_err *err);
+void dsv4_cuda_pool_free(dsv4_cuda_pool *p);
+size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p);
+int dsv4_cuda_work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, dsv4_cuda_work **out,
+                          mk_err *err);
+void dsv4_cuda_work_free(dsv4_cuda_work *w);
+size_t dsv4_cuda_work_bytes(const dsv4_cuda_work *w);
+int dsv4_cuda_seq_create_paged(dsv4_cuda *g, int max_len, dsv4_cuda_pool *pool, dsv4_cuda_seq **out, mk_err *err);
+size_t dsv4_cuda_seq_bytes(const dsv4_cuda_seq *s);
+/* Binds the request's block table (copied; it must cover every position up to the end of the
+ * next call). */
+int dsv4_cuda_seq_bind(dsv4_cuda_seq *s, const int *blocks, int n_blocks, mk_err *err);
+/* Sets a bound paged sequence to position pos (a positive multiple of DSV4_BLOCK_TOKENS) from
+ * the snapshot in its block table's entry pos / DSV4_BLOCK_TOKENS - 1 (as dsv4_seq_restore). */
+int dsv4_cuda_seq_restore(dsv4_cuda_seq *s, int pos, mk_err *err);
+/* One batched call over np pieces on distinct sequences (as dsv4_forward_batch): rows of every
+ * piece through each linear and routed expert together; attention, compressors, indexer and
+ * window per piece. A piece's results do not depend on the other pieces (every kernel computes a
+ * row the same way whatever the row count; see the GEMV note in linear.cu). logits[i] [vocab]
+ * (host) or NULL. Every check comes first: on failure no sequence has changed. */
+int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
+                            const int *n, float *const *logits, int np, mk_err *err);
 /* The MTP layer on the final stream of the last forward call (which must have had n tokens):
  * ids [n] the next tokens; logits [vocab] of the last position. */
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int n, float *logits, mk_err *err);

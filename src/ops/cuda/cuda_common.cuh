@@ -65,6 +65,11 @@ int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t 
 
 /* ---- device helpers ---------------------------------------------------------------------- */
 
+/* Entry j of a paged compressed KV (ops_cuda.h mk_cuda_paged). */
+__device__ __forceinline__ const float *mk_d_paged_row(const mk_cuda_paged &p, int j, int D) {
+    return (const float *)(p.base + (size_t)p.tbl[j / p.epb] * p.block_bytes + p.off) + (size_t)(j % p.epb) * D;
+}
+
 __device__ __forceinline__ float mk_d_bf16r(float f) {
     return __bfloat162float(__float2bfloat16_rn(f));
 }

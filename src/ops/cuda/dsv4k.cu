@@ -242,8 +242,8 @@ __global__ void k_cmp_pool(const float *__restrict__ kv, const float *__restrict
     if (e >= n_ent || ch >= D) return;
     int a0, nA, b0, offB = ov ? D : 0;
     if (prefill) {
-        a0 = (e - 1) * r;
-        nA = (ov && e > 0) ? r : 0;
+        a0 = (e - 1) * r; /* e = 0: the r rows before kv (see mk_cuda_cmp_pool) */
+        nA = ov ? r : 0;
         b0 = e * r;
     } else {
         a0 = 0;
@@ -282,7 +282,7 @@ extern "C" int mk_cuda_cmp_pool(mk_cuda_ctx *ctx, const float *kv, const float *
 /* One block: per query token t the window rows, then the compressed rows (CSA: the valid
  * selections; HCA: every visible entry); counts, prefix sums, then the pointers. */
 __global__ void k_attn_rows(int T, int start, int win, int D, const float *kv_call,
-                            const float *ring, const float *ckv, int n_ckv, int ratio,
+                            const float *ring, mk_cuda_paged ckv, int n_ckv, int ratio,
                             const int32_t *__restrict__ sel, int k_sel, const float **rows,
                             int32_t *row_start) {
     extern __shared__ int32_t cnt[]; /* [T + 1] */
@@ -308,21 +308,21 @@ __global__ void k_attn_rows(int T, int start, int win, int D, const float *kv_ca
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
         int p = start + t, n = cnt[t];
         for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
-            rows[n++] = start == 0 ? kv_call + (size_t)q * D : ring + (size_t)(q % win) * D;
+            rows[n++] = q >= start ? kv_call + (size_t)(q - start) * D : ring + (size_t)(q % win) * D;
         if (ratio == 4) {
             for (int i = 0; i < k_sel; i++) {
                 int s = sel[(size_t)t * k_sel + i];
-                if (s >= 0 && s < n_ckv) rows[n++] = ckv + (size_t)s * D;
+                if (s >= 0 && s < n_ckv) rows[n++] = mk_d_paged_row(ckv, s, D);
             }
         } else if (ratio) {
             int vis = min((p + 1) / ratio, n_ckv);
-            for (int j = 0; j < vis; j++) rows[n++] = ckv + (size_t)j * D;
+            for (int j = 0; j < vis; j++) rows[n++] = mk_d_paged_row(ckv, j, D);
         }
     }
 }
 
 extern "C" int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, int D,
-                                 const float *kv_call, const float *ring, const float *ckv,
+                                 const float *kv_call, const float *ring, mk_cuda_paged ckv,
                                  int n_ckv, int ratio, const int32_t *sel, int k_sel,
                                  const float **rows, int32_t *row_start, mk_err *err) {
     if (T <= 0) return MK_OK;
@@ -330,6 +330,58 @@ extern "C" int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, in
     k_attn_rows<<<1, 256, sizeof(int32_t) * (T + 1), ctx->stream>>>(T, start, win, D, kv_call, ring, ckv,
                                                                     n_ckv, ratio, sel, k_sel, rows, row_start);
     MK_CU_LAUNCHED(err, "cuda: attn_rows launch");
+    return MK_OK;
+}
+
+/* ---- window ring and its snapshots ----------------------------------------------------------- */
+
+/* Row i of the grid: the call's row T - n + i goes to its ring slot. */
+__global__ void k_ring_put(float *ring, const float *__restrict__ kv, int start, int T, int n, int win, int D) {
+    int t = T - n + blockIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < D) ring[(size_t)((start + t) % win) * D + c] = kv[(size_t)t * D + c];
+}
+
+extern "C" int mk_cuda_ring_put(mk_cuda_ctx *ctx, float *ring, const float *kv_call, int start, int T, int win,
+                                int D, mk_err *err) {
+    int n = T < win ? T : win;
+    if (n <= 0) return MK_OK;
+    k_ring_put<<<dim3((unsigned)((D + 127) / 128), (unsigned)n), 128, 0, ctx->stream>>>(ring, kv_call, start, T, n,
+                                                                                     win, D);
+    MK_CU_LAUNCHED(err, "cuda: ring_put launch");
+    return MK_OK;
+}
+
+/* Slot s of the snapshot after position e: position q = e - ((e - s) mod win). */
+__global__ void k_snap_ring(uint16_t *dst, const float *ring, const float *__restrict__ kv, int start, int e,
+                            int win, int D) {
+    int s = blockIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= D) return;
+    int q = e - (((e - s) % win) + win) % win;
+    const float *src = q >= start ? kv + (size_t)(q - start) * D : ring + (size_t)s * D;
+    __nv_bfloat16 b = __float2bfloat16_rn(src[c]);
+    dst[(size_t)s * D + c] = *(uint16_t *)&b;
+}
+
+extern "C" int mk_cuda_snap_ring(mk_cuda_ctx *ctx, uint16_t *dst, const float *ring, const float *kv_call,
+                                 int start, int e, int win, int D, mk_err *err) {
+    if (e < win - 1) return mk_fail(err, MK_EINVAL, "cuda: snap_ring: position %d inside the first window", e);
+    k_snap_ring<<<dim3((unsigned)((D + 127) / 128), (unsigned)win), 128, 0, ctx->stream>>>(dst, ring, kv_call, start,
+                                                                                        e, win, D);
+    MK_CU_LAUNCHED(err, "cuda: snap_ring launch");
+    return MK_OK;
+}
+
+__global__ void k_bf16_to_f32(const uint16_t *__restrict__ x, size_t n, float *__restrict__ y) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __uint_as_float((uint32_t)x[i] << 16);
+}
+
+extern "C" int mk_cuda_bf16_to_f32(mk_cuda_ctx *ctx, const uint16_t *x, size_t n, float *y, mk_err *err) {
+    if (!n) return MK_OK;
+    k_bf16_to_f32<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n, y);
+    MK_CU_LAUNCHED(err, "cuda: bf16_to_f32 launch");
     return MK_OK;
 }
 

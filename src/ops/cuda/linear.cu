@@ -12,6 +12,9 @@
  *   BF16 m <= 8: GEMV;  m > 8: cuBLAS — else GEMV chunks, else simple
  *   FP8_DQ GEMV (f16 tensor cores; chunks of 8 rows when m > 8) — else simple
  *   F32: simple
+ *   MK_CUDA_LIN_ROW_INVARIANT: the GEMV (chunks of 8) for every m where the shape allows it, else
+ *   simple: both compute a row the same way whatever m and whatever the other rows are (the GEMV's
+ *   launch plan depends on W only; each output is one MMA column's sum in k order).
  * Scratch parts by path: xq/sa for FP8/FP4; xb for bf16; xb (as f16) and sa (as the f16 scales)
  * for FP8_DQ.
  */
@@ -68,8 +71,10 @@ static int gemm_ok(const mk_cuda_ctx *ctx, const mk_wmat *W) {
     return 0;
 }
 
-static mk_cuda_kernel resolve(const mk_cuda_ctx *ctx, mk_cuda_kernel kern, const mk_wmat *W, int m) {
+static mk_cuda_kernel resolve(const mk_cuda_ctx *ctx, mk_cuda_kernel kern, const mk_wmat *W, int m,
+                              int flags) {
     if (kern != MK_CUDA_K_AUTO) return kern;
+    if (flags & MK_CUDA_LIN_ROW_INVARIANT) return gemv_ok(W) ? MK_CUDA_K_GEMV : MK_CUDA_K_SIMPLE;
     switch (W->kind) {
     case MK_W_FP8:
     case MK_W_BF16:
@@ -84,7 +89,7 @@ static mk_cuda_kernel resolve(const mk_cuda_ctx *ctx, mk_cuda_kernel kern, const
 
 extern "C" const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cuda_kernel kern,
                                                   const mk_wmat *W, int m) {
-    switch (resolve(ctx, kern, W, m)) {
+    switch (resolve(ctx, kern, W, m, 0)) {
     case MK_CUDA_K_SIMPLE: return "simple (warp per row, FMA)";
     case MK_CUDA_K_GEMV:
         if (W->kind == MK_W_FP8) return m > 8 ? "fp8 mma gemv (chunks of 8)" : "fp8 mma gemv";
@@ -118,7 +123,7 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
     const int quantized = W->kind == MK_W_FP8 || W->kind == MK_W_FP4;
     int st;
 
-    mk_cuda_kernel kk = resolve(ctx, kern, W, m);
+    mk_cuda_kernel kk = resolve(ctx, kern, W, m, flags);
     switch (kk) {
     case MK_CUDA_K_SIMPLE:
         if (W->kind == MK_W_F32) mk_cuda_note(ctx, NOTE_SIMPLE_F32, "f32 weights use the simple FMA kernel");

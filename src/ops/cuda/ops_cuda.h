@@ -120,6 +120,10 @@ enum {
      * very x from the previous call with the same W kind, m and k: skip that step (the model
      * quantizes one input once for several projections). */
     MK_CUDA_LIN_REUSE_X = 1,
+    /* Every row computed as it would be alone, whatever m (the engine's batches): the
+     * tensor-core GEMV (in chunks of 8 rows) where the shape allows it, else the simple kernel;
+     * never the GEMM paths, whose split-K and tiling depend on m. */
+    MK_CUDA_LIN_ROW_INVARIANT = 2,
 };
 
 /* Bytes of scratch mk_cuda_linear needs for W and m rows (quantized activations, scales, bf16
@@ -209,18 +213,38 @@ int mk_cuda_swiglu(mk_cuda_ctx *ctx, const float *g, const float *u, size_t n, f
 int mk_cuda_add_bcast_bf16(mk_cuda_ctx *ctx, const float *a, const float *b, int rows, int rep,
                            int d, float *out, mk_err *err);
 /* Compressor pooling (dsv4.c compressor()): n_ent entries of D channels, each a softmax-weighted
- * sum over its slots of kv / sc rows (row width W2), rounded to bf16. prefill: entry e pools rows
- * (e-1)*r.. at column 0 (ov and e > 0) and rows e*r.. at column ov ? D : 0; else (one entry from
- * the state) rows 0..r-1 at column 0 (ov) and rows (ov ? r : 0).. at column ov ? D : 0. */
+ * sum over its slots of kv / sc rows (row width W2), rounded to bf16. prefill (rows of a call):
+ * entry e pools rows (e-1)*r.. at column 0 (ov; for e = 0 the r rows before kv, which the caller
+ * provides: the previous group, or a fresh state's -inf scores) and rows e*r.. at column
+ * ov ? D : 0; else (one entry from the state) rows 0..r-1 at column 0 (ov) and rows
+ * (ov ? r : 0).. at column ov ? D : 0. */
 int mk_cuda_cmp_pool(mk_cuda_ctx *ctx, const float *kv, const float *sc, int W2, int D, int r,
                      int ov, int prefill, int n_ent, float *out, mk_err *err);
-/* Row lists of the sparse attention for T query tokens at positions start..: the window (rows of
- * kv_call at a prefill, the ring otherwise), then the compressed rows (ratio 4: the valid entries
- * of sel [T, k_sel]; other ratios: all visible entries of ckv). rows needs T * (win + max(k_sel,
- * n_ckv)) pointers, row_start T + 1. */
+/* Compressed entries in the paged KV: entry j of a sequence (rows of D floats) lives in block
+ * tbl[j / epb] at base + block * block_bytes + off + (j % epb) * D * 4 (dsv4_kv_layout). */
+typedef struct {
+    const uint8_t *base;
+    const int32_t *tbl;
+    size_t block_bytes, off;
+    int epb;
+} mk_cuda_paged;
+/* Row lists of the sparse attention for T query tokens at positions start..: the window (the
+ * call's own rows of kv_call for positions >= start, the ring for earlier ones), then the
+ * compressed rows (ratio 4: the valid entries of sel [T, k_sel]; other ratios: all visible
+ * entries of ckv). rows needs T * (win + max(k_sel, n_ckv)) pointers, row_start T + 1. */
 int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, int D, const float *kv_call,
-                      const float *ring, const float *ckv, int n_ckv, int ratio, const int32_t *sel,
+                      const float *ring, mk_cuda_paged ckv, int n_ckv, int ratio, const int32_t *sel,
                       int k_sel, const float **rows, int32_t *row_start, mk_err *err);
+/* Window ring: ring slot q % win <- the call's row of position q, for the last min(T, win)
+ * positions of a call of T rows at start. */
+int mk_cuda_ring_put(mk_cuda_ctx *ctx, float *ring, const float *kv_call, int start, int T, int win,
+                     int D, mk_err *err);
+/* Snapshot of the ring after position e (>= win - 1) into dst bf16 [win, D] (slot q % win): rows
+ * of positions >= start from kv_call, earlier ones from the ring (not yet updated by the call). */
+int mk_cuda_snap_ring(mk_cuda_ctx *ctx, uint16_t *dst, const float *ring, const float *kv_call, int start,
+                      int e, int win, int D, mk_err *err);
+/* y [n] = float(x [n] bf16). */
+int mk_cuda_bf16_to_f32(mk_cuda_ctx *ctx, const uint16_t *x, size_t n, float *y, mk_err *err);
 /* Asynchronous device-to-device copies and fill on the stream. */
 int mk_cuda_copy(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
 int mk_cuda_copy2d(mk_cuda_ctx *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -230,14 +254,15 @@ int mk_cuda_fill(mk_cuda_ctx *ctx, float *x, size_t n, float v, mk_err *err);
  * gbs = (bytes read + written) / time. */
 int mk_cuda_copy_bandwidth(mk_cuda_ctx *ctx, size_t bytes, int iters, double *gbs, mk_err *err);
 
-/* Lightning indexer: scores sc [T, n_all] (-inf past the visible entries: (t+1)/4 in a prefill,
- * n_all in a decode) and the top-k per row into sel [T, k] (descending, ties to the lower index,
- * -1 padded); clamp: forced selections past the visible entries become -1. */
-int mk_cuda_index_scores(mk_cuda_ctx *ctx, const float *iq, const float *iw, const float *ikv, int T,
-                         int IH, int ID, int prefill, int n_all, float *sc, mk_err *err);
-int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int prefill, int k,
+/* Lightning indexer for T query rows at positions start..: scores sc [T, n_all] (-inf past the
+ * entries visible to the row, (start + t + 1) / 4) and the top-k per row into sel [T, k]
+ * (descending, ties to the lower index, -1 padded); clamp: forced selections past the visible
+ * entries become -1. Keys: the paged indexer entries ikv (D = ID). */
+int mk_cuda_index_scores(mk_cuda_ctx *ctx, const float *iq, const float *iw, mk_cuda_paged ikv, int T,
+                         int IH, int ID, int start, int n_all, float *sc, mk_err *err);
+int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int start, int k,
                        int32_t *sel, mk_err *err);
-int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int prefill, int k,
+int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int start, int k,
                         mk_err *err);
 
 /* MoE (moe.cu). route: scores [T, E] gate logits -> sqrt(softplus); idx [T, K] the top-k of

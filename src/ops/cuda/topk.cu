@@ -12,23 +12,23 @@
 
 #include <math.h>
 
-/* Visible entries of row t: prefill rows see the groups completed by their own position. */
-__device__ __forceinline__ int d_vis(int t, int prefill, int n_all) {
-    return prefill ? min((t + 1) / 4, n_all) : n_all;
+/* Visible entries of row t (position start + t): the groups completed by its own position. */
+__device__ __forceinline__ int d_vis(int t, int start, int n_all) {
+    return min((start + t + 1) / 4, n_all);
 }
 
 __global__ void k_index_scores(const float *__restrict__ iq, const float *__restrict__ iw,
-                               const float *__restrict__ ikv, int T, int IH, int ID, int prefill,
+                               mk_cuda_paged ikv, int T, int IH, int ID, int start,
                                int n_all, float *__restrict__ sc) {
     int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     if (warp >= T * n_all) return;
     int t = warp / n_all, j = warp - t * n_all;
-    if (j >= d_vis(t, prefill, n_all)) {
+    if (j >= d_vis(t, start, n_all)) {
         if (lane == 0) sc[(size_t)t * n_all + j] = -INFINITY;
         return;
     }
-    const float *K = ikv + (size_t)j * ID;
+    const float *K = mk_d_paged_row(ikv, j, ID);
     float acc = 0.0f;
     for (int h = 0; h < IH; h++) {
         const float *q = iq + ((size_t)t * IH + h) * ID;
@@ -42,21 +42,21 @@ __global__ void k_index_scores(const float *__restrict__ iq, const float *__rest
 }
 
 extern "C" int mk_cuda_index_scores(mk_cuda_ctx *ctx, const float *iq, const float *iw,
-                                    const float *ikv, int T, int IH, int ID, int prefill,
+                                    mk_cuda_paged ikv, int T, int IH, int ID, int start,
                                     int n_all, float *sc, mk_err *err) {
     if (T <= 0 || n_all <= 0) return MK_OK;
     size_t warps = (size_t)T * n_all;
     k_index_scores<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(
-        iq, iw, ikv, T, IH, ID, prefill, n_all, sc);
+        iq, iw, ikv, T, IH, ID, start, n_all, sc);
     MK_CU_LAUNCHED(err, "cuda: index_scores launch");
     return MK_OK;
 }
 
 /* One block per row t: out[t, 0..k) = the min(k, vis) best visible entries, then -1. */
-__global__ void k_index_topk(const float *__restrict__ sc, int n_all, int prefill, int k,
+__global__ void k_index_topk(const float *__restrict__ sc, int n_all, int start, int k,
                              int32_t *__restrict__ out) {
     int t = blockIdx.x;
-    int vis = d_vis(t, prefill, n_all);
+    int vis = d_vis(t, start, n_all);
     int kk = min(k, vis);
     const float *v = sc + (size_t)t * n_all;
     int32_t *o = out + (size_t)t * k;
@@ -72,26 +72,26 @@ __global__ void k_index_topk(const float *__restrict__ sc, int n_all, int prefil
     }
 }
 
-extern "C" int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int prefill,
+extern "C" int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int start,
                                   int k, int32_t *sel, mk_err *err) {
     if (T <= 0 || k <= 0) return MK_OK;
-    k_index_topk<<<T, 256, 0, ctx->stream>>>(sc, n_all, prefill, k, sel);
+    k_index_topk<<<T, 256, 0, ctx->stream>>>(sc, n_all, start, k, sel);
     MK_CU_LAUNCHED(err, "cuda: index_topk launch");
     return MK_OK;
 }
 
 /* After a forced selection: entries past the visible ones become -1 (dsv4.c). */
-__global__ void k_index_clamp(int32_t *sel, int T, int n_all, int prefill, int k) {
+__global__ void k_index_clamp(int32_t *sel, int T, int n_all, int start, int k) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= T * k) return;
     int t = i / k;
-    if (sel[i] >= d_vis(t, prefill, n_all)) sel[i] = -1;
+    if (sel[i] >= d_vis(t, start, n_all)) sel[i] = -1;
 }
 
-extern "C" int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int prefill,
+extern "C" int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int start,
                                    int k, mk_err *err) {
     if (T <= 0 || k <= 0) return MK_OK;
-    k_index_clamp<<<(T * k + 255) / 256, 256, 0, ctx->stream>>>(sel, T, n_all, prefill, k);
+    k_index_clamp<<<(T * k + 255) / 256, 256, 0, ctx->stream>>>(sel, T, n_all, start, k);
     MK_CU_LAUNCHED(err, "cuda: index_clamp launch");
     return MK_OK;
 }
