@@ -6,7 +6,14 @@
  * back, so it is complete). Reports the median step, tokens/s, the weight bytes one step reads,
  * the achieved bytes/s against a device-to-device copy measured in the same run, and the first
  * greedy tokens (for a cross-check with another engine on the same weights).
- * Usage: bench_dsv4_cuda DIR [prompt_len=16] [decode_steps=64] [out.md]
+ * Then the engine's batched path (dsv4_cuda_forward_batch over paged sequences in one pool, the
+ * calls the server makes): prefill throughput of one prompt of prefill_len tokens in one call, and
+ * decode throughput at each batch size B (B sequences, a 16-token prompt each in one batched call,
+ * then steps of B one-token pieces, every piece's logits copied back as the engine needs them),
+ * next to the bf16 GEMM throughput (cuBLAS, 8192^3) measured in the same run and the linear FLOPs
+ * one token costs.
+ * Usage: bench_dsv4_cuda DIR [prompt_len=16] [decode_steps=64] [out.md] [batches=64,256]
+ *        [prefill_len=2048]
  * No CUDA graph capture: positions and cache sizes are kernel arguments chosen on the host.
  */
 #include "models/dsv4.h"
@@ -28,6 +35,58 @@ static double now(void) {
 static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Linear FLOPs of one token (2 n k per weight it multiplies: dense, n_act routed experts, shared,
+ * head), the counterpart of dsv4_cuda_decode_weight_bytes. */
+static double token_flops(const dsv4_model *m) {
+    const dsv4_config *c = &m->cfg;
+    double f = 2.0 * m->head.n * m->head.k;
+    for (int l = 0; l < c->n_layers; l++) {
+        const dsv4_layer *L = &m->layers[l];
+        const mk_wmat *ws[] = {&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b, &L->gate,
+                               &L->shared.w1, &L->shared.w2, &L->shared.w3, &L->cmp.wkv,
+                               &L->cmp.wgate, &L->idx_cmp.wkv, &L->idx_cmp.wgate, &L->idx_wq_b,
+                               &L->idx_wproj};
+        int nw = L->ratio == 4 ? 15 : L->ratio ? 11 : 9;
+        for (int i = 0; i < nw; i++) f += 2.0 * ws[i]->n * ws[i]->k;
+        f += 2.0 * c->n_act * 3.0 * L->experts[0].w1.n * L->experts[0].w1.k;
+    }
+    return f;
+}
+
+/* cuBLAS bf16 GEMM TFLOP/s at 8192^3 (the matrix-throughput reference; 0 without cuBLAS). */
+static double gemm_tflops(mk_cuda_ctx *ctx) {
+    const int n = 8192, k = 8192, m = 8192;
+    mk_err err = {0};
+    uint16_t *hw = malloc(sizeof(uint16_t) * (size_t)n * k);
+    if (!hw) return 0;
+    for (size_t i = 0; i < (size_t)n * k; i++) hw[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
+    mk_wmat h = {.kind = MK_W_BF16, .n = n, .k = k, .w = hw}, d;
+    float *x = NULL, *y = NULL;
+    void *scr = NULL;
+    double tf = 0;
+    size_t sb = mk_cuda_linear_scratch(ctx, &h, m);
+    if (!mk_cuda_wmat_upload(ctx, &h, &d, &err) && !mk_cuda_alloc(ctx, sizeof(float) * (size_t)m * k, (void **)&x, &err) &&
+        !mk_cuda_alloc(ctx, sizeof(float) * (size_t)m * n, (void **)&y, &err) && !mk_cuda_alloc(ctx, sb, &scr, &err) &&
+        !mk_cuda_memset(ctx, x, 0, sizeof(float) * (size_t)m * k, &err)) {
+        int ok = 1;
+        for (int it = 0; it < 2 && ok; it++)
+            ok = !mk_cuda_linear_ex(ctx, MK_CUDA_K_GEMM, 0, &d, x, m, y, 0, scr, sb, &err);
+        ok = ok && !mk_cuda_ctx_sync(ctx, &err);
+        double a = now();
+        for (int it = 0; it < 10 && ok; it++)
+            ok = !mk_cuda_linear_ex(ctx, MK_CUDA_K_GEMM, 0, &d, x, m, y, 0, scr, sb, &err);
+        ok = ok && !mk_cuda_ctx_sync(ctx, &err);
+        if (ok) tf = 10 * 2.0 * m * n * k / (now() - a) / 1e12;
+        else fprintf(stderr, "gemm reference: %s\n", err.msg);
+        mk_cuda_wmat_free(ctx, &d);
+    }
+    mk_cuda_free(ctx, x);
+    mk_cuda_free(ctx, y);
+    mk_cuda_free(ctx, scr);
+    free(hw);
+    return tf;
 }
 
 static int argmax(const float *v, int n) {
@@ -52,7 +111,7 @@ int main(int argc, char **argv) {
     mk_err err = {0};
     double t0 = now();
     dsv4_model *m;
-    mk_model_options opt = {.n_threads = 1, .max_seq_len = P + N + 16};
+    mk_model_options opt = {.n_threads = 1, .max_seq_len = (P + N > 4096 ? P + N : 4096) + 16};
     if (dsv4_model_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return 1;
@@ -142,12 +201,110 @@ int main(int argc, char **argv) {
     printf("\nprompt:");
     for (int i = 0; i < P; i++) printf(" %d", toks[i]);
     printf("\n");
+    /* ---- the engine's batched path ---- */
+    dsv4_cuda_seq_free(s);
+    s = NULL;
+    int batches[8], nbat = 0, PF = argc > 6 ? atoi(argv[6]) : 2048;
+    {
+        char bl[128];
+        snprintf(bl, sizeof bl, "%s", argc > 5 ? argv[5] : "64,256");
+        for (char *tk = strtok(bl, ","); tk && nbat < 8; tk = strtok(NULL, ",")) if (atoi(tk) > 0) batches[nbat++] = atoi(tk);
+    }
+    double tflops = gemm_tflops(ctx), fl = token_flops(m);
+    n = snprintf(line, sizeof line,
+                 "## batched (dsv4_cuda_forward_batch, paged KV)\n\n"
+                 "linear FLOPs per token %.2f GFLOP; cuBLAS bf16 GEMM 8192^3 in the same run: %.0f TFLOP/s\n\n"
+                 "| run | tokens | time ms | tokens/s | linear TFLOP/s | of the GEMM |\n| --- | --- | --- | --- | --- | --- |\n",
+                 fl / 1e9, tflops);
+    fwrite(line, 1, (size_t)n, stdout);
+    if (md) fwrite(line, 1, (size_t)n, md);
+    int maxb = 1;
+    for (int i = 0; i < nbat; i++) if (batches[i] > maxb) maxb = batches[i];
+    const int BP = 16, BN = 16, len = (PF > BP + BN + 8 ? PF : BP + BN + 8) + 8;
+    int rows = maxb * BP > PF ? maxb * BP : PF;
+    int bpseq = (len + DSV4_BLOCK_TOKENS - 1) / DSV4_BLOCK_TOKENS;
+    dsv4_cuda_pool *pool = NULL;
+    dsv4_cuda_work *w = NULL;
+    dsv4_cuda_seq **ps = calloc((size_t)maxb, sizeof *ps);
+    float **lg = calloc((size_t)maxb, sizeof *lg);
+    const int32_t **tk = calloc((size_t)maxb, sizeof *tk);
+    int *cnt = calloc((size_t)maxb, sizeof *cnt), *tbl = malloc(sizeof(int) * (size_t)bpseq);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)(rows + maxb));
+    float *lgbuf = malloc(sizeof(float) * (size_t)maxb * c->vocab);
+    int rc = dsv4_cuda_pool_create(g, maxb * bpseq, &pool, &err);
+    if (!rc) rc = dsv4_cuda_work_create(g, rows, maxb, len, &w, &err);
+    for (int i = 0; i < maxb && !rc; i++) {
+        rc = dsv4_cuda_seq_create_paged(g, len, pool, &ps[i], &err);
+        for (int b = 0; b < bpseq; b++) tbl[b] = i * bpseq + b;
+        if (!rc) rc = dsv4_cuda_seq_bind(ps[i], tbl, bpseq, &err);
+        lg[i] = lgbuf + (size_t)i * c->vocab;
+    }
+    for (int i = 0; i < rows + maxb; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        bt[i] = (int32_t)((r >> 33) % (uint64_t)c->vocab);
+    }
+    if (!rc) { /* prefill: one prompt of PF tokens in one call (two runs, the second timed) */
+        double tp = 0;
+        for (int rep = 0; rep < 2 && !rc; rep++) {
+            rc = dsv4_cuda_seq_reset(ps[0], &err);
+            tk[0] = bt;
+            cnt[0] = PF;
+            double a = now();
+            if (!rc) rc = dsv4_cuda_forward_batch(w, ps, tk, cnt, lg, 1, &err);
+            tp = now() - a;
+        }
+        if (!rc) {
+            n = snprintf(line, sizeof line, "| prefill, 1 prompt | %d | %.2f | %.0f | %.1f | %.1f%% |\n", PF, tp * 1e3,
+                         PF / tp, fl * PF / tp / 1e12, tflops > 0 ? 100.0 * fl * PF / tp / 1e12 / tflops : 0.0);
+            fwrite(line, 1, (size_t)n, stdout);
+            if (md) fwrite(line, 1, (size_t)n, md);
+        }
+    }
+    for (int bi = 0; bi < nbat && !rc; bi++) {
+        int B = batches[bi];
+        for (int i = 0; i < B && !rc; i++) {
+            rc = dsv4_cuda_seq_reset(ps[i], &err);
+            tk[i] = bt + (size_t)i * BP % (size_t)(rows - BP);
+            cnt[i] = BP;
+        }
+        if (!rc) rc = dsv4_cuda_forward_batch(w, ps, tk, cnt, lg, B, &err);
+        double *st = malloc(sizeof(double) * BN);
+        for (int step = 0; step < BN && !rc; step++) {
+            for (int i = 0; i < B; i++) {
+                tk[i] = bt + rows + i;
+                cnt[i] = 1;
+            }
+            double a = now();
+            rc = dsv4_cuda_forward_batch(w, ps, tk, cnt, lg, B, &err);
+            st[step] = now() - a;
+        }
+        if (!rc) {
+            qsort(st + 3, BN - 3, sizeof(double), cmpd);
+            double ms = st[3 + (BN - 3) / 2];
+            n = snprintf(line, sizeof line, "| decode, batch %d (step median of %d) | %d | %.2f | %.0f | %.2f | %.2f%% |\n", B,
+                         BN - 3, B, ms * 1e3, B / ms, fl * B / ms / 1e12,
+                         tflops > 0 ? 100.0 * fl * B / ms / 1e12 / tflops : 0.0);
+            fwrite(line, 1, (size_t)n, stdout);
+            if (md) fwrite(line, 1, (size_t)n, md);
+        }
+        free(st);
+    }
+    if (rc) fprintf(stderr, "batched: %s\n", err.msg);
+    for (int i = 0; i < maxb; i++) dsv4_cuda_seq_free(ps[i]);
+    dsv4_cuda_work_free(w);
+    dsv4_cuda_pool_free(pool);
+    free(ps);
+    free(lg);
+    free(tk);
+    free(cnt);
+    free(tbl);
+    free(bt);
+    free(lgbuf);
     if (md) fclose(md);
     free(srt);
     free(dt);
     free(logits);
     free(toks);
-    dsv4_cuda_seq_free(s);
     dsv4_cuda_free(g);
     mk_cuda_ctx_free(ctx);
     dsv4_model_free(m);

@@ -6,9 +6,9 @@
  * streams and the sum of squares are accumulated in double, like the CPU (hc_pre with few tokens,
  * i.e. decode: the row is split into MK_CUDA_HC_SPLIT chunks reduced by separate blocks into
  * per-chunk partial sums, then added in chunk order by the token's block — deterministic, and one
- * block per token alone left most of the GPU idle: it was 68% of a decode step), then one thread runs
- * the tiny 4x4 Sinkhorn in fp32 with the CPU's operation order (only expf may differ from the
- * host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
+ * block per token alone left most of the GPU idle: it was 68% of a decode step), then hc lanes of
+ * one warp run the tiny 4x4 Sinkhorn in fp32 (a row or a column each) with the CPU's operation order
+ * per element (only expf may differ from the host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
  * arithmetic. hc_post is elementwise and bit-identical to the CPU.
  */
 #include "ops/cuda/cuda_common.cuh"
@@ -62,43 +62,10 @@ __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, c
     }
 }
 
-/* pre, post and the Sinkhorn-normalized comb from the mixes (one thread, the CPU's order). */
-__device__ void hc_sinkhorn(const float *mix, int hc, const float *__restrict__ scale,
-                            const float *__restrict__ base, int iters, float hc_eps, float *pre,
-                            float *__restrict__ post_t, float *__restrict__ comb_t) {
-    for (int i = 0; i < hc; i++) {
-        pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
-        post_t[i] =
-            2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + i], scale[1]), base[hc + i]));
-    }
-    float C[HC_MAX][HC_MAX];
-    for (int i = 0; i < hc; i++) {
-        float mx = -INFINITY;
-        for (int j = 0; j < hc; j++) {
-            C[i][j] = __fadd_rn(__fmul_rn(mix[2 * hc + hc * i + j], scale[2]), base[2 * hc + hc * i + j]);
-            if (C[i][j] > mx) mx = C[i][j];
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < hc; j++) sum += (C[i][j] = expf(C[i][j] - mx));
-        for (int j = 0; j < hc; j++) C[i][j] = C[i][j] / sum + hc_eps;
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0) {
-            for (int i = 0; i < hc; i++) {
-                float rs = 0.0f;
-                for (int j = 0; j < hc; j++) rs += C[i][j];
-                for (int j = 0; j < hc; j++) C[i][j] /= rs + hc_eps;
-            }
-        }
-        for (int j = 0; j < hc; j++) {
-            float cs = 0.0f;
-            for (int i = 0; i < hc; i++) cs += C[i][j];
-            for (int i = 0; i < hc; i++) C[i][j] /= cs + hc_eps;
-        }
-    }
-    for (int i = 0; i < hc; i++)
-        for (int j = 0; j < hc; j++) comb_t[i * hc + j] = C[i][j];
-}
+__device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restrict__ scale,
+                                 const float *__restrict__ base, int iters, float hc_eps, float *pre,
+                                 float *__restrict__ post_t, float *__restrict__ comb_t,
+                                 float (*C)[HC_MAX]);
 
 __global__ void __launch_bounds__(256) k_hc_pre(const float *__restrict__ h, int hc, int d,
                                                 const float *__restrict__ fn,
@@ -108,11 +75,12 @@ __global__ void __launch_bounds__(256) k_hc_pre(const float *__restrict__ h, int
                                                 float *__restrict__ post, float *__restrict__ comb) {
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
+    __shared__ float C[HC_MAX][HC_MAX];
     const int t = blockIdx.x, nmix = (2 + hc) * hc;
     const float *ht = h + (size_t)t * hc * d;
     hc_mix_block(ht, hc * d, fn, nmix, norm_eps, mix);
-    if (threadIdx.x == 0)
-        hc_sinkhorn(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
+    if (threadIdx.x < 32)
+        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc, C);
     __syncthreads();
     hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
 }
@@ -151,7 +119,54 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
     }
 }
 
-/* Split path, part 2: one block per token adds the chunks in order and finishes as k_hc_pre. */
+/* The Sinkhorn split of src/ops/cpu/hc.c run by lanes 0..hc-1 of one warp (C in shared memory): lane i owns
+ * row i in the row steps and column i in the column steps, and every element sees exactly the
+ * operations, in the same order, that the one-thread version applies (the same bits). All 32
+ * lanes of the warp must call it. */
+__device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restrict__ scale,
+                                 const float *__restrict__ base, int iters, float hc_eps, float *pre,
+                                 float *__restrict__ post_t, float *__restrict__ comb_t,
+                                 float (*C)[HC_MAX]) {
+    const int i = threadIdx.x & 31;
+    if (i < hc) {
+        pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
+        post_t[i] = 2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + i], scale[1]), base[hc + i]));
+        float mx = -INFINITY;
+        for (int j = 0; j < hc; j++) {
+            C[i][j] = __fadd_rn(__fmul_rn(mix[2 * hc + hc * i + j], scale[2]), base[2 * hc + hc * i + j]);
+            if (C[i][j] > mx) mx = C[i][j];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < hc; j++) sum += (C[i][j] = expf(C[i][j] - mx));
+        for (int j = 0; j < hc; j++) C[i][j] = C[i][j] / sum + hc_eps;
+    }
+    __syncwarp();
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            if (i < hc) {
+                float rs = 0.0f;
+                for (int j = 0; j < hc; j++) rs += C[i][j];
+                for (int j = 0; j < hc; j++) C[i][j] /= rs + hc_eps;
+            }
+            __syncwarp();
+        }
+        if (i < hc) {
+            float cs = 0.0f;
+            for (int r = 0; r < hc; r++) cs += C[r][i];
+            for (int r = 0; r < hc; r++) C[r][i] /= cs + hc_eps;
+        }
+        __syncwarp();
+    }
+    if (i < hc)
+        for (int j = 0; j < hc; j++) comb_t[i * hc + j] = C[i][j];
+}
+
+/* Split path, part 2: one block per token adds the chunks in order and finishes as k_hc_pre. The
+ * block first stages every chunk's partials in shared memory (all threads, coalesced), so the
+ * ordered sums read shared memory instead of waiting on one global load after another; the
+ * Sinkhorn then runs on hc lanes (hc_sinkhorn_warp). Same bits as the one-block path's order. */
+#define HC_FIN_MAXS 64
+static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
 __global__ void __launch_bounds__(256) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
                                                     const double *__restrict__ part,
                                                     const float *__restrict__ scale,
@@ -160,21 +175,28 @@ __global__ void __launch_bounds__(256) k_hc_pre_fin(const float *__restrict__ h,
                                                     float *__restrict__ post, float *__restrict__ comb) {
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
+    __shared__ float C[HC_MAX][HC_MAX];
+    __shared__ double stage[HC_FIN_MAXS * 32];
+    __shared__ double tot[32];
     const int t = blockIdx.x, nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
-    __shared__ double tot[32];
+    const double *pt = part + (size_t)t * S * 32;
+    for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
+    __syncthreads();
     if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one thread each */
         const int q = threadIdx.x;
         double a = 0.0;
         if (q < nmix || q == 31)
-            for (int c = 0; c < S; c++) a += part[((size_t)t * S + c) * 32 + q];
+            for (int c = 0; c < S; c++) a += stage[c * 32 + q];
         tot[q] = a;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float r = 1.0f / sqrtf(__fadd_rn((float)(tot[31] / n), norm_eps));
-        for (int q = 0; q < nmix; q++) mix[q] = __fmul_rn((float)tot[q], r);
-        hc_sinkhorn(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
+        __syncwarp();
+        if (q == 0) {
+            float r = 1.0f / sqrtf(__fadd_rn((float)(tot[31] / n), norm_eps));
+            for (int k = 0; k < nmix; k++) mix[k] = __fmul_rn((float)tot[k], r);
+        }
+        __syncwarp();
+        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc,
+                         C);
     }
     __syncthreads();
     hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
