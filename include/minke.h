@@ -22,7 +22,9 @@
  *   mk_seq_free(s); mk_model_free(m);
  *
  * Thread-safety: mk_model is read-only after load; an mk_seq must not be used by two threads at
- * once. The CPU backend runs each call on its own thread pool (mk_model_options.n_threads).
+ * once. The CPU backend runs each call on its own thread pool (mk_model_options.n_threads). A
+ * model on the GPU (MK_DEVICE_CUDA) queues every call of every sequence on its device's one
+ * stream: use its sequences from one thread at a time.
  */
 #ifndef MINKE_H
 #define MINKE_H
@@ -59,9 +61,17 @@ const char *mk_status_str(int status);
 typedef struct mk_model mk_model;
 typedef struct mk_seq mk_seq;
 
+/* Where the forward pass runs. The CUDA backend (a build with `make cuda`: build-cuda/minke)
+ * runs DeepSeek-V4 checkpoints only: their weights are loaded (mmapped) as on the CPU, then
+ * uploaded once to the device. */
+enum { MK_DEVICE_CPU = 0, MK_DEVICE_CUDA = 1 };
+
+/* Zero-initialised options mean: all cores, 4096 tokens, on the CPU. */
 typedef struct {
     int n_threads;   /* CPU threads for the forward pass; 0 = all online cores */
     int max_seq_len; /* default capacity of sequences; 0 = 4096 */
+    int device;      /* MK_DEVICE_CPU (default) or MK_DEVICE_CUDA */
+    int cuda_device; /* with MK_DEVICE_CUDA: the CUDA device index (0 = the first) */
 } mk_model_options;
 
 /* Load a model: a DeepSeek-V4 checkpoint directory (config.json + model.safetensors[.index.json])
@@ -69,6 +79,10 @@ typedef struct {
 int mk_model_load(const char *path, const mk_model_options *opt, mk_model **out, mk_err *err);
 /* "deepseek_v4" or "llama". */
 const char *mk_model_family(const mk_model *m);
+/* MK_DEVICE_CPU or MK_DEVICE_CUDA, and a short description for logs: "cpu" or
+ * "cuda:0 (NVIDIA H200)". */
+int mk_model_device(const mk_model *m);
+const char *mk_model_device_name(const mk_model *m);
 void mk_model_free(mk_model *m);
 int mk_model_vocab_size(const mk_model *m);
 /* Print architecture, parameter counts by dtype and memory needs. */

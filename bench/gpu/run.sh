@@ -48,7 +48,10 @@ BUILD_VARS=(CUDA="$CUDA" CUDA_GENCODE="$GENCODE" "${JANSSON[@]}"
             WARN="-Wall -Wextra -Wno-unused-parameter -Wno-format-truncation"
             NVCC_WARN="-Xcompiler -Wall,-Wextra,-Wno-unused-parameter")
 if command -v make >/dev/null 2>&1; then
-    make cuda -j"$JOBS" "${BUILD_VARS[@]}"
+    # the targets that need only CUDA + jansson (the image has no libmicrohttpd / utf8proc headers:
+    # build-cuda/minke and build-cuda/test_dsv4_engine_cuda are built elsewhere and carried)
+    make -j"$JOBS" "${BUILD_VARS[@]}" build-cuda/test_ops_cuda build-cuda/bench_gpu build-cuda/test_dsv4_cuda \
+        build-cuda/test_dsv4_paged_cuda build-cuda/bench_dsv4_cuda
     BUILD_RC=$?
 else
     echo "no make here: building with the same commands by hand"
@@ -107,6 +110,17 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     DSV4_RC=$?
     cat "$OUT/dsv4.txt"
     stamp "dsv4 golden rc $DSV4_RC"
+    stamp "dsv4 paged / batched / chunked on the GPU (bit-exact self-consistency)"
+    ./build-cuda/test_dsv4_paged_cuda > "$OUT/dsv4_paged.txt" 2>&1
+    PAGED_RC=$?
+    cat "$OUT/dsv4_paged.txt"
+    if [ -x ./build-cuda/test_dsv4_engine_cuda ]; then
+        stamp "the engine on the GPU (batch invariance, prefix cache, preemption, GPU vs CPU)"
+        ./build-cuda/test_dsv4_engine_cuda > "$OUT/dsv4_engine.txt" 2>&1
+        ENGINE_RC=$?
+        cat "$OUT/dsv4_engine.txt"
+    fi
+    stamp "paged rc ${PAGED_RC:-?} engine rc ${ENGINE_RC:-?}"
     SAN=${SAN:-$(command -v compute-sanitizer || ls "$CUDA"/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)}
     if { [ "${DSV4_SANITIZER:-0}" = 1 ] || [ "${SKIP_SANITIZER:-0}" != 1 ]; } && [ -n "${SAN:-}" ]; then
         stamp "compute-sanitizer memcheck: test_dsv4_cuda v4-tiny-fp8"
@@ -161,6 +175,13 @@ fi
     echo "## DeepSeek-V4 on the GPU: golden cases (rc $DSV4_RC), decode benchmark (rc $DBENCH_RC)"
     echo
     [ -f "$OUT/dsv4.txt" ] && cat "$OUT/dsv4.txt"
+    echo
+    echo "## paged / batched / chunked (rc ${PAGED_RC:-?}) and the engine on the GPU (rc ${ENGINE_RC:-?})"
+    echo
+    echo '```'
+    [ -f "$OUT/dsv4_paged.txt" ] && cat "$OUT/dsv4_paged.txt"
+    [ -f "$OUT/dsv4_engine.txt" ] && cat "$OUT/dsv4_engine.txt"
+    echo '```'
     echo
     [ -f "$OUT/dsv4_bench.md" ] && cat "$OUT/dsv4_bench.md"
     [ -f "$OUT/hf.txt" ] && grep HF_RESULT "$OUT/hf.txt"

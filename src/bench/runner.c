@@ -84,7 +84,7 @@ static void on_event(void *ctx, const char *data, size_t len, double t) {
         s->done = 1;
         return;
     }
-    json_t *j = json_loadb(data, len, 0, NULL);
+    json_t *j = json_loadb(data, len, JSON_ALLOW_NUL, NULL); /* text may hold U+0000 */
     if (!j) {
         if (!s->stream_err[0]) snprintf(s->stream_err, sizeof s->stream_err, "malformed chunk: %.120s", data);
         return;

@@ -37,6 +37,14 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
 const char *cli_get(const cli_opt *opts, int nopts, const char *name);
 int cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
 int cli_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* --device: "cpu" -> MK_DEVICE_CPU, "cuda" -> MK_DEVICE_CUDA (minke.h); anything else prints
+ * "minke CMD: --device expects cpu or cuda, got 'X'" and returns -1 (exit 2). NULL is cpu. */
+int cli_device(const char *cmd, const char *s, int *device);
+/* The help text of --device and --cuda-device (one place for every subcommand). */
+#define CLI_DEVICE_HELP                                                                            \
+    "where the forward pass runs: cpu, or cuda (DeepSeek-V4 checkpoints, in build-cuda/minke from " \
+    "`make cuda`)"
+#define CLI_CUDA_DEVICE_HELP "CUDA device index with --device cuda"
 /* Reads a whole file (or stdin for "-") into a malloc'd NUL-terminated buffer. */
 char *cli_read_file(const char *path, size_t *len);
 

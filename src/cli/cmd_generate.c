@@ -1,8 +1,9 @@
 /* cmd_generate.c — `minke generate` and `minke chat`: text in, text out.
  *
  *   minke generate --model DIR [--tokenizer FILE] --prompt TEXT [--chat] [--thinking]
- *                  [--max-tokens N] [sampling flags]
+ *                  [--max-tokens N] [--device cpu|cuda] [sampling flags]
  *       streams the completion to stdout; prompt and generation tokens/s go to stderr at the end.
+ *       --device cuda (env MINKE_DEVICE) runs a DeepSeek-V4 checkpoint on the GPU (build-cuda/minke).
  *       --chat renders the prompt as one user message with the model's chat encoding
  *       (DeepSeek-V4: BOS, <｜User｜>, <｜Assistant｜>, chat or thinking mode); without it the text
  *       is tokenized as is, with the tokenizer's post-processor (e.g. BOS).
@@ -30,7 +31,8 @@
 
 /* Options shared by generate and chat (indices used below). */
 enum { O_MODEL, O_TOK, O_THINK, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_REP, O_SEED,
-       O_MINTOK, O_STOP, O_STOPIDS, O_IGNEOS, O_BIAS, O_LOGPROBS, O_THREADS, O_SPECIAL, O_TMPL, O_COMMON };
+       O_MINTOK, O_STOP, O_STOPIDS, O_IGNEOS, O_BIAS, O_LOGPROBS, O_THREADS, O_SPECIAL, O_TMPL, O_DEVICE, O_CUDADEV,
+       O_COMMON };
 
 #define COMMON_OPTS                                                                                  \
     {"--model", "PATH", "DeepSeek-V4 checkpoint directory or a .gguf file (default: SmolLM2-135M-Instruct)", NULL}, \
@@ -53,7 +55,9 @@ enum { O_MODEL, O_TOK, O_THINK, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES
     {"--logprobs", "N", "print each token's logprob and the N most likely alternatives to stderr", NULL}, \
     {"--threads", "N", "CPU threads (default: all cores)", NULL},                                      \
     {"--show-special", NULL, "print special tokens' text in the output", NULL},                        \
-    {"--chat-template", "NAME", "chat template for GGUF models: chatml or llama3 (default: from the GGUF)", NULL}
+    {"--chat-template", "NAME", "chat template for GGUF models: chatml or llama3 (default: from the GGUF)", NULL}, \
+    {"--device", "cpu|cuda", CLI_DEVICE_HELP, NULL, "MINKE_DEVICE", CLI_ANY, 0, 0, "cpu"},              \
+    {"--cuda-device", "N", CLI_CUDA_DEVICE_HELP, NULL, "MINKE_CUDA_DEVICE", CLI_INT, 0, 1024, "0"}
 
 typedef struct {
     mk_chat *chat;        /* model, tokenizer, chat encoding, EOS ids, generation defaults */
@@ -124,6 +128,8 @@ static int setup(const char *cmd, cli_opt *o, int argc, char **argv, gen_setup *
     mk_err err = {0};
     long threads = 0;
     if (o[O_THREADS].value && cli_int(cmd, "--threads", o[O_THREADS].value, 1, 1024, &threads)) return 2;
+    int device;
+    if (cli_device(cmd, o[O_DEVICE].value, &device)) return 2;
     g->max_tokens = 256;
     if (o[O_MAXTOK].value && cli_int(cmd, "--max-tokens", o[O_MAXTOK].value, 0, 1 << 20, &g->max_tokens)) return 2;
     mk_tmpl t;
@@ -163,7 +169,8 @@ static int setup(const char *cmd, cli_opt *o, int argc, char **argv, gen_setup *
     /* 4096 tokens per sequence whatever the model's own context (the interactive chat keeps
      * long histories) */
     mk_chat_options co = {.model = o[O_MODEL].value, .tokenizer = o[O_TOK].value, .chat_template = o[O_TMPL].value,
-                          .n_threads = (int)threads, .max_model_len = 4096};
+                          .n_threads = (int)threads, .max_model_len = 4096, .device = device,
+                          .cuda_device = atoi(o[O_CUDADEV].value)};
     if (mk_chat_load(&co, &g->chat, &err)) { fprintf(stderr, "minke %s: %s\n", cmd, err.msg); return 1; }
 
     /* generation_config.json defaults, then the flags */

@@ -7,10 +7,13 @@
  *               [--request-timeout S] [--shutdown-timeout 30] [--tokenizer F] [--chat-template T]
  *               [--max-num-batched-tokens N] [--long-prefill-token-threshold N]
  *               [--no-enable-prefix-caching] [--kv-cache-memory-bytes N]
- *               [--enable-prompt-tokens-details] [--no-access-log]
+ *               [--enable-prompt-tokens-details] [--no-access-log] [--device cpu|cuda]
+ *               [--cuda-device N]
  *
  * Every option can also come from the environment variable its help names (MINKE_PORT, ...).
- * With no --model the embedded default model (SmolLM2-135M-Instruct) is served.
+ * With no --model the embedded default model (SmolLM2-135M-Instruct) is served. --device cuda runs
+ * a DeepSeek-V4 checkpoint on the GPU (build-cuda/minke, built by `make cuda`); the startup log
+ * names the device.
  *
  * Shutdown: the signals are blocked in every thread and taken here with sigwait. On the first one
  * the server drains (new generation requests get 503 + Retry-After, the engine admits nothing new)
@@ -31,7 +34,8 @@
 #include <time.h>
 
 enum { O_MODEL, O_TOK, O_TMPL, O_HOST, O_PORT, O_KEY, O_KEYFILE, O_NAME, O_MAXLEN, O_SEQS, O_WAIT, O_THREADS,
-       O_BODY, O_TIMEOUT, O_SHUTDOWN, O_QUIET, O_BATCH, O_LONGPF, O_NOPREFIX, O_KVBYTES, O_DETAILS, O_N };
+       O_BODY, O_TIMEOUT, O_SHUTDOWN, O_QUIET, O_BATCH, O_LONGPF, O_NOPREFIX, O_KVBYTES, O_DETAILS, O_DEVICE, O_CUDADEV,
+       O_N };
 
 /* Reads the first line of path (trimmed) into buf. */
 static int read_key_file(const char *path, char *buf, size_t cap) {
@@ -76,11 +80,15 @@ int cmd_serve(int argc, char **argv) {
         [O_BATCH] = {"--max-num-batched-tokens", "N", "tokens per engine step (default: max(2048, max-model-len))", NULL, "MINKE_MAX_NUM_BATCHED_TOKENS", CLI_INT, 1, 1 << 30},
         [O_LONGPF] = {"--long-prefill-token-threshold", "N", "prefill tokens per request per step (default 512)", NULL, "MINKE_LONG_PREFILL_TOKEN_THRESHOLD", CLI_INT, 1, 1 << 30},
         [O_NOPREFIX] = {"--no-enable-prefix-caching", NULL, "disable prefix caching", NULL, "MINKE_NO_PREFIX_CACHING"},
-        [O_KVBYTES] = {"--kv-cache-memory-bytes", "N", "bytes of the paged KV pool (default: room for max-num-seqs full sequences, at most 512 MiB, at least one)", NULL, "MINKE_KV_CACHE_MEMORY_BYTES", CLI_INT, 1, 9.2e18},
+        [O_KVBYTES] = {"--kv-cache-memory-bytes", "N", "bytes of the paged KV pool (default: room for max-num-seqs full sequences; on the CPU at most 512 MiB, at least one)", NULL, "MINKE_KV_CACHE_MEMORY_BYTES", CLI_INT, 1, 9.2e18},
         [O_DETAILS] = {"--enable-prompt-tokens-details", NULL, "report usage.prompt_tokens_details.cached_tokens", NULL, "MINKE_ENABLE_PROMPT_TOKENS_DETAILS"},
+        [O_DEVICE] = {"--device", "cpu|cuda", CLI_DEVICE_HELP, NULL, "MINKE_DEVICE", CLI_ANY, 0, 0, "cpu"},
+        [O_CUDADEV] = {"--cuda-device", "N", CLI_CUDA_DEVICE_HELP, NULL, "MINKE_CUDA_DEVICE", CLI_INT, 0, 1024, "0"},
     };
     int pr = cli_parse("serve", "[--model PATH] [--host H] [--port N] [--api-key KEY] [options]", argc, argv, o, O_N);
     if (pr) return pr > 0 ? 0 : 2;
+    int device;
+    if (cli_device("serve", o[O_DEVICE].value, &device)) return 2;
     char key[512] = "";
     if (o[O_KEY].value && o[O_KEYFILE].value) {
         fprintf(stderr, "minke serve: give --api-key or --api-key-file, not both\n");
@@ -111,7 +119,8 @@ int cmd_serve(int argc, char **argv) {
     mk_srv *srv = NULL;
     int rc = 1;
     mk_chat_options co = {.model = o[O_MODEL].value, .tokenizer = o[O_TOK].value, .chat_template = o[O_TMPL].value,
-                          .n_threads = (int)threads, .max_model_len = (int)maxlen};
+                          .n_threads = (int)threads, .max_model_len = (int)maxlen, .device = device,
+                          .cuda_device = atoi(o[O_CUDADEV].value)};
     if (mk_chat_load(&co, &chat, &err)) {
         fprintf(stderr, "minke serve: %s\n", err.msg);
         return 1;
@@ -144,8 +153,9 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *host = o[O_HOST].value;
     int v6 = strchr(host, ':') != NULL;
-    fprintf(stderr, "minke serve: model %s (%s, %s template), max_model_len %d, max_num_seqs %ld%s\n", mk_chat_model_path(chat),
-            mk_chat_family(chat), mk_chat_template_name(chat), mk_chat_max_model_len(chat), seqs, key[0] ? ", API key required" : "");
+    fprintf(stderr, "minke serve: model %s (%s, %s template) on %s, max_model_len %d, max_num_seqs %ld%s\n",
+            mk_chat_model_path(chat), mk_chat_family(chat), mk_chat_template_name(chat),
+            mk_model_device_name(mk_chat_model(chat)), mk_chat_max_model_len(chat), seqs, key[0] ? ", API key required" : "");
     fprintf(stderr, "minke serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", mk_srv_port(srv));
     fflush(stderr);
 

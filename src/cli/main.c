@@ -1,7 +1,8 @@
 /* main.c — the `minke` command line: subcommands dispatch to their own functions.
  *
  *   minke logits --model DIR --tokens 0,5,7,... --prefill S [--out F.safetensors] [--dump DIR]
- *                [--force-decisions GOLDEN.safetensors] [--threads N] [--top K]
+ *                [--force-decisions GOLDEN.safetensors] [--threads N] [--top K] [--device cpu|cuda]
+ *       (on the GPU the dump holds the mHC stream after each layer, "L<l>.h", only)
  *   minke info --model DIR
  *   minke tokenize | render (cmd_text.c), generate | chat (cmd_generate.c), serve (cmd_serve.c)
  *
@@ -12,6 +13,7 @@
 #include "io/st_write.h"
 #include "models/dsv4.h"
 #include "models/dsv4_golden.h"
+#include "models/model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -50,6 +52,8 @@ int cmd_logits(int argc, char **argv) {
         {"--force-decisions", "GOLDEN", "use the reference's expert and indexer choices from a golden file", NULL},
         {"--threads", "N", "CPU threads (default: all cores)", NULL},
         {"--top", "K", "top logits printed per call (default 5)", NULL},
+        {"--device", "cpu|cuda", CLI_DEVICE_HELP " (on the GPU --dump writes the L<l>.h streams only)", NULL, "MINKE_DEVICE", CLI_ANY, 0, 0, "cpu"},
+        {"--cuda-device", "N", CLI_CUDA_DEVICE_HELP, NULL, "MINKE_CUDA_DEVICE", CLI_INT, 0, 1024, "0"},
     };
     int n = (int)(sizeof o / sizeof o[0]);
     int pr = cli_parse("logits", "--model DIR --tokens IDS [options]", argc, argv, o, n);
@@ -82,15 +86,17 @@ int cmd_logits(int argc, char **argv) {
     }
     if (!ntok) { fprintf(stderr, "minke logits: --tokens is empty\n"); free(tok); return 2; }
     long S = ntok, threads = 0, top = 5;
+    int device;
     if ((o[2].value && cli_int("logits", "--prefill", o[2].value, 1, ntok, &S)) ||
         (o[6].value && cli_int("logits", "--threads", o[6].value, 1, 1024, &threads)) ||
-        (o[7].value && cli_int("logits", "--top", o[7].value, 1, 100, &top))) {
+        (o[7].value && cli_int("logits", "--top", o[7].value, 1, 100, &top)) || cli_device("logits", o[8].value, &device)) {
         free(tok);
         return 2;
     }
     mk_err err = {0};
     mk_model *m;
-    mk_model_options mo = {.n_threads = (int)threads, .max_seq_len = ntok + 16 > 4096 ? ntok + 16 : 4096};
+    mk_model_options mo = {.n_threads = (int)threads, .max_seq_len = ntok + 16 > 4096 ? ntok + 16 : 4096,
+                           .device = device, .cuda_device = atoi(o[9].value)};
     if (mk_model_load(o[0].value, &mo, &m, &err)) {
         fprintf(stderr, "minke logits: %s\n", err.msg);
         free(tok);
@@ -98,15 +104,14 @@ int cmd_logits(int argc, char **argv) {
     }
     int rc = 1;
     mk_seq *s = NULL;
-    dsv4_seq *ds = NULL; /* the DeepSeek-V4 sequence behind s, for dumps and forced decisions */
     cli_hooks ch = {0};
+    dsv4_hooks hk = {.ctx = &ch}; /* set on s (CPU or GPU) for dumps and forced decisions */
     mk_stw *outw = NULL;
     float *all = NULL, *lg = NULL;
     int vocab = mk_model_vocab_size(m);
     int n_calls = 1 + (ntok - (int)S);
     if (mk_seq_create(m, ntok + 1, &s, &err)) goto done;
-    ds = mk_seq_dsv4(s);
-    if (!ds && (o[4].value || o[5].value)) {
+    if (!mk_model_dsv4(m) && (o[4].value || o[5].value)) {
         snprintf(err.msg, sizeof err.msg, "--dump and --force-decisions are only available for DeepSeek-V4 models");
         goto done;
     }
@@ -116,7 +121,7 @@ int cmd_logits(int argc, char **argv) {
             goto done;
         }
         ch.dump = mk_stw_create();
-        ds->hooks.dump = cli_dump;
+        hk.dump = cli_dump;
     }
     if (o[5].value) {
         int j = dsv4_golden_find_prompt(o[5].value, tok, ntok, &err);
@@ -127,11 +132,11 @@ int cmd_logits(int argc, char **argv) {
         if (dsv4_golden_open(o[5].value, j, mk_model_dsv4(m)->cfg.n_layers, &ch.g, &err)) goto done;
         dsv4_golden_set_window(ch.g, mk_model_dsv4(m)->cfg.window);
         dsv4_golden_hooks(ch.g, 1, &ch.gh);
-        ds->hooks.moe = cli_moe;
-        ds->hooks.indexer = cli_idx;
+        hk.moe = cli_moe;
+        hk.indexer = cli_idx;
         fprintf(stderr, "minke logits: forcing the reference's decisions of prompt p%d\n", j);
     }
-    if (ds) ds->hooks.ctx = &ch;
+    if ((hk.dump || hk.moe) && mk_seq_set_dsv4_hooks(s, &hk, &err)) goto done;
     all = malloc(sizeof(float) * (size_t)n_calls * vocab);
     if (!all) { snprintf(err.msg, sizeof err.msg, "out of memory"); goto done; }
     for (int c = 0; c < n_calls; c++) {

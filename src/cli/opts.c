@@ -1,5 +1,6 @@
 /* opts.c — option tables and value parsing shared by the subcommands (cli.h). */
 #include "cli/cli.h"
+#include "minke.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -94,6 +95,16 @@ int cli_float(const char *cmd, const char *opt, const char *s, double lo, double
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int cli_device(const char *cmd, const char *s, int *device) {
+    if (!s || !strcmp(s, "cpu")) *device = MK_DEVICE_CPU;
+    else if (!strcmp(s, "cuda")) *device = MK_DEVICE_CUDA;
+    else {
+        fprintf(stderr, "minke %s: --device expects cpu or cuda, got '%s'\n", cmd, s);
+        return -1;
+    }
     return 0;
 }
 

@@ -396,12 +396,17 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->vocab = mk_model_vocab_size(m);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    int rc = mk_kvcache_create(m, o->max_num_seqs, o->max_model_len, o->kv_bytes, &e->kv, err);
+    /* the token budget of a step, which also sizes the GPU's step scratch (a family without
+     * chunked prefill gets it raised to max_model_len below; the GPU's has chunked prefill) */
+    const int budget = o->max_num_batched_tokens ? o->max_num_batched_tokens
+                                                 : (o->max_model_len > 2048 ? o->max_model_len : 2048);
+    mk_kvcache_options ko = {.n_slots = o->max_num_seqs, .max_model_len = o->max_model_len, .kv_bytes = o->kv_bytes,
+                             .max_rows = budget};
+    int rc = mk_kvcache_create(m, &ko, &e->kv, err);
     if (rc) goto fail;
     mk_kvcache_caps_get(e->kv, &e->caps);
     mk_sched_opts so = {.max_num_seqs = o->max_num_seqs,
-                        .max_num_batched_tokens = o->max_num_batched_tokens ? o->max_num_batched_tokens
-                                                  : (o->max_model_len > 2048 ? o->max_model_len : 2048),
+                        .max_num_batched_tokens = budget,
                         .long_prefill_token_threshold = o->long_prefill_token_threshold ? o->long_prefill_token_threshold : 512,
                         .replay = e->caps.replay,
                         .prefix_caching = e->caps.prefix_caching && !o->no_prefix_caching,

@@ -26,6 +26,13 @@
  *                through each linear and routed expert, so each weight matrix is read once per
  *                step; attention and compressors per piece, see dsv4.h), and a piece's results
  *                are those of its request run alone through mk_seq, bit for bit.
+ *                On the GPU (a model loaded with MK_DEVICE_CUDA, model.h) the same, with the
+ *                blocks in device memory (dsv4_cuda_pool, the layout of dsv4_kv_layout): the
+ *                host pool (mk_kv_pool) keeps only the accounting (blocks, references, prefix
+ *                index; no host data), each slot is a paged dsv4_cuda_seq, and a step is one
+ *                dsv4_cuda_forward_batch over a device scratch (dsv4_cuda_work) sized once for
+ *                max_rows rows and n_slots pieces. The same caps; a piece's results do not
+ *                depend on the other pieces of its step (see dsv4_cuda.h).
  */
 #ifndef MK_MODELS_BATCH_H
 #define MK_MODELS_BATCH_H
@@ -47,13 +54,23 @@ typedef struct {
     int partial_hits;    /* a partially matching block can be copied (copy-on-write) */
     int chunked_prefill; /* a prompt can run in several pieces, at any position */
     int replay;          /* tokens to recompute before a prefix-hit boundary */
-    size_t bytes;        /* memory of the pool and the slots */
+    size_t block_bytes;  /* bytes of one block (device memory on the GPU) */
+    size_t bytes;        /* memory of the pool and the slots (and the GPU's step scratch) */
 } mk_kvcache_caps;
 
-/* kv_bytes: memory for the paged pool (0 = enough for n_slots full-length sequences, capped at
- * 512 MiB but never less than one full-length sequence). Fails with a message naming the numbers
- * when not even one full-length sequence fits. */
-int mk_kvcache_create(mk_model *m, int n_slots, int max_model_len, size_t kv_bytes, mk_kvcache **out, mk_err *err);
+typedef struct {
+    int n_slots;       /* running requests at most, >= 1 */
+    int max_model_len; /* tokens per sequence, >= 1 (at most the model's context) */
+    size_t kv_bytes;   /* memory for the paged pool; 0 = the default: room for n_slots full-length
+                        * sequences, on the CPU capped at 512 MiB but never less than one
+                        * full-length sequence (on the GPU not capped) */
+    int max_rows;      /* tokens one step runs at most (the engine's max_num_batched_tokens): sizes
+                        * the GPU's step scratch; 0 = max(2048, max_model_len) */
+} mk_kvcache_options;
+
+/* Fails with a message naming the numbers when not even one full-length sequence fits in
+ * kv_bytes, or when the GPU's memory cannot hold the pool, the scratch or the slots. */
+int mk_kvcache_create(mk_model *m, const mk_kvcache_options *o, mk_kvcache **out, mk_err *err);
 void mk_kvcache_free(mk_kvcache *c);
 void mk_kvcache_caps_get(const mk_kvcache *c, mk_kvcache_caps *caps);
 mk_kv_pool *mk_kvcache_pool(mk_kvcache *c);

@@ -170,7 +170,8 @@ int mk_chat_load(const mk_chat_options *o, mk_chat **out, mk_err *err) {
     if (!rc) {
         c->max_model_len = o->max_model_len > 0 ? o->max_model_len : (c->context < 4096 ? c->context : 4096);
         if (!o->no_weights) {
-            mk_model_options mo = {.n_threads = o->n_threads, .max_seq_len = c->max_model_len};
+            mk_model_options mo = {.n_threads = o->n_threads, .max_seq_len = c->max_model_len, .device = o->device,
+                                   .cuda_device = o->cuda_device};
             rc = mk_model_load(c->path, &mo, &c->m, err);
         }
     }

@@ -44,6 +44,8 @@ typedef struct {
                                 * max_position_embeddings or GGUF <arch>.context_length) */
     int no_weights;            /* 1: do not load the weights (tests, fuzzing): mk_chat_model is
                                 * NULL, everything else is set up */
+    int device;                /* MK_DEVICE_CPU (0, default) or MK_DEVICE_CUDA (minke.h) */
+    int cuda_device;           /* CUDA device index with MK_DEVICE_CUDA */
 } mk_chat_options;
 
 /* The embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF) shipped by the PyPI package

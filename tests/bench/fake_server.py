@@ -48,6 +48,12 @@ def word_id(w):
     return 10 + zlib.crc32(w.encode()) % (VOCAB - 10)
 
 
+def tok_text(k):
+    """The text of generated token k: " t<k>", and a U+0000 in some of them (real servers stream
+    whatever bytes the model writes; JSON carries it as \u0000)."""
+    return " t%d" % k + ("\x00" if k % 5 == 0 else "")
+
+
 def tokenize(text, add_special):
     ids = [word_id(w) for w in text.split()]
     return ([BOS] if add_special else []) + ids
@@ -224,7 +230,7 @@ class Handler(BaseHTTPRequestHandler):
 
             if not stream:
                 time.sleep((o.ttft_ms + o.prefill_ms_per_token * (len(ids) - cached) + o.tpot_ms * n_out) / 1e3)
-                text = "".join(" t%d" % ((nreq * 7 + i) % VOCAB) for i in range(n_out))
+                text = "".join(tok_text((nreq * 7 + i) % VOCAB) for i in range(n_out))
                 usage = {"prompt_tokens": len(ids), "completion_tokens": n_out, "total_tokens": len(ids) + n_out}
                 ch = {"index": 0, "finish_reason": "length" if n_out == max_tokens else "stop"}
                 ch.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
@@ -247,7 +253,7 @@ class Handler(BaseHTTPRequestHandler):
                 d = t - time.monotonic()
                 if d > 0:
                     time.sleep(d)
-                text = "".join(" t%d" % ((nreq * 7 + i + j) % VOCAB) for j in range(k))
+                text = "".join(tok_text((nreq * 7 + i + j) % VOCAB) for j in range(k))
                 i += k
                 fin = None if i < n_out else ("length" if n_out == max_tokens else "stop")
                 if chat:

@@ -96,6 +96,15 @@ ARGMAX=$("$MINKE" logits --model tests/data/dsv4/v4-tiny-fp8 --tokens "$(cat "$T
 [ "$FIRST" = "$ARGMAX" ] || fail "greedy first token $FIRST != argmax $ARGMAX"
 expect_err 2 "--temperature expects" "$MINKE" "${G[@]}" --temperature -1
 expect_err 2 "vocabulary" "$MINKE" generate --model tests/data/dsv4/v4-tiny-fp8 --tokenizer "$TOK" --prompt x --logit-bias 9999:1
+# --device: cpu is the default (same tokens); another value is refused before anything loads (also
+# from MINKE_DEVICE); this CPU build refuses cuda naming the CUDA backend, without crashing
+"$MINKE" "${G[@]}" --seed 42 --temperature 0.9 --top-p 0.95 --device cpu > "$TMP/g3.txt" 2>/dev/null
+cmp -s "$TMP/g1.txt" "$TMP/g3.txt" || fail "--device cpu changes the output"
+"$MINKE" serve --help | grep -q -- "--device cpu|cuda" || fail "serve --help does not document --device"
+expect_err 2 "minke serve: --device expects cpu or cuda, got 'tpu'" "$MINKE" serve --device tpu
+expect_err 2 "minke generate: --device expects cpu or cuda, got 'gpu'" env MINKE_DEVICE=gpu "$MINKE" "${G[@]}"
+expect_err 1 "built without the CUDA backend (build build-cuda/minke with \`make cuda\`)" "$MINKE" "${G[@]}" --device cuda
+expect_err 1 "built without the CUDA backend" env MINKE_DEVICE=cuda "$MINKE" logits --model tests/data/dsv4/v4-tiny-fp8 --tokens 1,2
 # chat: two turns with history, then Ctrl-C (SIGINT) stops a long answer but not the program
 printf 'hello\nwhat next?\n/exit\n' | "$MINKE" chat --model tests/data/dsv4/v4-tiny-fp8 --tokenizer "$TOK" --max-tokens 8 --seed 3 > "$TMP/chat.out" 2>&1
 [ "$(grep -c '^> ' "$TMP/chat.out")" -ge 2 ] || fail "chat did not answer two turns: $(cat "$TMP/chat.out")"

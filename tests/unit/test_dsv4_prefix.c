@@ -129,7 +129,7 @@ Test(dsv4_prefix, caps) {
     mk_err err = {0};
     mk_kvcache *c;
     mk_kvcache_caps caps;
-    cr_assert_eq(mk_kvcache_create(m, 2, LEN, 0, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(mk_kvcache_create(m, &(mk_kvcache_options){.n_slots = 2, .max_model_len = LEN}, &c, &err), 0, "%s", err.msg);
     mk_kvcache_caps_get(c, &caps);
     dsv4_kv_layout lay;
     cr_assert_eq(dsv4_kv_layout_init(mk_model_dsv4(m), 1, &lay, &err), 0, "%s", err.msg);
@@ -137,11 +137,12 @@ Test(dsv4_prefix, caps) {
     cr_assert(caps.prefix_caching && caps.chunked_prefill && !caps.partial_hits && !caps.replay);
     cr_assert_eq(caps.n_blocks, 2 * (LEN / 256), "room for 2 full sequences: %d blocks", caps.n_blocks);
     cr_assert_eq(mk_kv_n_blocks(mk_kvcache_pool(c)), caps.n_blocks);
+    cr_assert_eq(caps.block_bytes, lay.bytes);
     cr_assert_geq(caps.bytes, (size_t)caps.n_blocks * lay.bytes);
     cr_log_info("v4-tiny-fp8: %zu bytes per 256-position block", lay.bytes);
     mk_kvcache_free(c);
     /* a pool that cannot hold one full-length sequence is refused with the numbers */
-    cr_assert_eq(mk_kvcache_create(m, 2, LEN, 3 * lay.bytes, &c, &err), MK_EINVAL);
+    cr_assert_eq(mk_kvcache_create(m, &(mk_kvcache_options){.n_slots = 2, .max_model_len = LEN, .kv_bytes = 3 * lay.bytes}, &c, &err), MK_EINVAL);
     cr_assert(strstr(err.msg, "needs 4 blocks"), "%s", err.msg);
     mk_model_free(m);
 }

@@ -15,7 +15,7 @@ static size_t block_bytes(mk_model *m, int *bt) {
     mk_err err = {0};
     mk_kvcache *c;
     mk_kvcache_caps caps;
-    cr_assert_eq(mk_kvcache_create(m, 1, LEN, 0, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(mk_kvcache_create(m, &(mk_kvcache_options){.n_slots = 1, .max_model_len = LEN}, &c, &err), 0, "%s", err.msg);
     mk_kvcache_caps_get(c, &caps);
     mk_kvcache_free(c);
     cr_assert(caps.prefix_caching && caps.chunked_prefill);
