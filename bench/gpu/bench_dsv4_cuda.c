@@ -15,6 +15,8 @@
  * Usage: bench_dsv4_cuda DIR [prompt_len=16] [decode_steps=64] [out.md] [batches=64,256]
  *        [prefill_len=2048]
  * No CUDA graph capture: positions and cache sizes are kernel arguments chosen on the host.
+ * MINKE_CUDA_PROFILE=1: phase tables of each section (synchronized, so the timings of that run
+ * are not the benchmark's).
  */
 #include "models/dsv4.h"
 #include "models/dsv4_cuda.h"
@@ -164,6 +166,7 @@ int main(int argc, char **argv) {
         dt[i] = now() - a;
         toks[P + i + 1] = argmax(logits, c->vocab);
     }
+    dsv4_cuda_profile_report(stdout, "batch-1 prefill + decode");
     /* the first 3 steps are warm-up */
     int nt = N - 3;
     double *srt = malloc(sizeof(double) * (size_t)nt);
@@ -253,6 +256,7 @@ int main(int argc, char **argv) {
             if (!rc) rc = dsv4_cuda_forward_batch(w, ps, tk, cnt, lg, 1, &err);
             tp = now() - a;
         }
+        dsv4_cuda_profile_report(stdout, "prefill (two runs)");
         if (!rc) {
             n = snprintf(line, sizeof line, "| prefill, 1 prompt | %d | %.2f | %.0f | %.1f | %.1f%% |\n", PF, tp * 1e3,
                          PF / tp, fl * PF / tp / 1e12, tflops > 0 ? 100.0 * fl * PF / tp / 1e12 / tflops : 0.0);
@@ -277,6 +281,11 @@ int main(int argc, char **argv) {
             double a = now();
             rc = dsv4_cuda_forward_batch(w, ps, tk, cnt, lg, B, &err);
             st[step] = now() - a;
+        }
+        {
+            char t[64];
+            snprintf(t, sizeof t, "batch %d: prefill + %d decode steps", B, BN);
+            dsv4_cuda_profile_report(stdout, t);
         }
         if (!rc) {
             qsort(st + 3, BN - 3, sizeof(double), cmpd);

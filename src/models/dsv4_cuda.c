@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TRY(x)                      \
     do {                            \
@@ -348,7 +349,7 @@ struct dsv4_cuda_work {
     const float **rows;
     int32_t *row_start;
     float *gsc, *gw, *gmargin, *sw, *xd, *act, *actd, *eo, *sg, *su, *seo;
-    int32_t *gidx, *plan, *ids, *tok, *tbl; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] */
+    int32_t *gidx, *plan, *ids, *tok, *tbl, *pos; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] | pos [max_rows] */
     float *hl, *xl, *logits;                /* head: [max_pieces, hc, dim], [max_pieces, dim], [max_pieces, vocab] */
     float *me, *mhn, *mhp, *mh;             /* MTP */
     void *lin;
@@ -426,7 +427,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->sw, F(Tm * K));
     WA(w->gidx, sizeof(int32_t) * Tm * K);
     WA(w->plan, sizeof(int32_t) * mk_cuda_moe_plan_ints((int)Tm, K, E));
-    WA(w->ids, sizeof(int32_t) * (Tm + P * w->tbl_cap));
+    WA(w->ids, sizeof(int32_t) * (2 * Tm + P * w->tbl_cap));
     WA(w->xd, F(Tm * d));
     WA(w->act, F(Tm * K * I));
     WA(w->actd, F(Tm * K * I));
@@ -450,6 +451,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     }
     w->tok = w->ids;
     w->tbl = w->ids + Tm;
+    w->pos = w->tbl + P * w->tbl_cap;
     /* linear scratch: the largest need of any weight at its largest row count */
     size_t lb = 0;
     for (int l = 0; l <= c->n_layers; l++) {
@@ -468,7 +470,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     if (hb > lb) lb = hb;
     w->lin_bytes = lb;
     rc = walloc(w, lb, &w->lin, err);
-    w->hids = malloc(sizeof(int32_t) * (Tm + P * w->tbl_cap));
+    w->hids = malloc(sizeof(int32_t) * (2 * Tm + P * w->tbl_cap));
     if (!rc && !w->hids) rc = mk_fail(err, MK_ENOMEM, "out of memory");
     if (!rc && with_hooks) {
         size_t hn = Th * d;
@@ -714,7 +716,62 @@ typedef struct {
     gpiece *pc;
     int np, R;
     const dsv4_hooks *hk;
+    double t_mark; /* phase profiling: the last mark */
 } gcall;
+
+/* ---- phase profile (MINKE_CUDA_PROFILE=1) ------------------------------------------------------
+ * Each mark synchronizes the stream and charges the time since the previous mark (device work and
+ * the host's launch overhead alike) to a named phase. Off by default: a mark is then one branch.
+ * Single-threaded use (benchmarks). */
+#define PH_MAX 24
+static struct {
+    int on;
+    int n;
+    const char *name[PH_MAX];
+    double s[PH_MAX];
+    long calls[PH_MAX];
+} g_prof = {-1, 0, {0}, {0}, {0}};
+
+static double ph_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int prof_on(void) {
+    if (g_prof.on < 0) {
+        const char *e = getenv("MINKE_CUDA_PROFILE");
+        g_prof.on = e && *e && strcmp(e, "0");
+    }
+    return g_prof.on;
+}
+
+static void mark(gcall *C, const char *phase) {
+    if (!prof_on()) return;
+    mk_err e;
+    mk_cuda_ctx_sync(C->ctx, &e);
+    double t = ph_now();
+    int i = 0;
+    while (i < g_prof.n && strcmp(g_prof.name[i], phase)) i++;
+    if (i == g_prof.n && g_prof.n < PH_MAX) g_prof.name[g_prof.n++] = phase;
+    if (i < PH_MAX) {
+        g_prof.s[i] += t - C->t_mark;
+        g_prof.calls[i]++;
+    }
+    C->t_mark = t;
+}
+
+void dsv4_cuda_profile_report(void *file, const char *title) {
+    FILE *f = file;
+    if (!prof_on() || !g_prof.n) return;
+    double tot = 0;
+    for (int i = 0; i < g_prof.n; i++) tot += g_prof.s[i];
+    fprintf(f, "\n%s: phase profile (MINKE_CUDA_PROFILE, synchronized marks), total %.2f ms\n\n", title, tot * 1e3);
+    fprintf(f, "| phase | ms | share |\n| --- | --- | --- |\n");
+    for (int i = 0; i < g_prof.n; i++)
+        fprintf(f, "| %s | %.2f | %.1f%% |\n", g_prof.name[i], g_prof.s[i] * 1e3, tot > 0 ? 100 * g_prof.s[i] / tot : 0);
+    g_prof.n = 0;
+}
 
 static mk_cuda_paged paged(const gpiece *p, size_t off, int epb) {
     mk_cuda_paged q = {p->s->pool->base, p->dtbl, p->s->pool->lay.bytes, off, epb};
@@ -873,11 +930,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     dsv4_cuda_work *w = C->w;
     int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim, R = C->R;
     TRY(lin(C, &L->idx_wq_b, w->qr, R, w->iq, 1, err));
-    for (int pi = 0; pi < C->np; pi++) {
-        const gpiece *p = &C->pc[pi];
-        TRY(mk_cuda_rope(ctx, w->iq + (size_t)p->row0 * IH * ID + ID - rd, p->T * IH, ID, rd, L->rope, p->start, IH,
-                         0, err));
-    }
+    TRY(mk_cuda_rope_at(ctx, w->iq + ID - rd, R * IH, ID, rd, L->rope, w->pos, IH, 0, err));
     TRY(mk_cuda_hadamard(ctx, w->iq, R * IH, ID, 1.0f / sqrtf((float)ID), err));
     TRY(mk_cuda_quant_sim(ctx, w->iq, R * IH, ID, ID, 32, 1, w->iq, err));
     TRY(dumpv(C, w->iq, R, IH, ID, err, "L%d.idx.q", layer));
@@ -922,22 +975,19 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
     TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
     TRY(mk_cuda_head_rms_bf16(ctx, w->q, R * H, D, c->norm_eps, err));
-    for (int pi = 0; pi < C->np; pi++) {
-        const gpiece *p = &C->pc[pi];
-        TRY(mk_cuda_rope(ctx, w->q + (size_t)p->row0 * HD + nope, p->T * H, D, rd, L->rope, p->start, H, 0, err));
-    }
+    TRY(mk_cuda_rope_at(ctx, w->q + nope, R * H, D, rd, L->rope, w->pos, H, 0, err));
     TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
     TRY(lin(C, &L->wkv, x, R, w->kv, 1, err));
     TRY(mk_cuda_rmsnorm(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, w->kv, err));
-    for (int pi = 0; pi < C->np; pi++) {
-        const gpiece *p = &C->pc[pi];
-        TRY(mk_cuda_rope(ctx, w->kv + (size_t)p->row0 * D + nope, p->T, D, rd, L->rope, p->start, 1, 0, err));
-    }
+    TRY(mk_cuda_rope_at(ctx, w->kv + nope, R, D, rd, L->rope, w->pos, 1, 0, err));
     TRY(mk_cuda_quant_sim(ctx, w->kv, R, D, nope, 64, 0, w->kv, err));
     TRY(dumpv(C, w->kv, R, D, 0, err, "L%d.attn.kv", layer));
+    mark(C, "attn: q/kv projections, rope");
     for (int pi = 0; pi < C->np; pi++) C->pc[pi].k_sel = 0;
     if (r == 4) TRY(indexer(C, layer, L, x, err));
+    mark(C, "indexer (incl. its compressor)");
     if (r) TRY(compressor(C, layer, L, &L->cmp, 0, x, err));
+    mark(C, "attn compressor");
     if (r && C->np == 1)
         TRY(dump_entries(C, &C->pc[0], layer, C->pc[0].s->pool->lay.ckv[layer], r, C->pc[0].s->ls[layer].n_ckv, D, err));
     for (int pi = 0; pi < C->np; pi++) {
@@ -953,13 +1003,14 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
         TRY(mk_cuda_sparse_attn(ctx, w->q + (size_t)p->row0 * HD, T, H, D, (const float *const *)w->rows,
                                 w->row_start, L->attn_sink, 1.0f / sqrtf((float)D), w->o + (size_t)p->row0 * HD,
                                 err));
-        TRY(mk_cuda_rope(ctx, w->o + (size_t)p->row0 * HD + nope, T * H, D, rd, L->rope, start, H, 1, err));
         /* window snapshots at the block ends inside the piece, then the ring itself */
         for (int e = (start / bt + 1) * bt - 1; s->pool->lay.snapshots && layer < c->n_layers && e < start + T; e += bt)
             TRY(mk_cuda_snap_ring(ctx, (uint16_t *)(blk(s, e / bt) + s->pool->lay.win[layer]), st->win, kvp, start, e,
                                   win, D, err));
         TRY(mk_cuda_ring_put(ctx, st->win, kvp, start, T, win, D, err));
     }
+    TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
+    mark(C, "attn: rows, sparse attention, window");
     TRY(dumpv(C, w->o, R, H, D, err, "L%d.attn.o", layer));
     for (int g = 0; g < G; g++) {
         mk_wmat Wg = L->wo_a;
@@ -981,6 +1032,7 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     }
     TRY(dumpv(C, w->oa, R, G * c->o_lora, 0, err, "L%d.attn.oa", layer));
     TRY(lin(C, &L->wo_b, w->oa, R, out, 1, err));
+    mark(C, "attn: output projections");
     return dumpv(C, out, R, c->dim, 0, err, "L%d.attn.out", layer);
 }
 
@@ -1001,7 +1053,9 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
     }
     TRY(mk_cuda_moe_weights(ctx, w->gsc, T, E, K, c->route_scale, w->gidx, w->gw, err));
     TRY(dumpv(C, w->gw, T, K, 0, err, "L%d.moe.weights", layer));
+    mark(C, "moe: gate, route");
     TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
+    mark(C, "moe: plan");
     const float *xd = x, *ad = w->act;
     if (L->ekind != MK_W_BF16) {
         TRY(mk_cuda_quant_sim(ctx, x, T, d, d, 128, 0, w->xd, err));
@@ -1016,12 +1070,14 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
     }
     TRY(mk_cuda_moe_gemv(ctx, L->ekind, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
                          ad, 0, w->plan, w->sw, T, K, E, lim, w->eo, err));
+    mark(C, "moe: routed experts");
     /* shared expert */
     TRY(lin(C, &L->sh1, x, T, w->sg, 1, err));
     TRY(lin_f(C, MK_CUDA_LIN_REUSE_X, &L->sh3, x, T, w->su, 1, err));
     TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, lim, w->sg, err));
     TRY(lin(C, &L->sh2, w->sg, T, w->seo, 1, err));
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
+    mark(C, "moe: shared expert, combine");
     return MK_OK;
 }
 
@@ -1033,6 +1089,7 @@ static int block(gcall *C, int layer, const glayer *L, float *h, mk_err *err) {
     TRY(mk_cuda_hc_pre(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters, c->hc_eps,
                        c->norm_eps, w->x, w->post, w->comb, err));
     TRY(mk_cuda_rmsnorm(ctx, w->x, T, d, L->attn_norm, c->norm_eps, w->x, err));
+    mark(C, "mHC pre/post, norms");
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.attn.in", layer));
     TRY(attention(C, layer, L, w->x, w->sub, err));
     TRY(mk_cuda_hc_post(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, err));
@@ -1040,10 +1097,12 @@ static int block(gcall *C, int layer, const glayer *L, float *h, mk_err *err) {
     TRY(mk_cuda_hc_pre(ctx, w->h2, T, hc, d, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_iters, c->hc_eps,
                        c->norm_eps, w->x, w->post, w->comb, err));
     TRY(mk_cuda_rmsnorm(ctx, w->x, T, d, L->ffn_norm, c->norm_eps, w->x, err));
+    mark(C, "mHC pre/post, norms");
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
     TRY(moe(C, layer, L, w->x, w->sub, err));
     TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
     TRY(mk_cuda_hc_post(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, err));
+    mark(C, "mHC pre/post, norms");
     return dumpv(C, h, T, hc, d, err, "L%d.h", layer);
 }
 
@@ -1111,13 +1170,15 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
     }
+    int32_t *hpos = w->hids + (w->pos - w->ids);
     for (int i = 0; i < np; i++) {
         memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
         int32_t *t = w->hids + w->max_rows + (size_t)i * w->tbl_cap;
         for (int b = 0; b < seqs[i]->n_blocks && b < w->tbl_cap; b++) t[b] = seqs[i]->blocks[b];
         pc[i].dtbl = w->tbl + (size_t)i * w->tbl_cap;
+        for (int j = 0; j < n[i]; j++) hpos[pc[i].row0 + j] = pc[i].start + j;
     }
-    TRY(mk_cuda_upload(w->g->ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)w->max_rows + (size_t)np * w->tbl_cap), err));
+    TRY(mk_cuda_upload(w->g->ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)(w->pos - w->ids) + (size_t)R), err));
     C->g = w->g;
     C->ctx = w->g->ctx;
     C->w = w;
@@ -1137,9 +1198,11 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
     if (!rc) {
         dsv4_cuda *g = w->g;
         const dsv4_config *c = &g->m->cfg;
+        if (prof_on()) C.t_mark = ph_now();
         rc = mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C.R, c->hc, c->dim, w->h, err);
         for (int l = 0; l < c->n_layers && !rc; l++) rc = block(&C, l, &g->layers[l], w->h, err);
         if (!rc) rc = head(&C, w->h, g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, err);
+        mark(&C, "head, logits to the host");
         for (int i = 0; i < np && !rc; i++) {
             seqs[i]->pos += n[i];
             seqs[i]->n_last = n[i];
@@ -1172,7 +1235,8 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     gcall C = {.g = g, .ctx = ctx, .w = w, .pc = &p, .np = 1, .R = T, .hk = w->hh ? &s->hooks : NULL};
     for (int b = 0; b < s->n_blocks && b < w->tbl_cap; b++) w->hids[w->max_rows + b] = s->blocks[b];
     memcpy(w->hids, ids, sizeof(int32_t) * (size_t)T);
-    TRY(mk_cuda_upload(ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)w->max_rows + w->tbl_cap), err));
+    for (int j = 0; j < T; j++) w->hids[(w->pos - w->ids) + j] = start + j;
+    TRY(mk_cuda_upload(ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)(w->pos - w->ids) + (size_t)T), err));
     TRY(mk_cuda_embed_hc(ctx, g->embed, c->vocab, w->tok, T, 1, d, w->me, err));
     TRY(mk_cuda_rmsnorm(ctx, w->me, T, d, L->enorm, c->norm_eps, w->me, err));
     TRY(mk_cuda_rmsnorm(ctx, w->h, T * hc, d, L->hnorm, c->norm_eps, w->mhn, err));

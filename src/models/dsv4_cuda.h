@@ -82,4 +82,9 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
  * ids [n] the next tokens; logits [vocab] of the last position. */
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int n, float *logits, mk_err *err);
 
+/* With MINKE_CUDA_PROFILE=1 in the environment every forward call synchronizes at phase marks
+ * and accumulates the time per phase (for benchmarks; it slows calls down). Prints the table
+ * accumulated since the last report (markdown) to file (a FILE *) and clears it. */
+void dsv4_cuda_profile_report(void *file, const char *title);
+
 #endif

@@ -63,13 +63,15 @@ extern "C" void mk_cuda_rope_table_free(mk_cuda_ctx *ctx, mk_rope_table *dev) {
     dev->cs = NULL;
 }
 
-/* One thread per rotated pair. */
+/* One thread per rotated pair. Position of vector v: pos0 + v / vpp, or pos_of[v / vpp]. */
 __global__ void k_rope(float *x, int n_vec, int stride, int half, const float *__restrict__ cs,
-                       int tab_half, int pos0, int vpp, int inverse) {
+                       int tab_half, int pos0, const int32_t *__restrict__ pos_of, int max_pos, int vpp,
+                       int inverse) {
     size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (id >= (size_t)n_vec * half) return;
     int v = (int)(id / half), i = (int)(id - (size_t)v * half);
-    int pos = pos0 + v / vpp;
+    int pos = pos_of ? pos_of[v / vpp] : pos0 + v / vpp;
+    if (pos < 0 || pos >= max_pos) return; /* checked by the callers; never read outside the table */
     const float *c2 = cs + ((size_t)pos * tab_half + i) * 2;
     float c = c2[0], s = inverse ? -c2[1] : c2[1];
     float *p = x + (size_t)v * stride + 2 * i;
@@ -91,8 +93,23 @@ extern "C" int mk_cuda_rope(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, i
                        last, t->max_pos);
     size_t n = (size_t)n_vec * (rd / 2);
     k_rope<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n_vec, stride, rd / 2, t->cs,
-                                                                   t->half, pos0, vecs_per_pos, inverse);
+                                                                   t->half, pos0, NULL, t->max_pos, vecs_per_pos,
+                                                                   inverse);
     MK_CU_LAUNCHED(err, "cuda: rope launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_rope_at(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
+                               const mk_rope_table *t, const int32_t *pos, int vecs_per_pos, int inverse,
+                               mk_err *err) {
+    if (n_vec <= 0) return MK_OK;
+    if (rd <= 0 || rd % 2 || rd / 2 > t->half || vecs_per_pos <= 0 || !t->cs || !pos)
+        return mk_fail(err, MK_EINVAL, "cuda: rope_at: rd %d, table half %d, vecs_per_pos %d", rd, t->half,
+                       vecs_per_pos);
+    size_t n = (size_t)n_vec * (rd / 2);
+    k_rope<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n_vec, stride, rd / 2, t->cs, t->half, 0, pos,
+                                                                   t->max_pos, vecs_per_pos, inverse);
+    MK_CU_LAUNCHED(err, "cuda: rope_at launch");
     return MK_OK;
 }
 

@@ -163,6 +163,11 @@ void mk_cuda_rope_table_free(mk_cuda_ctx *ctx, mk_rope_table *dev);
  * rope dims last: x = q + D - rd, stride = D, vecs_per_pos = H. t is a device table. */
 int mk_cuda_rope(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
                  const mk_rope_table *t, int pos0, int vecs_per_pos, int inverse, mk_err *err);
+/* The same with each group of vecs_per_pos vectors at its own position pos[v / vecs_per_pos]
+ * (device array; the rows of several sequences in one launch). Positions outside the table are
+ * the caller's error: those vectors are left as they are. */
+int mk_cuda_rope_at(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd, const mk_rope_table *t,
+                    const int32_t *pos, int vecs_per_pos, int inverse, mk_err *err);
 
 /* mk_hadamard on each of `rows` rows of n values (n a power of two, <= 8192), in place. */
 int mk_cuda_hadamard(mk_cuda_ctx *ctx, float *x, int rows, int n, float scale, mk_err *err);
