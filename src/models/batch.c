@@ -378,7 +378,8 @@ static int prep_dsv4_piece(mk_kvcache *c, mk_batch_item *it, mk_err *err) {
 /* All pieces of a step, in rounds of at most one piece per slot (a slot named twice runs its
  * pieces in order): each round is one batched forward of the pieces that got ready. If that
  * fails (a check or an allocation, before any state changed), each piece runs alone so that only
- * the failing ones are marked. */
+ * the failing ones are marked. A GPU call that fails after its checks marks its sequences broken,
+ * so their lone re-runs fail too rather than continue from a half-updated state. */
 static int forward_dsv4(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
     int last = MK_OK, left = n;
     char done[DSV4_STEP_MAX];

@@ -519,6 +519,7 @@ struct dsv4_cuda_seq {
     dsv4_cuda_work *work;      /* standalone: its own (with MTP and hooks); paged: NULL */
     int own;                   /* pool and work are this sequence's */
     int *blocks, n_blocks, cap_blocks;
+    int broken;                /* a call failed after its checks: state undefined until reset/restore */
     dsv4_hooks hooks;
     size_t bytes;
     dlist mem;
@@ -633,6 +634,7 @@ int dsv4_cuda_seq_reset(dsv4_cuda_seq *s, mk_err *err) {
     const dsv4_config *c = &s->g->m->cfg;
     for (int l = 0; l < c->n_layers + c->n_mtp; l++) TRY(layer_reset(s, l, err));
     s->pos = s->mtp_pos = s->n_last = 0;
+    s->broken = 0;
     return MK_OK;
 }
 
@@ -696,6 +698,7 @@ int dsv4_cuda_seq_restore(dsv4_cuda_seq *s, int pos, mk_err *err) {
     for (int l = c->n_layers; l < c->n_layers + c->n_mtp; l++) TRY(layer_reset(s, l, err));
     s->pos = pos;
     s->mtp_pos = s->n_last = 0;
+    s->broken = 0;
     return MK_OK;
 }
 
@@ -1154,6 +1157,8 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (s->g != w->g) return mk_fail(err, MK_EINVAL, "piece %d: a sequence of another model", i);
         for (int j = 0; j < i; j++)
             if (seqs[j] == s) return mk_fail(err, MK_EINVAL, "pieces %d and %d run on the same sequence", j, i);
+        if (s->broken)
+            return mk_fail(err, MK_EINTERNAL, "piece %d: its sequence failed in the middle of a call; reset or restore it", i);
         if (n[i] <= 0) return mk_fail(err, MK_EINVAL, "piece %d: a forward call needs at least one token", i);
         if (s->pos + n[i] > s->max_len)
             return mk_fail(err, MK_ERANGE, "piece %d: position %d exceeds the sequence capacity %d", i, s->pos + n[i],
@@ -1203,7 +1208,11 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
         for (int l = 0; l < c->n_layers && !rc; l++) rc = block(&C, l, &g->layers[l], w->h, err);
         if (!rc) rc = head(&C, w->h, g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, err);
         mark(&C, "head, logits to the host");
-        for (int i = 0; i < np && !rc; i++) {
+        for (int i = 0; i < np; i++) {
+            if (rc) {
+                seqs[i]->broken = 1; /* the device may have changed its state before the failure */
+                continue;
+            }
             seqs[i]->pos += n[i];
             seqs[i]->n_last = n[i];
         }
@@ -1224,6 +1233,7 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     dsv4_cuda_work *w = s->work;
     if (!c->n_mtp) return mk_fail(err, MK_ENOTSUP, "this checkpoint has no MTP layer");
     if (!w || !w->with_mtp) return mk_fail(err, MK_ENOTSUP, "cuda: the MTP layer runs on standalone sequences only");
+    if (s->broken) return mk_fail(err, MK_EINTERNAL, "the sequence failed in the middle of a call; reset or restore it");
     if (T != s->n_last) return mk_fail(err, MK_EINVAL, "MTP call of %d ids after a call of %d tokens", T, s->n_last);
     if (!logits) return mk_fail(err, MK_EINVAL, "MTP call without logits");
     int start = s->mtp_pos, hc = c->hc, d = c->dim;

@@ -75,7 +75,9 @@ int dsv4_cuda_seq_restore(dsv4_cuda_seq *s, int pos, mk_err *err);
  * piece through each linear and routed expert together; attention, compressors, indexer and
  * window per piece. A piece's results do not depend on the other pieces (every kernel computes a
  * row the same way whatever the row count; see the GEMV note in linear.cu). logits[i] [vocab]
- * (host) or NULL. Every check comes first: on failure no sequence has changed. */
+ * (host) or NULL. Every check comes first: when one fails, no sequence has changed. A failure after
+ * the checks (a CUDA error) leaves the pieces' sequences in an undefined state: further calls on
+ * them fail until dsv4_cuda_seq_reset or dsv4_cuda_seq_restore. */
 int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                             const int *n, float *const *logits, int np, mk_err *err);
 /* The MTP layer on the final stream of the last forward call (which must have had n tokens):
