@@ -349,6 +349,8 @@ struct dsv4_cuda_work {
     const float **rows;
     int32_t *row_start;
     float *gsc, *gw, *gmargin, *sw, *xd, *act, *actd, *eo, *sg, *su, *seo;
+    uint8_t *mxq;                           /* FP4 experts: quantized activations [max(T d, T K I)] */
+    float *msa;                             /* and their scales */
     int32_t *gidx, *plan, *ids, *tok, *tbl, *pos; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] | pos [max_rows] */
     float *hl, *xl, *logits;                /* head: [max_pieces, hc, dim], [max_pieces, dim], [max_pieces, vocab] */
     float *me, *mhn, *mhp, *mh;             /* MTP */
@@ -435,6 +437,11 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->sg, F(Tm * I));
     WA(w->su, F(Tm * I));
     WA(w->seo, F(Tm * d));
+    {
+        size_t mq = Tm * (size_t)K * I > Tm * (size_t)d ? Tm * (size_t)K * I : Tm * (size_t)d;
+        WA(w->mxq, mq);
+        WA(w->msa, F(mq / 128 + 1));
+    }
     WA(w->hl, F(P * hc * d));
     WA(w->xl, F(P * d));
     WA(w->logits, F(P * c->vocab));
@@ -1059,6 +1066,20 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
     mark(C, "moe: gate, route");
     TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
     mark(C, "moe: plan");
+    if (L->ekind == MK_W_FP4 && I % 128 == 0 && d % 128 == 0 && I % 16 == 0 && d % 16 == 0) {
+        /* tensor cores: activations quantized once (the FP8 simulation's very bytes), w1 and w3
+         * results, the SwiGLU epilogue, then w2 by slot */
+        TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
+        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1, I, d, w->mxq,
+                                 w->msa, 1, w->plan, T, K, E, w->act, 0, err));
+        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq,
+                                 w->msa, 1, w->plan, T, K, E, w->actd, 0, err));
+        TRY(mk_cuda_moe_swiglu(ctx, w->act, w->actd, w->sw, T * K, I, lim, w->act, err));
+        TRY(mk_cuda_act_quant(ctx, w->act, T * K, I, 1, w->mxq, w->msa, err));
+        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, d, I, w->mxq,
+                                 w->msa, 0, w->plan, T, K, E, w->eo, 1, err));
+        goto shared;
+    }
     const float *xd = x, *ad = w->act;
     if (L->ekind != MK_W_BF16) {
         TRY(mk_cuda_quant_sim(ctx, x, T, d, d, 128, 0, w->xd, err));
@@ -1073,6 +1094,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
     }
     TRY(mk_cuda_moe_gemv(ctx, L->ekind, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
                          ad, 0, w->plan, w->sw, T, K, E, lim, w->eo, err));
+shared:
     mark(C, "moe: routed experts");
     /* shared expert */
     TRY(lin(C, &L->sh1, x, T, w->sg, 1, err));

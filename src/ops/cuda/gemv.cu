@@ -243,6 +243,39 @@ int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
 
 /* ---- FP4 ---------------------------------------------------------------------------------- */
 
+/* One 128-block of the FP4 GEMVs: the two 16-byte weight groups a (rows g and g + 8) widened to
+ * e4m3, four MMAs per activation-row pair p against xv, each 32-block's sum scaled by its weight
+ * scale (sg: rows g, sg8: rows g + 8; two e8m0 bytes each) and the activation block scale sav[p]. */
+template <int NP>
+__device__ __forceinline__ void fp4_mma_step(const uint4 (&a)[2], uint32_t sg, uint32_t sg8, const uint4 (&xv)[NP][2],
+                                             const float (&sav)[NP], float (&acc)[NP][4]) {
+    uint32_t e0[4], o0[4], e1[4], o1[4];
+    mk_d_fp4x8_to_e4m3(a[0].x, e0[0], o0[0]);
+    mk_d_fp4x8_to_e4m3(a[0].y, e0[1], o0[1]);
+    mk_d_fp4x8_to_e4m3(a[0].z, e0[2], o0[2]);
+    mk_d_fp4x8_to_e4m3(a[0].w, e0[3], o0[3]);
+    mk_d_fp4x8_to_e4m3(a[1].x, e1[0], o1[0]);
+    mk_d_fp4x8_to_e4m3(a[1].y, e1[1], o1[1]);
+    mk_d_fp4x8_to_e4m3(a[1].z, e1[2], o1[2]);
+    mk_d_fp4x8_to_e4m3(a[1].w, e1[3], o1[3]);
+    /* 64 undoes the 2^-6 of the widened nibbles (exact) */
+    float sb00 = 64.0f * mk_d_e8m0(sg & 0xff), sb01 = 64.0f * mk_d_e8m0(sg >> 8);
+    float sb10 = 64.0f * mk_d_e8m0(sg8 & 0xff), sb11 = 64.0f * mk_d_e8m0(sg8 >> 8);
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mk_d_mma_e4m3(c, e0[0], e1[0], o0[0], o1[0], xv[p][0].x, xv[p][0].y);
+        mk_d_mma_e4m3(c, e0[1], e1[1], o0[1], o1[1], xv[p][0].z, xv[p][0].w);
+        mk_d_mma_e4m3(c, e0[2], e1[2], o0[2], o1[2], xv[p][1].x, xv[p][1].y);
+        mk_d_mma_e4m3(c, e0[3], e1[3], o0[3], o1[3], xv[p][1].z, xv[p][1].w);
+        float s = sav[p];
+        acc[p][0] = fmaf(c[0], s * sb00, acc[p][0]);
+        acc[p][1] = fmaf(c[1], s * sb01, acc[p][1]);
+        acc[p][2] = fmaf(c[2], s * sb10, acc[p][2]);
+        acc[p][3] = fmaf(c[3], s * sb11, acc[p][3]);
+    }
+}
+
 /* W packed e2m1 [n, k/2], S e8m0 [n, k/32], xq e4m3 [m, k] in the permuted chunk order,
  * sa [m, k/128]. NP pairs of activation rows per MMA set (m <= 2 NP). */
 template <int NP, int U>
@@ -305,33 +338,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp4(const uint8_t *__restrict__
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (kb + u < kb1) {
-                uint32_t e0[4], o0[4], e1[4], o1[4];
-                mk_d_fp4x8_to_e4m3(a[u][0].x, e0[0], o0[0]);
-                mk_d_fp4x8_to_e4m3(a[u][0].y, e0[1], o0[1]);
-                mk_d_fp4x8_to_e4m3(a[u][0].z, e0[2], o0[2]);
-                mk_d_fp4x8_to_e4m3(a[u][0].w, e0[3], o0[3]);
-                mk_d_fp4x8_to_e4m3(a[u][1].x, e1[0], o1[0]);
-                mk_d_fp4x8_to_e4m3(a[u][1].y, e1[1], o1[1]);
-                mk_d_fp4x8_to_e4m3(a[u][1].z, e1[2], o1[2]);
-                mk_d_fp4x8_to_e4m3(a[u][1].w, e1[3], o1[3]);
-                /* 64 undoes the 2^-6 of the widened nibbles (exact) */
-                float sb00 = 64.0f * mk_d_e8m0(sg[u] & 0xff), sb01 = 64.0f * mk_d_e8m0(sg[u] >> 8);
-                float sb10 = 64.0f * mk_d_e8m0(sg8[u] & 0xff), sb11 = 64.0f * mk_d_e8m0(sg8[u] >> 8);
-#pragma unroll
-                for (int p = 0; p < NP; p++) {
-                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mk_d_mma_e4m3(c, e0[0], e1[0], o0[0], o1[0], xv[u][p][0].x, xv[u][p][0].y);
-                    mk_d_mma_e4m3(c, e0[1], e1[1], o0[1], o1[1], xv[u][p][0].z, xv[u][p][0].w);
-                    mk_d_mma_e4m3(c, e0[2], e1[2], o0[2], o1[2], xv[u][p][1].x, xv[u][p][1].y);
-                    mk_d_mma_e4m3(c, e0[3], e1[3], o0[3], o1[3], xv[u][p][1].z, xv[u][p][1].w);
-                    float s = sav[u][p];
-                    acc[p][0] = fmaf(c[0], s * sb00, acc[p][0]);
-                    acc[p][1] = fmaf(c[1], s * sb01, acc[p][1]);
-                    acc[p][2] = fmaf(c[2], s * sb10, acc[p][2]);
-                    acc[p][3] = fmaf(c[3], s * sb11, acc[p][3]);
-                }
-            }
+            if (kb + u < kb1) fp4_mma_step<NP>(a[u], sg[u], sg8[u], xv[u], sav[u], acc);
         }
     }
     mk_d_pdl_wait(); /* warps without work, before any write */
@@ -378,6 +385,119 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
         e = gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp4<4, 1>, w, W->scale, xq, sa, m, n, k, p.per, y,
                         round, ws, ctx->counters);
     MK_CU_TRY(e, err, "cuda: fp4 gemv launch");
+    return MK_OK;
+}
+
+/* ---- grouped FP4 expert GEMV (MoE) ------------------------------------------------------------
+ * k_gemv_fp4 for the routed experts: block (slab, group) computes 16 output rows of the group's
+ * expert for every slot of the group, in chunks of up to 2 NP slots (activation rows picked through
+ * the plan: the slot's token row, or the slot's own row), the k range split over the block's
+ * warps and summed in warp order. Launched without programmatic dependent launch (it reads the
+ * plan, written by the kernel before it). y [slot, n] fp32 (round: bf16). */
+template <int NP, int U>
+__global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
+                                                         const uint8_t *const *__restrict__ St,
+                                                         const uint8_t *__restrict__ xq,
+                                                         const float *__restrict__ sa, int n, int k, int per,
+                                                         const int32_t *__restrict__ plan, int TK, int E,
+                                                         int by_token, float *__restrict__ y, int round) {
+    __shared__ float red[GEMV_MAXW * 32 * 2 * NP];
+    __shared__ float tile[8 * 16];
+    __shared__ int xrow[8];
+    const int G = TK < E ? TK : E, grp = blockIdx.y;
+    if (grp >= plan[0]) return;
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
+    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int nb = k >> 7, nsb = k >> 5;
+    const size_t rowb = (size_t)k >> 1;
+    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
+    const uint8_t *w0 = W + (size_t)(n0 + g) * rowb + t * 16;
+    const uint8_t *w1 = w0 + 8 * rowb;
+    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb + 2 * (t & 1);
+    const uint8_t *s1p = s0p + (size_t)8 * nsb;
+    const bool diag = (g & 3) == t;
+    for (int c0 = c_lo; c0 < c_hi; c0 += 2 * NP) {
+        const int m = min(2 * NP, c_hi - c0);
+        if (threadIdx.x < m) xrow[threadIdx.x] = by_token ? stok[c0 + threadIdx.x] : c0 + threadIdx.x;
+        __syncthreads();
+        float acc[NP][4];
+#pragma unroll
+        for (int p = 0; p < NP; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
+        for (int kb = kb0; kb < kb1; kb += U) {
+            uint4 a[U][2], xv[U][NP][2];
+            uint32_t sg[U], sg8[U];
+            float sav[U][NP];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (kb + u < kb1) {
+                    a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
+                    a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
+                    sg[u] = *(const uint16_t *)(s0p + 4 * (kb + u));
+                    sg8[u] = *(const uint16_t *)(s1p + 4 * (kb + u));
+#pragma unroll
+                    for (int p = 0; p < NP; p++) {
+                        int b = 2 * p + (g >> 2);
+                        if (diag && b < m) {
+                            const uint8_t *xp = xq + (size_t)xrow[b] * k + (size_t)(kb + u) * 128 + 32 * t;
+                            xv[u][p][0] = mk_d_ld16(xp);
+                            xv[u][p][1] = mk_d_ld16(xp + 16);
+                        } else {
+                            xv[u][p][0] = xv[u][p][1] = make_uint4(0, 0, 0, 0);
+                        }
+                        int bc = 2 * p + (t >> 1);
+                        sav[u][p] = bc < m ? sa[(size_t)xrow[bc] * nb + kb + u] : 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (kb + u < kb1) fp4_mma_step<NP>(a[u], sg[u], sg8[u], xv[u], sav[u], acc);
+            }
+        }
+        float r[2 * NP];
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            float lo = acc[p][0] + acc[p][1], hi = acc[p][2] + acc[p][3];
+            lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+            hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+            r[2 * p] = lo;
+            r[2 * p + 1] = hi;
+        }
+        gemv_reduce<2 * NP>(r, red);
+        if (warp == 0 && !(t & 1)) {
+#pragma unroll
+            for (int p = 0; p < NP; p++) {
+                int bc = 2 * p + (t >> 1);
+                if (bc < m) tile[bc * 16 + g] = r[2 * p], tile[bc * 16 + g + 8] = r[2 * p + 1];
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < m * 16; i += nthr)
+            y[(size_t)(c0 + (i >> 4)) * n + n0 + (i & 15)] = gemv_out(tile[i], round);
+        __syncthreads();
+    }
+}
+
+int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, int n, int k,
+                         const uint8_t *xq, const float *sa, int by_token, const int32_t *plan, int T, int K,
+                         int E, float *y, int round, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    if (n % 16 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: needs n %% 16 == 0 and k %% 128 == 0 (n %d, k %d)", n, k);
+    int TK = T * K, G = TK < E ? TK : E, nw = GEMV_MAXW, nb = k / 128;
+    int per = (nb + nw - 1) / nw;
+    dim3 grid((unsigned)(n / 16), (unsigned)G);
+    if (T == 1) /* decode: a token names each expert once, so every group is one slot */
+        k_moe_gemv_fp4<1, 4><<<grid, nw * 32, 0, ctx->stream>>>(W, S, xq, sa, n, k, per, plan, TK, E, by_token, y,
+                                                                round);
+    else
+        k_moe_gemv_fp4<4, 1><<<grid, nw * 32, 0, ctx->stream>>>(W, S, xq, sa, n, k, per, plan, TK, E, by_token, y,
+                                                                round);
+    MK_CU_LAUNCHED(err, "cuda: moe fp4 gemv launch");
     return MK_OK;
 }
 

@@ -353,6 +353,30 @@ extern "C" int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W
     return MK_OK;
 }
 
+/* The SwiGLU epilogue of the tensor-core expert path: out[slot, j] from the separate w1 and w3
+ * results, with exactly k_moe_gemv's DUAL arithmetic. out may alias v1. */
+__global__ void k_moe_swiglu(const float *v1, const float *__restrict__ v3, const float *__restrict__ sw,
+                             size_t total, int n, float lim, float *out) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    float gg = mk_d_bf16r(v1[i]), uu = mk_d_bf16r(v3[i]);
+    if (lim > 0) {
+        uu = uu < -lim ? -lim : uu > lim ? lim : uu;
+        gg = gg > lim ? lim : gg;
+    }
+    float a = __fmul_rn(__fdiv_rn(gg, __fadd_rn(1.0f, expf(-gg))), uu);
+    out[i] = mk_d_bf16r(__fmul_rn(sw[i / n], a));
+}
+
+extern "C" int mk_cuda_moe_swiglu(mk_cuda_ctx *ctx, const float *v1, const float *v3, const float *sw, int slots,
+                                  int n, float lim, float *out, mk_err *err) {
+    size_t total = (size_t)slots * n;
+    if (!total) return MK_OK;
+    k_moe_swiglu<<<(unsigned)((total + 255) / 256), 256, 0, ctx->stream>>>(v1, v3, sw, total, n, lim, out);
+    MK_CU_LAUNCHED(err, "cuda: moe swiglu launch");
+    return MK_OK;
+}
+
 /* ---- combine --------------------------------------------------------------------------------- */
 
 /* One block per token: y = 0; y += eo[slot] for t's experts in ascending order; out = bf16(y +

@@ -290,6 +290,16 @@ int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const ui
                      const void *const *W3, const uint8_t *const *S3, int n, int k, const float *xd,
                      int by_token, const int32_t *plan, const float *sw, int T, int K, int E,
                      float lim, float *out, mk_err *err);
+/* Tensor-core path for FP4 experts (k_gemv_fp4's arithmetic): gemv_fp4 y [slot, n] (fp32, or
+ * bf16-rounded with round) = the slot's row of xq (e4m3 [rows, k] in the FP4 kernel's permuted
+ * layout, scales sa [rows, k / 128], from mk_cuda_act_quant with perm = 1; rows by token with
+ * by_token, else by slot) times its expert's W^T (tables W / S [E]). swiglu: out [slot, n] from
+ * the w1 and w3 results and the slot weights sw, as mk_cuda_moe_gemv's fused pass computes it. */
+int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, int n, int k,
+                         const uint8_t *xq, const float *sa, int by_token, const int32_t *plan, int T, int K,
+                         int E, float *y, int round, mk_err *err);
+int mk_cuda_moe_swiglu(mk_cuda_ctx *ctx, const float *v1, const float *v3, const float *sw, int slots, int n,
+                       float lim, float *out, mk_err *err);
 int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx, const int32_t *plan,
                         int T, int K, int E, int d, const float *shared, float *out, mk_err *err);
 
