@@ -12,7 +12,8 @@
  * Tolerances, and why (the CPU ops are the reference):
  *   exact (0)      act_quant, RoPE, Hadamard, hc_post: the same fp32 operations in the same order
  *   rel 2^-7       RMSNorm, hc_pre / hc_head collapse: one bf16 ulp where the fp32 scale before
- *                  rounding differs in its last bit (double sums in another order, expf)
+ *                  rounding differs in its last bit (double sums in another order, expf); the
+ *                  MoE SwiGLU epilogue (expf may differ by an ulp before the bf16 rounding)
  *   rel 1e-5       hc_pre post / comb (fp32, expf may differ by an ulp)
  *   norm 1e-5      simple FMA kernels, unrounded (fp32 sums in another order)
  *   norm 1e-4      tensor-core GEMV / GEMM (FP8, FP4, bf16) and cuBLAS, unrounded: exact
@@ -435,6 +436,126 @@ static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
     free(kvp), free(q), free(sink), free(idx), free(start), free(oref), free(o), free(rows), free(drows_h);
 }
 
+/* ---- routed FP4 experts on tensor cores (moe.cu / gemv.cu) ---------------------------------------
+ * T tokens routed to K distinct experts of E (random weights and routing), planned on the GPU;
+ * then the expert chain the model runs: w1 and w3 by token (unrounded, against mk_linear per slot),
+ * the SwiGLU epilogue (against dsv4.c's loop on the GPU's own w1 / w3 results), w2 by slot with
+ * bf16 outputs (against mk_linear on the GPU's own activations). Slots follow the plan. */
+static void test_moe_fp4(int T, int K, int E, int d, int I) {
+    mk_wmat *W1 = xmalloc(sizeof(mk_wmat) * E), *W3 = xmalloc(sizeof(mk_wmat) * E), *W2 = xmalloc(sizeof(mk_wmat) * E);
+    mk_wmat *D1 = xmalloc(sizeof(mk_wmat) * E), *D3 = xmalloc(sizeof(mk_wmat) * E), *D2 = xmalloc(sizeof(mk_wmat) * E);
+    const void **tw[3];
+    const uint8_t **ts[3];
+    for (int j = 0; j < 3; j++) tw[j] = xmalloc(sizeof(void *) * E), ts[j] = xmalloc(sizeof(void *) * E);
+    for (int e = 0; e < E; e++) {
+        make_weights(&W1[e], MK_W_FP4, I, d);
+        make_weights(&W3[e], MK_W_FP4, I, d);
+        make_weights(&W2[e], MK_W_FP4, d, I);
+        CK(mk_cuda_wmat_upload(ctx, &W1[e], &D1[e], &err_));
+        CK(mk_cuda_wmat_upload(ctx, &W3[e], &D3[e], &err_));
+        CK(mk_cuda_wmat_upload(ctx, &W2[e], &D2[e], &err_));
+        tw[0][e] = D1[e].w, ts[0][e] = D1[e].scale;
+        tw[1][e] = D3[e].w, ts[1][e] = D3[e].scale;
+        tw[2][e] = D2[e].w, ts[2][e] = D2[e].scale;
+    }
+    void *dtw[3], *dts[3];
+    for (int j = 0; j < 3; j++) dtw[j] = dup_dev(tw[j], sizeof(void *) * E), dts[j] = dup_dev(ts[j], sizeof(void *) * E);
+    int TK = T * K;
+    int32_t *idx = xmalloc(sizeof(int32_t) * TK);
+    float *gw = xmalloc(sizeof(float) * TK);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                e = (int)(rnd64() % (uint64_t)E);
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= idx[t * K + j] == e;
+            } while (dup);
+            idx[t * K + k] = e;
+            gw[t * K + k] = 0.2f + rnd_u();
+        }
+    float *x = xmalloc(sizeof(float) * T * d);
+    fill_act(x, (size_t)T * d, 1.0f);
+    size_t pn = mk_cuda_moe_plan_ints(T, K, E);
+    int32_t *didx = dup_dev(idx, sizeof(int32_t) * TK), *dplan = poisoned_dev(sizeof(int32_t) * pn);
+    float *dgw = dup_dev(gw, sizeof(float) * TK), *dsw = poisoned_dev(sizeof(float) * TK);
+    float *dx = dup_dev(x, sizeof(float) * T * d);
+    size_t qn = (size_t)TK * I > (size_t)T * d ? (size_t)TK * I : (size_t)T * d;
+    uint8_t *dq = poisoned_dev(qn);
+    float *dsa = poisoned_dev(sizeof(float) * (qn / 128 + 1));
+    float *dv1 = poisoned_dev(sizeof(float) * TK * I), *dv3 = poisoned_dev(sizeof(float) * TK * I);
+    float *dact = poisoned_dev(sizeof(float) * TK * I), *deo = poisoned_dev(sizeof(float) * TK * d);
+    CK(mk_cuda_moe_plan(ctx, didx, dgw, T, K, E, dplan, dsw, &err_));
+    CK(mk_cuda_act_quant(ctx, dx, T, d, 1, dq, dsa, &err_));
+    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0], I, d, dq, dsa, 1, dplan,
+                            T, K, E, dv1, 0, &err_));
+    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[1], (const uint8_t *const *)dts[1], I, d, dq, dsa, 1, dplan,
+                            T, K, E, dv3, 0, &err_));
+    CK(mk_cuda_moe_swiglu(ctx, dv1, dv3, dsw, TK, I, 10.0f, dact, &err_));
+    CK(mk_cuda_act_quant(ctx, dact, TK, I, 1, dq, dsa, &err_));
+    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[2], (const uint8_t *const *)dts[2], d, I, dq, dsa, 0, dplan,
+                            T, K, E, deo, 1, &err_));
+    int32_t *plan = xmalloc(sizeof(int32_t) * pn);
+    float *sw = xmalloc(sizeof(float) * TK), *v1 = xmalloc(sizeof(float) * TK * I), *v3 = xmalloc(sizeof(float) * TK * I);
+    float *act = xmalloc(sizeof(float) * TK * I), *eo = xmalloc(sizeof(float) * TK * d);
+    fetch(plan, dplan, sizeof(int32_t) * pn);
+    fetch(sw, dsw, sizeof(float) * TK);
+    fetch(v1, dv1, sizeof(float) * TK * I);
+    fetch(v3, dv3, sizeof(float) * TK * I);
+    fetch(act, dact, sizeof(float) * TK * I);
+    fetch(eo, deo, sizeof(float) * TK * d);
+    /* the slot of each (token, expert) from the plan; references per slot */
+    int G = TK < E ? TK : E, ng = plan[0];
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    int *sexp = xmalloc(sizeof(int) * TK), planned = 0;
+    for (int g = 0; g < ng; g++)
+        for (int s = goff[g]; s < goff[g + 1]; s++) sexp[s] = gexp[g], planned++;
+    float *r1 = xmalloc(sizeof(float) * TK * I), *r3 = xmalloc(sizeof(float) * TK * I);
+    float *ract = xmalloc(sizeof(float) * TK * I), *reo = xmalloc(sizeof(float) * TK * d);
+    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(1, d > I ? d : I));
+    float lim = 10.0f;
+    for (int s = 0; s < TK; s++) {
+        int e = sexp[s], t = stok[s];
+        mk_linear(NULL, &W1[e], x + (size_t)t * d, 1, r1 + (size_t)s * I, 0, scr);
+        mk_linear(NULL, &W3[e], x + (size_t)t * d, 1, r3 + (size_t)s * I, 0, scr);
+        for (int i = 0; i < I; i++) { /* dsv4.c expert(): on the GPU's w1 / w3 results */
+            float g = mk_bf16r(v1[(size_t)s * I + i]), u = mk_bf16r(v3[(size_t)s * I + i]);
+            u = u < -lim ? -lim : u > lim ? lim : u;
+            g = g > lim ? lim : g;
+            float a = g / (1.0f + expf(-g)) * u;
+            ract[(size_t)s * I + i] = mk_bf16r(sw[s] * a);
+        }
+        mk_linear(NULL, &W2[e], act + (size_t)s * I, 1, reo + (size_t)s * d, 1, scr);
+    }
+    int plan_ok = planned == TK;
+    for (int s = 0; s < TK && plan_ok; s++) {
+        int t = stok[s], e = sexp[s], hit = 0;
+        for (int k = 0; k < K; k++) hit |= idx[t * K + k] == e && gw[t * K + k] == sw[s];
+        plan_ok = hit;
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "T%d K%d E%d d%d I%d", T, K, E, d, I);
+    compare("moe fp4 mma w1 (by token)", shape, r1, v1, (size_t)TK * I, NORM, 1e-4);
+    compare("moe fp4 mma w3 (by token)", shape, r3, v3, (size_t)TK * I, NORM, 1e-4);
+    compare("moe swiglu epilogue", shape, ract, act, (size_t)TK * I, REL, 1.0 / 128);
+    compare("moe fp4 mma w2 (by slot, bf16out)", shape, reo, eo, (size_t)TK * d, NORM, 1e-2);
+    n_checks++;
+    if (!plan_ok) {
+        n_fail++;
+        printf("| %-40s | %-26s | plan does not cover every (token, expert) once: FAIL |\n", "moe plan", shape);
+    }
+    for (int e = 0; e < E; e++) {
+        mk_cuda_wmat_free(ctx, &D1[e]), mk_cuda_wmat_free(ctx, &D3[e]), mk_cuda_wmat_free(ctx, &D2[e]);
+        free((void *)W1[e].w), free((void *)W1[e].scale), free((void *)W3[e].w), free((void *)W3[e].scale);
+        free((void *)W2[e].w), free((void *)W2[e].scale);
+    }
+    void *dev[] = {dtw[0], dtw[1], dtw[2], dts[0], dts[1], dts[2], didx, dplan, dgw, dsw, dx, dq, dsa, dv1, dv3, dact, deo};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    for (int j = 0; j < 3; j++) free(tw[j]), free(ts[j]);
+    free(W1), free(W3), free(W2), free(D1), free(D3), free(D2), free(idx), free(gw), free(x), free(plan), free(sw);
+    free(v1), free(v3), free(act), free(eo), free(sexp), free(r1), free(r3), free(ract), free(reo), free(scr);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -521,6 +642,11 @@ int main(int argc, char **argv) {
         test_linear(MK_W_FP4, 2048, 4096, 1, 0, MK_CUDA_K_AUTO);
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
+
+    test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
+    if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);
+    test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
+    test_moe_fp4(3, 2, 64, 1024, 512);  /* fewer slots than experts */
 
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
