@@ -99,7 +99,7 @@ static int argmax(const float *v, int n) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s DIR [prompt_len] [decode_steps] [out.md]\n", argv[0]);
+        fprintf(stderr, "usage: %s DIR [prompt_len] [decode_steps] [out.md] [batches, e.g. 64,256, or none] [prefill_len]\n", argv[0]);
         return 2;
     }
     mk_num_init();
@@ -213,12 +213,14 @@ int main(int argc, char **argv) {
         snprintf(bl, sizeof bl, "%s", argc > 5 ? argv[5] : "64,256");
         for (char *tk = strtok(bl, ","); tk && nbat < 8; tk = strtok(NULL, ",")) if (atoi(tk) > 0) batches[nbat++] = atoi(tk);
     }
-    double tflops = gemm_tflops(ctx), fl = token_flops(m);
-    n = snprintf(line, sizeof line,
+    if (argc > 5 && !strcmp(argv[5], "none")) nbat = 0, PF = 0; /* batch 1 only (e.g. under ncu) */
+    double tflops = nbat || PF > 0 ? gemm_tflops(ctx) : 0.0, fl = token_flops(m);
+    if (nbat || PF > 0) n = snprintf(line, sizeof line,
                  "## batched (dsv4_cuda_forward_batch, paged KV)\n\n"
                  "linear FLOPs per token %.2f GFLOP; cuBLAS bf16 GEMM 8192^3 in the same run: %.0f TFLOP/s\n\n"
                  "| run | tokens | time ms | tokens/s | linear TFLOP/s | of the GEMM |\n| --- | --- | --- | --- | --- | --- |\n",
                  fl / 1e9, tflops);
+    else n = 0;
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
     int maxb = 1;
@@ -246,7 +248,7 @@ int main(int argc, char **argv) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         bt[i] = (int32_t)((r >> 33) % (uint64_t)c->vocab);
     }
-    if (!rc) { /* prefill: one prompt of PF tokens in one call (two runs, the second timed) */
+    if (!rc && PF > 0) { /* prefill: one prompt of PF tokens in one call (two runs, the second timed) */
         double tp = 0;
         for (int rep = 0; rep < 2 && !rc; rep++) {
             rc = dsv4_cuda_seq_reset(ps[0], &err);

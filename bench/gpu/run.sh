@@ -12,7 +12,8 @@
 # Environment: CUDA_GENCODE (default sm_90a only, to build fast there), SKIP_SANITIZER=1,
 # SKIP_OPS=1 (no op tests / op benchmark), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
 # DSV4_STEPS (64), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
-# SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md). Without libjansson-dev there, a static copy carried in .kit/
+# SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
+# batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt). Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
 cd "$(dirname "$0")/../.."
@@ -135,11 +136,16 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     DBENCH_RC=$?
     cat "$OUT/dsv4_bench.txt"
     stamp "minke decode rc $DBENCH_RC"
+    if [ "${DSV4_PROFILE:-0}" = 1 ]; then
+        stamp "phase profile (MINKE_CUDA_PROFILE=1): batch 1, prefill 1024, batch 64 and 256"
+        MINKE_CUDA_PROFILE=1 timeout 200 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 16 /dev/null 64,256 1024 > "$OUT/profile.txt" 2>&1
+        echo "profile rc $?"
+    fi
     if [ "${DSV4_NCU:-0}" = 1 ]; then
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
         stamp "ncu: kernel durations of one decode step ($NCU)"
         timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
-            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
         echo "ncu rc $?"; tail -2 "$OUT/ncu.err"
         python3 bench/gpu/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu.md" 2>&1; head -45 "$OUT/ncu.md"
     fi
