@@ -283,6 +283,44 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(scr);
 }
 
+/* The engine's linears (MK_CUDA_LIN_ROW_INVARIANT): m rows in one GEMV launch (chunks of 8), each
+ * row bit-identical to a launch of that row alone (and to the CPU within the GEMV's tolerance). */
+static void test_linear_rows(mk_wkind kind, int n, int k, int m, int round) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, kind, n, k);
+    float *x = xmalloc(sizeof(float) * m * k), *yref = xmalloc(sizeof(float) * m * n),
+          *y = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * n);
+    fill_act(x, (size_t)m * k, 1.0f);
+    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(m, k));
+    mk_linear(pool, &Wh, x, m, yref, round, scr);
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k);
+    float *dy = poisoned_dev(sizeof(float) * m * n);
+    size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
+    void *ds = poisoned_dev(sb);
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, dy, round, ds, sb, &err_));
+    fetch(y, dy, sizeof(float) * m * n);
+    char op[64], shape[64];
+    snprintf(op, sizeof op, "linear %s row-invariant gemv", kind_name(kind));
+    snprintf(shape, sizeof shape, "n%d k%d m%d%s", n, k, m, round ? " bf16out" : "");
+    compare(op, shape, yref, y, (size_t)m * n, NORM, round ? 1e-2 : 1e-4);
+    int rows[4] = {0, 9 < m ? 9 : 0, m / 2, m - 1}, same = 1;
+    for (int i = 0; i < 4; i++) {
+        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx + (size_t)rows[i] * k, 1, dy,
+                             round, ds, sb, &err_));
+        fetch(y1, dy, sizeof(float) * n);
+        same = same && memcmp(y1, y + (size_t)rows[i] * n, sizeof(float) * n) == 0;
+    }
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | rows 0, 9, m/2, m-1 alone = in the batch: %s |\n", op, shape, same ? "PASS" : "FAIL");
+    mk_cuda_wmat_free(ctx, &Wd);
+    mk_cuda_free(ctx, dx);
+    mk_cuda_free(ctx, dy);
+    mk_cuda_free(ctx, ds);
+    free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(y1), free(scr);
+}
+
 /* ---- norms, rope, hadamard ------------------------------------------------------------------ */
 
 static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
@@ -643,6 +681,13 @@ int main(int argc, char **argv) {
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
 
+    /* the engine's row-invariant linears: m > 8 in one launch */
+    test_linear_rows(MK_W_FP8, 1024, 4096, 37, 0);
+    test_linear_rows(MK_W_FP8, 512, 1024, 64, 1);
+    test_linear_rows(MK_W_FP4, 1024, 2048, 21, 0);
+    test_linear_rows(MK_W_BF16, 2048, 4096, 19, 0);
+    test_linear_rows(MK_W_BF16, 256, 4096, 130, 0);
+    test_linear_rows(MK_W_FP8_DQ, 1024, 4096, 24, 1);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */

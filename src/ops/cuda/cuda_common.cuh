@@ -239,8 +239,11 @@ int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint
                             mk_err *err);
 int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err);
 
-/* gemv.cu: m <= 8 rows. xq/sa: quantized activations (natural layout for FP8, permuted for FP4);
- * xb: bf16 activations [m, k]; ws: split-K partials, mk_cuda_gemv_splits(W) * m * n floats. */
+/* gemv.cu: any m >= 1 in one launch, as chunks of 8 rows (gridDim.x, the fastest grid dimension,
+ * so the chunks of one weight slab run together and share its bytes through L2); each chunk is
+ * computed exactly as a launch of its 8 rows alone. xq/sa: quantized activations (natural layout
+ * for FP8, permuted for FP4); xb: bf16 activations [m, k]; ws: split-K partials,
+ * mk_cuda_gemv_splits(W) * m * n floats; with split-K (splits > 1) at most 8 rows per launch. */
 int mk_cuda_gemv_splits(const mk_cuda_ctx *ctx, const mk_wmat *W);
 int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err);

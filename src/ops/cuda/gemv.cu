@@ -48,7 +48,7 @@
 
 /* Launch plan for `slabs` 16-row slabs over `units` k-units (128-blocks, or 32-k steps for bf16):
  * enough warps in flight to cover the memory latency (~16 per SM), whole units per warp, and for
- * short-and-wide matrices several blocks per slab along k (`splits`, gridDim.y) so that every SM
+ * short-and-wide matrices several blocks per slab along k (`splits`, gridDim.z) so that every SM
  * streams. Warp w of split z covers units [(z * nw + w) * per, ... + per). */
 typedef struct {
     int nw, splits, per;
@@ -116,17 +116,17 @@ __device__ __forceinline__ void gemv_reduce(float (&acc)[NV], float *red) {
 __device__ void gemv_finish(const float *tile, int m, int n, int n0, float *__restrict__ y,
                             int round, float *__restrict__ ws, unsigned *__restrict__ counters) {
     __shared__ int is_last;
-    const int S = gridDim.y, tid = threadIdx.x, nt = blockDim.x;
+    const int S = gridDim.z, tid = threadIdx.x, nt = blockDim.x;
     if (S == 1) {
         for (int i = tid; i < m * 16; i += nt)
             y[(size_t)(i >> 4) * n + n0 + (i & 15)] = gemv_out(tile[i], round);
         return;
     }
     for (int i = tid; i < m * 16; i += nt)
-        ws[((size_t)blockIdx.y * m + (i >> 4)) * n + n0 + (i & 15)] = tile[i];
+        ws[((size_t)blockIdx.z * m + (i >> 4)) * n + n0 + (i & 15)] = tile[i];
     __threadfence();
     __syncthreads();
-    if (tid == 0) is_last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
+    if (tid == 0) is_last = atomicAdd(&counters[blockIdx.y], 1u) == (unsigned)(S - 1);
     __syncthreads();
     if (!is_last) return;
     __threadfence();
@@ -135,7 +135,7 @@ __device__ void gemv_finish(const float *tile, int m, int n, int n0, float *__re
         for (int z = 0; z < S; z++) s += __ldcg(ws + ((size_t)z * m + (i >> 4)) * n + n0 + (i & 15));
         y[(size_t)(i >> 4) * n + n0 + (i & 15)] = gemv_out(s, round);
     }
-    if (tid == 0) counters[blockIdx.x] = 0;
+    if (tid == 0) counters[blockIdx.y] = 0;
 }
 
 /* ---- FP8 ---------------------------------------------------------------------------------- */
@@ -153,11 +153,18 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
+    { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
+        const int c8 = (int)blockIdx.x * 8;
+        xq += (size_t)c8 * k;
+        sa += (size_t)c8 * (k >> 7);
+        y += (size_t)c8 * n;
+        m = min(8, m - c8);
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 16;
+    const int n0 = blockIdx.y * 16;
     const int nb = k >> 7;
-    const int kb0 = (blockIdx.y * nw + warp) * per, kb1 = min(nb, kb0 + per);
+    const int kb0 = (blockIdx.z * nw + warp) * per, kb1 = min(nb, kb0 + per);
     const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16; /* row g */
     const uint8_t *w1 = w0 + (size_t)8 * k;                /* row g + 8 */
     const bool xcol = g < m;                               /* this lane supplies B column g */
@@ -229,12 +236,14 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
 int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
-    if (m < 1 || m > 8 || n % 16 || k % 128)
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv: needs m in 1..8, n %% 16 == 0, k %% 128 == 0 "
+    if (m < 1 || n % 16 || n / 16 > 65535 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 128 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
     gemv_plan p = plan_for(ctx, n / 16, k / 128);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K needs a workspace");
-    dim3 grid(n / 16, p.splits);
+    if (p.splits > 1 && m > 8)
+        return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K takes at most 8 rows per launch (m %d)", m);
+    dim3 grid((m + 7) / 8, n / 16, p.splits);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp8<4>, (const uint8_t *)W->w, W->scale, xq,
                           sa, m, n, k, p.per, y, round, ws, ctx->counters),
               err, "cuda: fp8 gemv launch");
@@ -289,12 +298,19 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp4(const uint8_t *__restrict__
     __shared__ float red[GEMV_MAXW * 32 * 2 * NP];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
+    { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
+        const int c8 = (int)blockIdx.x * 8;
+        xq += (size_t)c8 * k;
+        sa += (size_t)c8 * (k >> 7);
+        y += (size_t)c8 * n;
+        m = min(8, m - c8);
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 16;
+    const int n0 = blockIdx.y * 16;
     const int nb = k >> 7, nsb = k >> 5;
     const size_t rowb = (size_t)k >> 1;
-    const int kb0 = (blockIdx.y * nw + warp) * per, kb1 = min(nb, kb0 + per);
+    const int kb0 = (blockIdx.z * nw + warp) * per, kb1 = min(nb, kb0 + per);
     const uint8_t *w0 = W + (size_t)(n0 + g) * rowb + t * 16; /* 16 bytes = 32-block t of a kb */
     const uint8_t *w1 = w0 + 8 * rowb;
     /* the C columns 2t, 2t+1 are blocks q = 2(t&1), 2(t&1)+1 of activation row 2p + (t>>1) */
@@ -367,12 +383,14 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp4(const uint8_t *__restrict__
 int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
-    if (m < 1 || m > 8 || n % 16 || k % 128)
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp4 gemv: needs m in 1..8, n %% 16 == 0, k %% 128 == 0 "
+    if (m < 1 || n % 16 || n / 16 > 65535 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp4 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 128 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
     gemv_plan p = plan_for(ctx, n / 16, k / 128);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp4 gemv: split-K needs a workspace");
-    dim3 grid(n / 16, p.splits);
+    if (p.splits > 1 && m > 8)
+        return mk_fail(err, MK_EINVAL, "cuda: fp4 gemv: split-K takes at most 8 rows per launch (m %d)", m);
+    dim3 grid((m + 7) / 8, n / 16, p.splits);
     const uint8_t *w = (const uint8_t *)W->w;
     cudaError_t e;
     if (m <= 2)
@@ -513,11 +531,17 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
+    { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
+        const int c8 = (int)blockIdx.x * 8;
+        xb += (size_t)c8 * k;
+        y += (size_t)c8 * n;
+        m = min(8, m - c8);
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 16;
+    const int n0 = blockIdx.y * 16;
     const int ns = k >> 5;
-    const int s0 = (blockIdx.y * nw + warp) * per, s1 = min(ns, s0 + per);
+    const int s0 = (blockIdx.z * nw + warp) * per, s1 = min(ns, s0 + per);
     const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16;
     const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
     const bool xcol = g < m;
@@ -559,12 +583,14 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
-    if (m < 1 || m > 8 || n % 16 || k % 32)
-        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m in 1..8, n %% 16 == 0, k %% 32 == 0 "
+    if (m < 1 || n % 16 || n / 16 > 65535 || k % 32)
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 32 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
     gemv_plan p = plan_for(ctx, n / 16, k / 32);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
-    dim3 grid(n / 16, p.splits);
+    if (p.splits > 1 && m > 8)
+        return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
+    dim3 grid((m + 7) / 8, n / 16, p.splits);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, (const uint16_t *)W->w, xb, m, n, k,
                           p.per, y, round, ws, ctx->counters),
               err, "cuda: bf16 gemv launch");
@@ -592,11 +618,18 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
+    { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
+        const int c8 = (int)blockIdx.x * 8;
+        xh += (size_t)c8 * k;
+        sx += (size_t)c8 * (k >> 7);
+        y += (size_t)c8 * n;
+        m = min(8, m - c8);
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 16;
+    const int n0 = blockIdx.y * 16;
     const int nb = k >> 7;
-    const int kb0 = (blockIdx.y * nw + warp) * per, kb1 = min(nb, kb0 + per);
+    const int kb0 = (blockIdx.z * nw + warp) * per, kb1 = min(nb, kb0 + per);
     const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16;
     const uint8_t *w1 = w0 + (size_t)8 * k;
     const bool xcol = g < m;
@@ -672,12 +705,14 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
 int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xh, const float *sx, int m,
                     float *y, int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
-    if (m < 1 || m > 8 || n % 16 || k % 128)
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8_dq gemv: needs m in 1..8, n %% 16 == 0, k %% 128 == 0 "
+    if (m < 1 || n % 16 || n / 16 > 65535 || k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8_dq gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 128 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
     gemv_plan p = plan_for(ctx, n / 16, k / 128);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8_dq gemv: split-K needs a workspace");
-    dim3 grid(n / 16, p.splits);
+    if (p.splits > 1 && m > 8)
+        return mk_fail(err, MK_EINVAL, "cuda: fp8_dq gemv: split-K takes at most 8 rows per launch (m %d)", m);
+    dim3 grid((m + 7) / 8, n / 16, p.splits);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_dq<2>, (const uint8_t *)W->w, W->scale, xh, sx,
                           m, n, k, p.per, y, round, ws, ctx->counters),
               err, "cuda: fp8_dq gemv launch");

@@ -12,7 +12,7 @@
  *   BF16 m <= 8: GEMV;  m > 8: cuBLAS — else GEMV chunks, else simple
  *   FP8_DQ GEMV (f16 tensor cores; chunks of 8 rows when m > 8) — else simple
  *   F32: simple
- *   MK_CUDA_LIN_ROW_INVARIANT: the GEMV (chunks of 8) for every m where the shape allows it, else
+ *   MK_CUDA_LIN_ROW_INVARIANT: the GEMV (chunks of 8, one launch) for every m where the shape allows it, else
  *   simple: both compute a row the same way whatever m and whatever the other rows are (the GEMV's
  *   launch plan depends on W only; each output is one MMA column's sum in k order).
  * Scratch parts by path: xq/sa for FP8/FP4; xb for bf16; xb (as f16) and sa (as the f16 scales)
@@ -153,8 +153,9 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * k, xb, err);
             if (st) return st;
         }
-        for (int r0 = 0; r0 < m; r0 += 8) {
-            int mm = m - r0 < 8 ? m - r0 : 8;
+        /* one launch for every chunk of 8 rows, unless split-K (then one launch per chunk) */
+        for (int r0 = 0, step = mk_cuda_gemv_splits(ctx, W) > 1 ? 8 : m; r0 < m; r0 += step) {
+            int mm = m - r0 < step ? m - r0 : step;
             float *yr = y + (size_t)r0 * n;
             if (W->kind == MK_W_FP8)
                 st = mk_cuda_gemv_fp8(ctx, W, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
