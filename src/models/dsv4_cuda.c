@@ -357,7 +357,9 @@ struct dsv4_cuda_work {
     void *lin;
     size_t lin_bytes;
     int sel_cap, rows_per;
-    int32_t *hids;                          /* host staging of ids */
+    int32_t *hids;                          /* host staging of ids (and of apc) */
+    mk_cuda_apiece *apc, *happ;             /* attention pieces [max_pieces, n_layers + n_mtp], after the ids */
+    size_t ids_bytes;                       /* the ints of ids, 256-aligned: apc starts there */
     /* host buffers of the hooks (standalone sequences only) */
     float *hh;
     size_t hh_n;
@@ -429,7 +431,9 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->sw, F(Tm * K));
     WA(w->gidx, sizeof(int32_t) * Tm * K);
     WA(w->plan, sizeof(int32_t) * mk_cuda_moe_plan_ints((int)Tm, K, E));
-    WA(w->ids, sizeof(int32_t) * (2 * Tm + P * w->tbl_cap));
+    w->ids_bytes = (sizeof(int32_t) * (2 * Tm + P * w->tbl_cap) + 255) & ~(size_t)255;
+    const size_t apc_bytes = sizeof(mk_cuda_apiece) * P * (size_t)(c->n_layers + c->n_mtp);
+    WA(w->ids, w->ids_bytes + apc_bytes);
     WA(w->xd, F(Tm * d));
     WA(w->act, F(Tm * K * I));
     WA(w->actd, F(Tm * K * I));
@@ -477,8 +481,12 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     if (hb > lb) lb = hb;
     w->lin_bytes = lb;
     rc = walloc(w, lb, &w->lin, err);
-    w->hids = malloc(sizeof(int32_t) * (2 * Tm + P * w->tbl_cap));
+    w->hids = malloc(w->ids_bytes + apc_bytes);
     if (!rc && !w->hids) rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    if (!rc) {
+        w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
+        w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
+    }
     if (!rc && with_hooks) {
         size_t hn = Th * d;
         if ((size_t)c->vocab > hn) hn = c->vocab;
@@ -1000,25 +1008,32 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     mark(C, "attn compressor");
     if (r && C->np == 1)
         TRY(dump_entries(C, &C->pc[0], layer, C->pc[0].s->pool->lay.ckv[layer], r, C->pc[0].s->ls[layer].n_ckv, D, err));
+    /* every piece at once: row lists, the sparse attention, the rings (after the snapshots of the
+     * window at the block ends inside each piece, which read the ring before the call's rows) */
+    const int nL = c->n_layers + c->n_mtp;
+    const mk_cuda_apiece *apc = w->apc + layer, *happ = w->happ + layer;
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        const mk_cuda_apiece *a = happ + (size_t)pi * nL;
+        if (a->n_ckv != (r ? p->s->ls[layer].n_ckv : 0) || a->k_sel != p->k_sel || a->row0 != p->row0)
+            return mk_fail(err, MK_EINTERNAL, "cuda: attention piece %d of layer %d: planned %d entries / %d picks, "
+                           "found %d / %d", pi, layer, a->n_ckv, a->k_sel, p->s->ls[layer].n_ckv, p->k_sel);
+    }
+    mk_cuda_paged ckv = {0};
+    if (r) ckv = paged(&C->pc[0], C->pc[0].s->pool->lay.ckv[layer], bt / r);
+    TRY(mk_cuda_attn_rows_multi(ctx, apc, C->np, nL, R, win, D, w->kv, ckv, r, w->sel, w->sel_cap, w->rows,
+                                w->row_start, err));
+    TRY(mk_cuda_sparse_attn(ctx, w->q, R, H, D, (const float *const *)w->rows, w->row_start, L->attn_sink,
+                            1.0f / sqrtf((float)D), w->o, err));
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
         dsv4_cuda_seq *s = p->s;
-        gstate *st = &s->ls[layer];
         const int T = p->T, start = p->start;
-        const float *kvp = w->kv + (size_t)p->row0 * D;
-        mk_cuda_paged ckv = {0};
-        if (r) ckv = paged(p, s->pool->lay.ckv[layer], bt / r);
-        TRY(mk_cuda_attn_rows(ctx, T, start, win, D, kvp, st->win, ckv, st->n_ckv, r,
-                              w->sel + (size_t)p->row0 * w->sel_cap, p->k_sel, w->rows, w->row_start, err));
-        TRY(mk_cuda_sparse_attn(ctx, w->q + (size_t)p->row0 * HD, T, H, D, (const float *const *)w->rows,
-                                w->row_start, L->attn_sink, 1.0f / sqrtf((float)D), w->o + (size_t)p->row0 * HD,
-                                err));
-        /* window snapshots at the block ends inside the piece, then the ring itself */
         for (int e = (start / bt + 1) * bt - 1; s->pool->lay.snapshots && layer < c->n_layers && e < start + T; e += bt)
-            TRY(mk_cuda_snap_ring(ctx, (uint16_t *)(blk(s, e / bt) + s->pool->lay.win[layer]), st->win, kvp, start, e,
-                                  win, D, err));
-        TRY(mk_cuda_ring_put(ctx, st->win, kvp, start, T, win, D, err));
+            TRY(mk_cuda_snap_ring(ctx, (uint16_t *)(blk(s, e / bt) + s->pool->lay.win[layer]), s->ls[layer].win,
+                                  w->kv + (size_t)p->row0 * D, start, e, win, D, err));
     }
+    TRY(mk_cuda_ring_put_multi(ctx, apc, C->np, nL, R, w->kv, win, D, err));
     TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
     mark(C, "attn: rows, sparse attention, window");
     TRY(dumpv(C, w->o, R, H, D, err, "L%d.attn.o", layer));
@@ -1166,6 +1181,24 @@ static int check_tokens(const dsv4_config *c, const int32_t *tokens, int T, int 
     return MK_OK;
 }
 
+/* The attention pieces of piece i for layers [l0, l1) (host staging; uploaded with the ids): what
+ * the call's compressors and indexer will leave for the attention, computed from the positions
+ * (entries of ratio r: one per r positions; indexer picks min(index_topk, entries)). attention()
+ * checks them against the host's counters. */
+static void fill_apc(dsv4_cuda_work *w, const gpiece *p, int i, int l0, int l1) {
+    const dsv4_config *c = &w->g->m->cfg;
+    const int nL = c->n_layers + c->n_mtp, e = p->start + p->T;
+    for (int l = l0; l < l1; l++) {
+        const int r = c->compress_ratio[l];
+        const gstate *st = &p->s->ls[l];
+        int ks = r == 4 ? (c->index_topk < e / 4 ? c->index_topk : e / 4) : 0;
+        w->happ[(size_t)i * nL + l] = (mk_cuda_apiece){.ring = st->win, .tbl = p->dtbl, .row0 = p->row0, .T = p->T,
+                                                       .start = p->start,
+                                                       .n_ckv = r ? st->n_ckv + e / r - p->start / r : 0,
+                                                       .k_sel = ks > 0 ? ks : 0};
+    }
+}
+
 /* Checks every piece, lays out the rows and uploads token ids and block tables (one copy). */
 static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                       const int *n, float *const *logits, int np, gpiece *pc, mk_err *err) {
@@ -1182,6 +1215,8 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (s->broken)
             return mk_fail(err, MK_EINTERNAL, "piece %d: its sequence failed in the middle of a call; reset or restore it", i);
         if (n[i] <= 0) return mk_fail(err, MK_EINVAL, "piece %d: a forward call needs at least one token", i);
+        if (s->pool != seqs[0]->pool)
+            return mk_fail(err, MK_EINVAL, "pieces 0 and %d: sequences of different KV pools in one call", i);
         if (s->pos + n[i] > s->max_len)
             return mk_fail(err, MK_ERANGE, "piece %d: position %d exceeds the sequence capacity %d", i, s->pos + n[i],
                            s->max_len);
@@ -1204,8 +1239,10 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         for (int b = 0; b < seqs[i]->n_blocks && b < w->tbl_cap; b++) t[b] = seqs[i]->blocks[b];
         pc[i].dtbl = w->tbl + (size_t)i * w->tbl_cap;
         for (int j = 0; j < n[i]; j++) hpos[pc[i].row0 + j] = pc[i].start + j;
+        fill_apc(w, &pc[i], i, 0, c->n_layers);
     }
-    TRY(mk_cuda_upload(w->g->ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)(w->pos - w->ids) + (size_t)R), err));
+    const size_t nL = (size_t)(c->n_layers + c->n_mtp);
+    TRY(mk_cuda_upload(w->g->ctx, w->ids, w->hids, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
     C->g = w->g;
     C->ctx = w->g->ctx;
     C->w = w;
@@ -1268,7 +1305,9 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     for (int b = 0; b < s->n_blocks && b < w->tbl_cap; b++) w->hids[w->max_rows + b] = s->blocks[b];
     memcpy(w->hids, ids, sizeof(int32_t) * (size_t)T);
     for (int j = 0; j < T; j++) w->hids[(w->pos - w->ids) + j] = start + j;
-    TRY(mk_cuda_upload(ctx, w->ids, w->hids, sizeof(int32_t) * ((size_t)(w->pos - w->ids) + (size_t)T), err));
+    fill_apc(w, &p, 0, c->n_layers, c->n_layers + 1);
+    TRY(mk_cuda_upload(ctx, w->ids, w->hids,
+                       w->ids_bytes + sizeof(mk_cuda_apiece) * (size_t)(c->n_layers + c->n_mtp), err));
     TRY(mk_cuda_embed_hc(ctx, g->embed, c->vocab, w->tok, T, 1, d, w->me, err));
     TRY(mk_cuda_rmsnorm(ctx, w->me, T, d, L->enorm, c->norm_eps, w->me, err));
     TRY(mk_cuda_rmsnorm(ctx, w->h, T * hc, d, L->hnorm, c->norm_eps, w->mhn, err));

@@ -333,6 +333,97 @@ extern "C" int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, in
     return MK_OK;
 }
 
+/* The piece of row r: the last piece whose row0 <= r (pieces ascending). */
+__device__ __forceinline__ const mk_cuda_apiece &piece_of(const mk_cuda_apiece *pc, int np, int stride, int r) {
+    int lo = 0, hi = np - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (pc[(size_t)mid * stride].row0 <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return pc[(size_t)lo * stride];
+}
+
+/* k_attn_rows over every row of several pieces: counts per row, a prefix over all rows, then the
+ * lists (a row's list is exactly what k_attn_rows builds for its piece alone). */
+__global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, int R,
+                                                          int win, int D, const float *kv_call, mk_cuda_paged ckv,
+                                                          int ratio, const int32_t *__restrict__ sel, int sel_cap,
+                                                          const float **rows, int32_t *row_start) {
+    extern __shared__ int32_t cnt[]; /* [R + 1] */
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+        const mk_cuda_apiece &P = piece_of(pc, np, stride, r);
+        int t = r - P.row0, p = P.start + t, n = p - win + 1 < 0 ? p + 1 : win;
+        if (ratio == 4) {
+            const int32_t *sr = sel + (size_t)P.row0 * sel_cap + (size_t)t * P.k_sel;
+            for (int i = 0; i < P.k_sel; i++) n += sr[i] >= 0 && sr[i] < P.n_ckv;
+        } else if (ratio) {
+            n += min((p + 1) / ratio, P.n_ckv);
+        }
+        cnt[r + 1] = n;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cnt[0] = 0;
+        for (int r = 0; r < R; r++) cnt[r + 1] += cnt[r];
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r <= R; r += blockDim.x) row_start[r] = cnt[r];
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+        const mk_cuda_apiece &P = piece_of(pc, np, stride, r);
+        int t = r - P.row0, p = P.start + t, n = cnt[r];
+        const float *kv = kv_call + (size_t)P.row0 * D;
+        for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
+            rows[n++] = q >= P.start ? kv + (size_t)(q - P.start) * D : P.ring + (size_t)(q % win) * D;
+        mk_cuda_paged pg = ckv;
+        pg.tbl = P.tbl;
+        if (ratio == 4) {
+            const int32_t *sr = sel + (size_t)P.row0 * sel_cap + (size_t)t * P.k_sel;
+            for (int i = 0; i < P.k_sel; i++) {
+                int s = sr[i];
+                if (s >= 0 && s < P.n_ckv) rows[n++] = mk_d_paged_row(pg, s, D);
+            }
+        } else if (ratio) {
+            int vis = min((p + 1) / ratio, P.n_ckv);
+            for (int j = 0; j < vis; j++) rows[n++] = mk_d_paged_row(pg, j, D);
+        }
+    }
+}
+
+extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R, int win,
+                                       int D, const float *kv_call, mk_cuda_paged ckv, int ratio,
+                                       const int32_t *sel, int sel_cap, const float **rows, int32_t *row_start,
+                                       mk_err *err) {
+    if (R <= 0 || np <= 0) return MK_OK;
+    if (R > 12000) return mk_fail(err, MK_ERANGE, "cuda: attn_rows: %d rows in one call", R);
+    int threads = R < 1024 ? (R + 31) / 32 * 32 : 1024;
+    k_attn_rows_multi<<<1, threads, sizeof(int32_t) * (R + 1), ctx->stream>>>(pieces, np, stride, R, win, D, kv_call, ckv,
+                                                                              ratio, sel, sel_cap, rows, row_start);
+    MK_CU_LAUNCHED(err, "cuda: attn_rows_multi launch");
+    return MK_OK;
+}
+
+/* Block (x, r): row r of the call goes to its piece's ring if it is among the piece's last win. */
+__global__ void k_ring_put_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, const float *__restrict__ kv,
+                                 int win, int D) {
+    const int r = blockIdx.y;
+    const mk_cuda_apiece &P = piece_of(pc, np, stride, r);
+    const int t = r - P.row0, n = P.T < win ? P.T : win;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < P.T - n || c >= D) return;
+    ((float *)P.ring)[(size_t)((P.start + t) % win) * D + c] = kv[(size_t)r * D + c];
+}
+
+extern "C" int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R,
+                                      const float *kv_call, int win, int D, mk_err *err) {
+    if (R <= 0 || np <= 0) return MK_OK;
+    if (R > 65535) return mk_fail(err, MK_ERANGE, "cuda: ring_put_multi: %d rows in one call", R);
+    k_ring_put_multi<<<dim3((unsigned)((D + 127) / 128), (unsigned)R), 128, 0, ctx->stream>>>(pieces, np, stride, kv_call,
+                                                                                          win, D);
+    MK_CU_LAUNCHED(err, "cuda: ring_put_multi launch");
+    return MK_OK;
+}
+
 /* ---- window ring and its snapshots ----------------------------------------------------------- */
 
 /* Row i of the grid: the call's row T - n + i goes to its ring slot. */

@@ -240,6 +240,23 @@ typedef struct {
 int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, int D, const float *kv_call,
                       const float *ring, mk_cuda_paged ckv, int n_ckv, int ratio, const int32_t *sel,
                       int k_sel, const float **rows, int32_t *row_start, mk_err *err);
+/* The same for several sequences' pieces in one launch: pieces [np] (device, piece i at
+ * pieces[i * stride], row0 ascending) with
+ * the rows of piece i at row0.. of kv_call, its sel rows at sel + (row0 + t) ... (row0 * sel_cap +
+ * t * k_sel), its ring and block table (ckv.tbl is ignored); rows / row_start over all R rows
+ * (R <= 12000). ring_put_multi: each piece's ring_put. */
+typedef struct {
+    const float *ring;    /* the piece's window ring [win, D] of this layer */
+    const int32_t *tbl;   /* its block table */
+    int row0, T, start;   /* its rows in the call, its first position */
+    int n_ckv, k_sel;     /* compressed entries visible to the call's last row; indexer picks per row */
+    int pad;
+} mk_cuda_apiece;
+int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R, int win, int D,
+                            const float *kv_call, mk_cuda_paged ckv, int ratio, const int32_t *sel, int sel_cap,
+                            const float **rows, int32_t *row_start, mk_err *err);
+int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R,
+                           const float *kv_call, int win, int D, mk_err *err);
 /* Window ring: ring slot q % win <- the call's row of position q, for the last min(T, win)
  * positions of a call of T rows at start. */
 int mk_cuda_ring_put(mk_cuda_ctx *ctx, float *ring, const float *kv_call, int start, int T, int win,
