@@ -879,6 +879,9 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
     const int r = Cm->ratio, D = Cm->D, W2 = Cm->coff * D, ov = Cm->coff == 2, bt = DSV4_BLOCK_TOKENS;
     TRY(lin(C, &Cm->wkv, x, C->R, w->ckvp, 0, err));
     TRY(lin(C, &Cm->wgate, x, C->R, w->cscp, 0, err));
+    /* every one-token piece's state slot in one launch; the rest per piece */
+    const int nL = c->n_layers + c->n_mtp;
+    TRY(mk_cuda_cmp_put_multi(ctx, w->apc + layer, C->np, nL, is_idx, w->ckvp, w->cscp, W2, Cm->ape, r, ov, err));
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
         dsv4_cuda_seq *s = p->s;
@@ -891,11 +894,7 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
         int *n_cache = is_idx ? &st->n_ikv : &st->n_ckv;
         float *kvs = is_idx ? st->ikv_state : st->kv_state, *scs = is_idx ? st->isc_state : st->sc_state;
         float *kvp = w->ckvp + (size_t)p->row0 * W2, *scp = w->cscp + (size_t)p->row0 * W2;
-        TRY(mk_cuda_add_ape(ctx, scp, T, W2, Cm->ape, r, start, err));
-        if (T == 1) {
-            int slot = ov ? r + start % r : start % r;
-            TRY(mk_cuda_copy(ctx, kvs + (size_t)slot * W2, kvp, F(W2), err));
-            TRY(mk_cuda_copy(ctx, scs + (size_t)slot * W2, scp, F(W2), err));
+        if (T == 1) { /* its state slot was written above */
             if ((start + 1) % r) continue;
             TRY(mk_cuda_cmp_pool(ctx, kvs, scs, W2, D, r, ov, 0, 1, w->ents, err));
             if (ov) {
@@ -909,6 +908,7 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
                 TRY(state_snap(ctx, (float *)(blk(s, start / bt) + soff), kvs, scs, W2, D, r, err));
             continue;
         }
+        TRY(mk_cuda_add_ape(ctx, scp, T, W2, Cm->ape, r, start, err));
         const int pre = (ov ? r : 0) + start % r, a = start - pre;
         const int g0 = start / r, g1 = (start + T) / r, ng = g1 - g0, rem = (start + T) % r;
         TRY(mk_cuda_copy(ctx, w->ekv, kvs, F((size_t)pre * W2), err));
@@ -1195,7 +1195,8 @@ static void fill_apc(dsv4_cuda_work *w, const gpiece *p, int i, int l0, int l1) 
         w->happ[(size_t)i * nL + l] = (mk_cuda_apiece){.ring = st->win, .tbl = p->dtbl, .row0 = p->row0, .T = p->T,
                                                        .start = p->start,
                                                        .n_ckv = r ? st->n_ckv + e / r - p->start / r : 0,
-                                                       .k_sel = ks > 0 ? ks : 0};
+                                                       .k_sel = ks > 0 ? ks : 0,
+                                                       .cst = {{st->kv_state, st->sc_state}, {st->ikv_state, st->isc_state}}};
     }
 }
 

@@ -424,6 +424,29 @@ extern "C" int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pi
     return MK_OK;
 }
 
+__global__ void k_cmp_put_multi(const mk_cuda_apiece *__restrict__ pc, int stride, int which,
+                                const float *__restrict__ kvp, const float *__restrict__ scp, int W2,
+                                const float *__restrict__ ape, int r, int ov) {
+    const mk_cuda_apiece &P = pc[(size_t)blockIdx.y * stride];
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (P.T != 1 || c >= W2) return;
+    const int slot = (ov ? r : 0) + P.start % r;
+    P.cst[which][0][(size_t)slot * W2 + c] = kvp[(size_t)P.row0 * W2 + c];
+    P.cst[which][1][(size_t)slot * W2 + c] = __fadd_rn(scp[(size_t)P.row0 * W2 + c], ape[(size_t)(P.start % r) * W2 + c]);
+}
+
+extern "C" int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
+                                     const float *kvp, const float *scp, int W2, const float *ape, int r, int ov,
+                                     mk_err *err) {
+    if (np <= 0) return MK_OK;
+    if (np > 65535 || r < 1 || which < 0 || which > 1)
+        return mk_fail(err, MK_EINVAL, "cuda: cmp_put_multi: %d pieces, ratio %d, which %d", np, r, which);
+    k_cmp_put_multi<<<dim3((unsigned)((W2 + 255) / 256), (unsigned)np), 256, 0, ctx->stream>>>(pieces, stride, which,
+                                                                                           kvp, scp, W2, ape, r, ov);
+    MK_CU_LAUNCHED(err, "cuda: cmp_put_multi launch");
+    return MK_OK;
+}
+
 /* ---- window ring and its snapshots ----------------------------------------------------------- */
 
 /* Row i of the grid: the call's row T - n + i goes to its ring slot. */

@@ -251,12 +251,18 @@ typedef struct {
     int row0, T, start;   /* its rows in the call, its first position */
     int n_ckv, k_sel;     /* compressed entries visible to the call's last row; indexer picks per row */
     int pad;
+    float *cst[2][2];     /* compressor states of this layer: [attention, indexer][kv, score] */
 } mk_cuda_apiece;
 int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R, int win, int D,
                             const float *kv_call, mk_cuda_paged ckv, int ratio, const int32_t *sel, int sel_cap,
                             const float **rows, int32_t *row_start, mk_err *err);
 int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R,
                            const float *kv_call, int win, int D, mk_err *err);
+/* The decode rule of a compressor (which: 0 attention, 1 indexer) for every one-token piece: its
+ * projected row kvp / scp (row0, width W2) goes to state slot (ov ? r : 0) + start % r, the score
+ * row plus ape[start % r] (mk_cuda_add_ape's addition). Pieces of more tokens are left alone. */
+int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
+                          const float *kvp, const float *scp, int W2, const float *ape, int r, int ov, mk_err *err);
 /* Window ring: ring slot q % win <- the call's row of position q, for the last min(T, win)
  * positions of a call of T rows at start. */
 int mk_cuda_ring_put(mk_cuda_ctx *ctx, float *ring, const float *kv_call, int start, int T, int win,
