@@ -956,27 +956,33 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     TRY(lin(C, &L->idx_wproj, x, R, w->iw, 1, err));
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
     TRY(mk_cuda_scale_bf16(ctx, w->iw, (size_t)R * IH, wscale, err));
+    /* every piece's scores and picks in two launches; the hooks (one piece) see its rows */
+    int n_cap = 0;
     for (int pi = 0; pi < C->np; pi++) {
         gpiece *p = &C->pc[pi];
-        const int T = p->T, start = p->start, n_all = (start + T) / 4;
+        const int n_all = (p->start + p->T) / 4;
         const int k = c->index_topk < n_all ? c->index_topk : n_all;
-        int32_t *sel = w->sel + (size_t)p->row0 * w->sel_cap;
         p->k_sel = k > 0 ? k : 0;
-        if (k <= 0) continue;
         if (k > w->sel_cap) return mk_fail(err, MK_ERANGE, "cuda: indexer top-k %d over capacity %d", k, w->sel_cap);
-        TRY(mk_cuda_index_scores(ctx, w->iq + (size_t)p->row0 * IH * ID, w->iw + (size_t)p->row0 * IH,
-                                 paged(p, p->s->pool->lay.ikv[layer], DSV4_BLOCK_TOKENS / 4), T, IH, ID, start, n_all,
-                                 w->isc, err));
-        TRY(mk_cuda_index_topk(ctx, w->isc, T, n_all, start, k, sel, err));
-        if (C->hk && C->hk->indexer) {
-            TRY(mk_cuda_download(ctx, w->hi, sel, sizeof(int32_t) * (size_t)T * k, err));
+        if (n_all > n_cap) n_cap = n_all;
+    }
+    if (!n_cap) return MK_OK;
+    const int nL = c->n_layers + c->n_mtp;
+    TRY(mk_cuda_index_multi(ctx, w->apc + layer, C->np, nL, w->iq, w->iw,
+                            paged(&C->pc[0], C->pc[0].s->pool->lay.ikv[layer], DSV4_BLOCK_TOKENS / 4), R, IH, ID, n_cap,
+                            w->isc, w->sel_cap, w->sel, err));
+    if (C->hk && C->hk->indexer) {
+        const gpiece *p = &C->pc[0];
+        const int T = p->T, start = p->start, n_all = n_cap, k = p->k_sel;
+        if (k > 0) {
+            TRY(mk_cuda_download(ctx, w->hi, w->sel, sizeof(int32_t) * (size_t)T * k, err));
             TRY(mk_cuda_download(ctx, w->hh, w->isc, F((size_t)T * n_all), err));
             for (int t = 0; t < T; t++) {
                 int vis = (start + t + 1) / 4 < n_all ? (start + t + 1) / 4 : n_all;
                 C->hk->indexer(C->hk->ctx, layer, t, T, k, w->hi + (size_t)t * k, w->hh + (size_t)t * n_all, vis);
             }
-            TRY(mk_cuda_upload(ctx, sel, w->hi, sizeof(int32_t) * (size_t)T * k, err));
-            TRY(mk_cuda_index_clamp(ctx, sel, T, n_all, start, k, err));
+            TRY(mk_cuda_upload(ctx, w->sel, w->hi, sizeof(int32_t) * (size_t)T * k, err));
+            TRY(mk_cuda_index_clamp(ctx, w->sel, T, n_all, start, k, err));
         }
     }
     return MK_OK;

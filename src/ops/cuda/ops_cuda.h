@@ -292,6 +292,13 @@ int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int 
                        int32_t *sel, mk_err *err);
 int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int start, int k,
                         mk_err *err);
+/* Scores and top-k of every row of several pieces (mk_cuda_apiece, as for mk_cuda_attn_rows_multi;
+ * piece P has (P.start + P.T) / 4 entries in its blocks, ikv.tbl ignored, and picks P.k_sel):
+ * sc [R, n_cap] (n_cap >= every piece's entry count), sel rows at row0 * sel_cap + t * k_sel; each
+ * row's values are those of mk_cuda_index_scores / mk_cuda_index_topk for its piece alone. */
+int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, const float *iq,
+                        const float *iw, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap, float *sc,
+                        int sel_cap, int32_t *sel, mk_err *err);
 
 /* MoE (moe.cu). route: scores [T, E] gate logits -> sqrt(softplus); idx [T, K] the top-k of
  * scores + bias (margin [T] k-th minus (k+1)-th) or, with bias NULL, tid2eid[tok[t]] (margin inf).

@@ -80,6 +80,86 @@ extern "C" int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int 
     return MK_OK;
 }
 
+/* ---- several pieces in one launch (pieces as for mk_cuda_attn_rows_multi) ---------------------- */
+
+__device__ __forceinline__ const mk_cuda_apiece &ix_piece(const mk_cuda_apiece *pc, int np, int stride, int r) {
+    int lo = 0, hi = np - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (pc[(size_t)mid * stride].row0 <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return pc[(size_t)lo * stride];
+}
+
+/* k_index_scores over every row r of the call (warp per (r, j), j < n_cap): row r of piece P sees
+ * P's entries (n_all = (P.start + P.T) / 4 of them, P's block table); sc [R, n_cap]. */
+__global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
+                                     const float *__restrict__ iq, const float *__restrict__ iw,
+                                     mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
+                                     float *__restrict__ sc) {
+    size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)R * n_cap) return;
+    int r = (int)(warp / n_cap), j = (int)(warp - (size_t)r * n_cap);
+    const mk_cuda_apiece &P = ix_piece(pc, np, stride, r);
+    int t = r - P.row0, n_all = (P.start + P.T) / 4;
+    if (j >= n_all || j >= d_vis(t, P.start, n_all)) {
+        if (lane == 0) sc[(size_t)r * n_cap + j] = -INFINITY;
+        return;
+    }
+    mk_cuda_paged pg = ikv;
+    pg.tbl = P.tbl;
+    const float *K = mk_d_paged_row(pg, j, ID);
+    float acc = 0.0f;
+    for (int h = 0; h < IH; h++) {
+        const float *q = iq + ((size_t)r * IH + h) * ID;
+        float d = 0.0f;
+        for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
+        d = mk_d_bf16r(mk_d_warp_sum(d));
+        if (d < 0) d = 0;
+        acc += mk_d_bf16r(__fmul_rn(d, iw[(size_t)r * IH + h]));
+    }
+    if (lane == 0) sc[(size_t)r * n_cap + j] = mk_d_bf16r(acc);
+}
+
+/* One block per row r: k_index_topk of its piece's k_sel (sel at row0 * sel_cap + t * k_sel). */
+__global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
+                                   const float *__restrict__ sc, int n_cap, int sel_cap,
+                                   int32_t *__restrict__ sel) {
+    int r = blockIdx.x;
+    const mk_cuda_apiece &P = ix_piece(pc, np, stride, r);
+    int t = r - P.row0, n_all = (P.start + P.T) / 4, k = P.k_sel;
+    if (k <= 0) return;
+    int vis = d_vis(t, P.start, n_all);
+    int kk = min(k, vis);
+    const float *v = sc + (size_t)r * n_cap;
+    int32_t *o = sel + (size_t)P.row0 * sel_cap + (size_t)t * k;
+    for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
+    for (int j = threadIdx.x; j < vis; j += blockDim.x) {
+        float x = v[j];
+        int rank = 0;
+        for (int i = 0; i < vis && rank < kk; i++) {
+            float y = v[i];
+            rank += (y > x) || (y == x && i < j);
+        }
+        if (rank < kk) o[rank] = j;
+    }
+}
+
+extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride,
+                                   const float *iq, const float *iw, mk_cuda_paged ikv, int R, int IH, int ID,
+                                   int n_cap, float *sc, int sel_cap, int32_t *sel, mk_err *err) {
+    if (R <= 0 || np <= 0 || n_cap <= 0) return MK_OK;
+    size_t warps = (size_t)R * n_cap;
+    k_index_scores_multi<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(pieces, np, stride, iq, iw,
+                                                                                     ikv, R, IH, ID, n_cap, sc);
+    MK_CU_LAUNCHED(err, "cuda: index_scores_multi launch");
+    k_index_topk_multi<<<R, 256, 0, ctx->stream>>>(pieces, np, stride, sc, n_cap, sel_cap, sel);
+    MK_CU_LAUNCHED(err, "cuda: index_topk_multi launch");
+    return MK_OK;
+}
+
 /* After a forced selection: entries past the visible ones become -1 (dsv4.c). */
 __global__ void k_index_clamp(int32_t *sel, int T, int n_all, int start, int k) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
