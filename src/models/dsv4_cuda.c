@@ -476,6 +476,10 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
             size_t b = mk_cuda_linear_scratch(g->ctx, ws[i], (int)(ws[i] == &L->h_proj ? Th : Tm));
             if (b > lb) lb = b;
         }
+        if (L->wo_a.w) { /* wo_a as one grouped launch */
+            size_t b = mk_cuda_linear_grouped_scratch(g->ctx, &L->wo_a, c->o_groups, (int)Tm);
+            if (b > lb) lb = b;
+        }
     }
     size_t hb = mk_cuda_linear_scratch(g->ctx, &g->head, (int)P);
     if (hb > lb) lb = hb;
@@ -1043,7 +1047,15 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
     mark(C, "attn: rows, sparse attention, window");
     TRY(dumpv(C, w->o, R, H, D, err, "L%d.attn.o", layer));
-    for (int g = 0; g < G; g++) {
+    /* wo_a: all groups in one launch where the kernel takes the shape, else group by group */
+    int grouped = L->wo_a.kind == MK_W_FP8_DQ && L->wo_a.n == G * c->o_lora && L->wo_a.k == Dg &&
+                  c->o_lora % 16 == 0 && Dg % 128 == 0;
+    if (grouped) {
+        int st = mk_cuda_linear_grouped(ctx, &L->wo_a, G, w->o, R, w->oa, 1, w->lin, w->lin_bytes, err);
+        if (st == MK_ENOTSUP) grouped = 0; /* e.g. split-K GEMVs by tuning */
+        else TRY(st);
+    }
+    for (int g = 0; g < G && !grouped; g++) {
         mk_wmat Wg = L->wo_a;
         Wg.n = c->o_lora;
         if (Wg.kind == MK_W_BF16) {

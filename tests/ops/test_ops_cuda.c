@@ -321,6 +321,53 @@ static void test_linear_rows(mk_wkind kind, int n, int k, int m, int round) {
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(y1), free(scr);
 }
 
+/* wo_a's grouped linear: G groups of [gn, k] in one launch = each group's own linear (bit for bit)
+ * and the CPU's per-group mk_linear (bf16 outputs: norm 1e-2). */
+static void test_linear_grouped(int G, int gn, int k, int m) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, MK_W_FP8_DQ, G * gn, k);
+    const int K = G * k, N = G * gn;
+    float *x = xmalloc(sizeof(float) * m * K), *xg = xmalloc(sizeof(float) * m * k);
+    float *yref = xmalloc(sizeof(float) * m * N), *y = xmalloc(sizeof(float) * m * N), *yg = xmalloc(sizeof(float) * m * gn);
+    fill_act(x, (size_t)m * K, 1.0f);
+    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(m, k));
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    size_t sb = mk_cuda_linear_grouped_scratch(ctx, &Wd, G, m);
+    void *ds = poisoned_dev(sb);
+    float *dx = dup_dev(x, sizeof(float) * m * K), *dy = poisoned_dev(sizeof(float) * m * N);
+    float *dxg = poisoned_dev(sizeof(float) * m * k), *dyg = poisoned_dev(sizeof(float) * m * gn);
+    CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx, m, dy, 1, ds, sb, &err_));
+    fetch(y, dy, sizeof(float) * m * N);
+    int same = 1;
+    for (int gi = 0; gi < G; gi++) {
+        mk_wmat Wg = Wh, Wgd = Wd;
+        Wg.n = Wgd.n = gn;
+        Wg.w = (const uint8_t *)Wh.w + (size_t)gi * gn * k;
+        Wgd.w = (const uint8_t *)Wd.w + (size_t)gi * gn * k;
+        Wg.scale = Wh.scale + (size_t)(gi * gn / 128) * (k / 128);
+        Wgd.scale = Wd.scale + (size_t)(gi * gn / 128) * (k / 128);
+        for (int r = 0; r < m; r++) memcpy(xg + (size_t)r * k, x + (size_t)r * K + (size_t)gi * k, sizeof(float) * k);
+        mk_linear(pool, &Wg, xg, m, yg, 1, scr);
+        for (int r = 0; r < m; r++) memcpy(yref + (size_t)r * N + (size_t)gi * gn, yg + (size_t)r * gn, sizeof(float) * gn);
+        CK(mk_cuda_upload(ctx, dxg, xg, sizeof(float) * m * k, &err_));
+        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wgd, dxg, m, dyg, 1, ds, sb, &err_));
+        fetch(yg, dyg, sizeof(float) * m * gn);
+        for (int r = 0; r < m; r++)
+            same = same && !memcmp(yg + (size_t)r * gn, y + (size_t)r * N + (size_t)gi * gn, sizeof(float) * gn);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "G%d n%d k%d m%d bf16out", G, gn, k, m);
+    compare("linear fp8_dq grouped (wo_a)", shape, yref, y, (size_t)m * N, NORM, 1e-2);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | each group = its own launch, bit for bit: %s |\n", "linear fp8_dq grouped (wo_a)", shape,
+           same ? "PASS" : "FAIL");
+    mk_cuda_wmat_free(ctx, &Wd);
+    void *dev[] = {ds, dx, dy, dxg, dyg};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free((void *)Wh.w), free((void *)Wh.scale), free(x), free(xg), free(yref), free(y), free(yg), free(scr);
+}
+
 /* ---- norms, rope, hadamard ------------------------------------------------------------------ */
 
 static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
@@ -688,6 +735,8 @@ int main(int argc, char **argv) {
     test_linear_rows(MK_W_BF16, 2048, 4096, 19, 0);
     test_linear_rows(MK_W_BF16, 256, 4096, 130, 0);
     test_linear_rows(MK_W_FP8_DQ, 1024, 4096, 24, 1);
+    test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
+    test_linear_grouped(4, 256, 512, 11);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */

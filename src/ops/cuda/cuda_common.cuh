@@ -251,7 +251,9 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
                      float *y, int round, float *ws, mk_err *err);
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err);
-int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xh, const float *sx, int m,
+/* dq with G > 1: W [G gn, k] block-diagonal over G groups, xh / sx rows of G k (x's group i is
+ * columns [i k, (i + 1) k)), y rows of G gn; each group computed as its own [gn, k] launch. */
+int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *xh, const float *sx, int m,
                     float *y, int round, float *ws, mk_err *err);
 /* Any kind, any m: FP8/FP4 read xq (natural layout) and sa, the others read x. */
 int mk_cuda_gemv_simple(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, const uint8_t *xq,

@@ -603,7 +603,8 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int j) {
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
-/* W e4m3 [n, k], S e8m0 [n/128, k/128], xh f16 [m, k], sx [m, k/128] (x = xh * sx per block).
+/* W e4m3 [n, k], S e8m0 [n/128, k/128], xh f16 [m, xs], sx [m, xs/128] (x = xh * sx per block).
+ * Grouped (gn > 0, wo_a): output rows [i gn, (i + 1) gn) read x columns [i k, (i + 1) k), xs = G k.
  * Like the FP8 GEMV (16 rows x 64 k per warp step, lane (g, t) owns 16 contiguous k), but with
  * m16n8k16 f16 MMAs: the lane's 16 weight bytes become 8 f16 pairs by cvt (exact), its 16 f16
  * activations are the matching B pairs. Per 128-block: partial * (sx * sb) into fp32. */
@@ -614,31 +615,32 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
                                                     const float *__restrict__ sx, int m, int n,
                                                     int k, int per, float *__restrict__ y,
                                                     int round, float *__restrict__ ws,
-                                                    unsigned *__restrict__ counters) {
+                                                    unsigned *__restrict__ counters, int xs, int gn) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
+    const int n0 = blockIdx.y * 16;
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
-        xh += (size_t)c8 * k;
-        sx += (size_t)c8 * (k >> 7);
+        const int gi = gn ? n0 / gn : 0; /* the group's columns of x */
+        xh += (size_t)c8 * xs + (size_t)gi * k;
+        sx += (size_t)c8 * (xs >> 7) + (size_t)gi * (k >> 7);
         y += (size_t)c8 * n;
         m = min(8, m - c8);
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.y * 16;
-    const int nb = k >> 7;
+    const int nb = k >> 7, xnb = xs >> 7;
     const int kb0 = (blockIdx.z * nw + warp) * per, kb1 = min(nb, kb0 + per);
     const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16;
     const uint8_t *w1 = w0 + (size_t)8 * k;
     const bool xcol = g < m;
-    const uint8_t *xr = (const uint8_t *)(xh + (size_t)(xcol ? g : 0) * k) + t * 32;
+    const uint8_t *xr = (const uint8_t *)(xh + (size_t)(xcol ? g : 0) * xs) + t * 32;
     const uint8_t *sbr = S + (size_t)(n0 >> 7) * nb;
     const int c0 = 2 * t, c1 = 2 * t + 1;
     const bool v0 = c0 < m, v1 = c1 < m;
-    const float *sx0 = sx + (size_t)(v0 ? c0 : 0) * nb;
-    const float *sx1 = sx + (size_t)(v1 ? c1 : 0) * nb;
+    const float *sx0 = sx + (size_t)(v0 ? c0 : 0) * xnb;
+    const float *sx1 = sx + (size_t)(v1 ? c1 : 0) * xnb;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int kb = kb0; kb < kb1; kb += U) {
         uint4 a[U][2][2], b[U][2][2]; /* [block][64-k step][row half | activation half] */
@@ -702,19 +704,20 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
-int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xh, const float *sx, int m,
+int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *xh, const float *sx, int m,
                     float *y, int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
-    if (m < 1 || n % 16 || n / 16 > 65535 || k % 128)
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8_dq gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 128 == 0 "
-                       "(m %d, n %d, k %d)", m, n, k);
-    gemv_plan p = plan_for(ctx, n / 16, k / 128);
+    if (m < 1 || n % 16 || n / 16 > 65535 || k % 128 || G < 1 || n % G || (n / G) % 16)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8_dq gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 128 == 0, "
+                       "n / G %% 16 == 0 (m %d, n %d, k %d, G %d)", m, n, k, G);
+    /* grouped: the launch plan of one group's matrix, so a group's bits are those of its own launch */
+    gemv_plan p = plan_for(ctx, n / G / 16, k / 128);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8_dq gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: fp8_dq gemv: split-K takes at most 8 rows per launch (m %d)", m);
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_dq<2>, (const uint8_t *)W->w, W->scale, xh, sx,
-                          m, n, k, p.per, y, round, ws, ctx->counters),
+                          m, n, k, p.per, y, round, ws, ctx->counters, G * k, G > 1 ? n / G : 0),
               err, "cuda: fp8_dq gemv launch");
     return MK_OK;
 }

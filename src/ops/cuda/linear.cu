@@ -162,7 +162,7 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else if (W->kind == MK_W_FP4)
                 st = mk_cuda_gemv_fp4(ctx, W, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
             else if (W->kind == MK_W_FP8_DQ)
-                st = mk_cuda_gemv_dq(ctx, W, xb + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
+                st = mk_cuda_gemv_dq(ctx, W, 1, xb + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
             else
                 st = mk_cuda_gemv_bf16(ctx, W, xb + (size_t)r0 * k, mm, yr, round_bf16, ws, err);
             if (st) return st;
@@ -192,4 +192,37 @@ extern "C" int mk_cuda_linear(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x
                               int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
     return mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, W, x, m, y, round_bf16, scratch, scratch_bytes,
                              err);
+}
+
+/* ---- grouped (block-diagonal) FP8_DQ linear: wo_a ------------------------------------------------ */
+
+extern "C" size_t mk_cuda_linear_grouped_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m) {
+    mk_wmat V = *W;
+    V.k = W->k * (G < 1 ? 1 : G);
+    return layout_for(ctx, &V, m < 1 ? 1 : m).total;
+}
+
+extern "C" int mk_cuda_linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const float *x, int m, float *y,
+                                      int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
+    if (m < 0 || !W || !W->w || G < 1) return mk_fail(err, MK_EINVAL, "cuda: grouped linear: bad arguments");
+    if (m == 0) return MK_OK;
+    if (W->kind != MK_W_FP8_DQ || !W->scale || W->n % G || (W->n / G) % 16 || W->k % 128)
+        return mk_fail(err, MK_ENOTSUP, "cuda: grouped linear: needs fp8_dq weights with n / G %% 16 == 0 and k %% 128 == 0 "
+                       "(kind %d, n %d, k %d, G %d)", (int)W->kind, W->n, W->k, G);
+    mk_wmat V = *W;
+    V.k = W->k * G;
+    scratch_layout L = layout_for(ctx, &V, m);
+    if (scratch_bytes < L.total || !scratch)
+        return mk_fail(err, MK_EINVAL, "cuda: grouped linear: scratch of %zu bytes, %zu needed", scratch_bytes, L.total);
+    mk_wmat Wg = *W;
+    Wg.n = W->n / G;
+    if (mk_cuda_gemv_splits(ctx, &Wg) > 1)
+        return mk_fail(err, MK_ENOTSUP, "cuda: grouped linear: not with split-K GEMVs (tuning)");
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    float *sa = (float *)(base + L.sa);
+    uint16_t *xb = (uint16_t *)(base + L.xb);
+    /* the per-128-block f16 preparation of the whole row is that of each group's columns */
+    int st = mk_cuda_f16_prep_launch(ctx, x, m, V.k, xb, sa, err);
+    if (st) return st;
+    return mk_cuda_gemv_dq(ctx, W, G, xb, sa, m, y, round_bf16, NULL, err);
 }

@@ -129,6 +129,12 @@ enum {
 /* Bytes of scratch mk_cuda_linear needs for W and m rows (quantized activations, scales, bf16
  * copy, split-K partials). */
 size_t mk_cuda_linear_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int m);
+/* Block-diagonal linear (wo_a): W [G gn, k] FP8_DQ, y[m, G gn] where group i's outputs read x
+ * columns [i k, (i + 1) k) of x [m, G k]; one launch, each group's rows bit-identical to
+ * mk_cuda_linear of its [gn, k] slice (row-invariant GEMV). MK_ENOTSUP for other kinds / shapes. */
+size_t mk_cuda_linear_grouped_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m);
+int mk_cuda_linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const float *x, int m, float *y,
+                           int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
 /* y[m, n] = x[m, k] @ W^T with the numerics of mk_linear (ops.h); W holds device pointers
  * (mk_cuda_wmat_upload), x and y are device arrays, scratch a device buffer of at least
  * mk_cuda_linear_scratch bytes. For BF16 weights the tensor-core path rounds x to bf16 first
