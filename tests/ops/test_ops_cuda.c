@@ -757,6 +757,9 @@ int main(int argc, char **argv) {
         test_attn(64, 512, 3, ns, 1000);
         int ns2[2] = {1, 129};
         test_attn(8, 128, 2, ns2, 200);
+        int ns3[24]; /* enough tokens for 8 heads per block (the decode shapes above take 1) */
+        for (int i = 0; i < 24; i++) ns3[i] = 1 + (i * 37) % 700;
+        test_attn(64, 512, 24, ns3, 1000);
     }
 
     printf("\n%d checks, %d failed\n", n_checks, n_fail);

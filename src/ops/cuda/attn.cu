@@ -2,7 +2,8 @@
  * query token over a gathered set of KV rows (K = V, a single shared head), all H heads.
  *
  * A block serves one query token and a group of HG heads, so each gathered row is read once
- * per group rather than once per head. Rows are processed in chunks of 256 with the CPU's online
+ * per group rather than once per head; HG shrinks when there are too few tokens to fill the GPU
+ * (each head's arithmetic is the same whatever its group). Rows are processed in chunks of 256 with the CPU's online
  * softmax: scores of the chunk (a warp per row, lanes over D), the chunk maximum, rescaling of the
  * running output and denominator when the maximum grows, probabilities rounded to bf16 before the
  * PV product (the reference's acc_s_cast), the sink only in the denominator. The PV product runs
@@ -139,9 +140,14 @@ extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int 
     if (T <= 0 || H <= 0) return MK_OK;
     if (D < 1 || D > ATT_MAXD)
         return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention: D = %d (1..%d)", D, ATT_MAXD);
-    /* 8 heads per block when the queries fit comfortably in shared memory */
-    if (H % 8 == 0 && D <= 512) return attn_launch<8>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
-    if (H % 4 == 0) return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
-    if (H % 2 == 0) return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+    /* 8 heads per block when the queries fit comfortably in shared memory and the grid still fills
+     * the GPU; fewer for few tokens (a decode): a head's arithmetic does not depend on the group */
+    const long fill = ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1;
+    if (H % 8 == 0 && D <= 512 && (long)T * (H / 8) >= fill)
+        return attn_launch<8>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+    if (H % 4 == 0 && (long)T * (H / 4) >= fill)
+        return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+    if (H % 2 == 0 && (long)T * (H / 2) >= fill)
+        return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
     return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
 }
