@@ -1103,14 +1103,13 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
         /* tensor cores: activations quantized once (the FP8 simulation's very bytes), w1 and w3
          * results, the SwiGLU epilogue, then w2 by slot */
         TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
-        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1, I, d, w->mxq,
-                                 w->msa, 1, w->plan, T, K, E, w->act, 0, err));
-        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq,
-                                 w->msa, 1, w->plan, T, K, E, w->actd, 0, err));
+        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
+                                 (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
+                                 w->plan, T, K, E, w->act, w->actd, 0, err));
         TRY(mk_cuda_moe_swiglu(ctx, w->act, w->actd, w->sw, T * K, I, lim, w->act, err));
         TRY(mk_cuda_act_quant(ctx, w->act, T * K, I, 1, w->mxq, w->msa, err));
-        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, d, I, w->mxq,
-                                 w->msa, 0, w->plan, T, K, E, w->eo, 1, err));
+        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
+                                 w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, err));
         goto shared;
     }
     const float *xd = x, *ad = w->act;

@@ -476,6 +476,35 @@ static void test_hc(int s, int hc, int d) {
     fetch(gx, dx, sizeof(float) * s * d);
     compare("hc_head", shape, x, gx, (size_t)s * d, REL, 1.0 / 128);
 
+    /* a call of many tokens (one block per token) and one of a single token (the row split over
+     * blocks) give each token the same bits: batch invariance of hc_pre and hc_head */
+    if (s > 16) {
+        float *hx = xmalloc(sizeof(float) * 2 * d), *hp = xmalloc(sizeof(float) * 2 * hc),
+              *hcb = xmalloc(sizeof(float) * 2 * hc * hc), *hh = xmalloc(sizeof(float) * 2 * d);
+        const int t1 = s - 1;
+        CK(mk_cuda_hc_pre(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dx, dpost, dcomb, &err_));
+        fetch(gx, dx, sizeof(float) * s * d);
+        fetch(gpost, dpost, sizeof(float) * s * hc);
+        fetch(gcomb, dcomb, sizeof(float) * s * hc * hc);
+        CK(mk_cuda_hc_pre(ctx, dh + (size_t)t1 * n, 1, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dx, dpost, dcomb, &err_));
+        fetch(hx, dx, sizeof(float) * d);
+        fetch(hp, dpost, sizeof(float) * hc);
+        fetch(hcb, dcomb, sizeof(float) * hc * hc);
+        int same = !memcmp(hx, gx + (size_t)t1 * d, sizeof(float) * d) &&
+                   !memcmp(hp, gpost + (size_t)t1 * hc, sizeof(float) * hc) &&
+                   !memcmp(hcb, gcomb + (size_t)t1 * hc * hc, sizeof(float) * hc * hc);
+        CK(mk_cuda_hc_head(ctx, dh, s, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dx, &err_));
+        fetch(gx, dx, sizeof(float) * s * d);
+        CK(mk_cuda_hc_head(ctx, dh + (size_t)t1 * n, 1, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dx, &err_));
+        fetch(hh, dx, sizeof(float) * d);
+        same = same && !memcmp(hh, gx + (size_t)t1 * d, sizeof(float) * d);
+        n_checks++;
+        if (!same) n_fail++;
+        printf("| %-40s | %-26s | token %d alone = in the call of %d, bit for bit: %s |\n", "hc_pre / hc_head invariance",
+               shape, t1, s, same ? "PASS" : "FAIL");
+        free(hx), free(hp), free(hcb), free(hh);
+    }
+
     void *dev[] = {dh, dfn, dsc, dba, dx, dpost, dcomb, dsub, dpost2, dcomb2, dout};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free(h), free(fn), free(x), free(post), free(comb), free(gx), free(gpost), free(gcomb);
@@ -572,21 +601,32 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     float *dact = poisoned_dev(sizeof(float) * TK * I), *deo = poisoned_dev(sizeof(float) * TK * d);
     CK(mk_cuda_moe_plan(ctx, didx, dgw, T, K, E, dplan, dsw, &err_));
     CK(mk_cuda_act_quant(ctx, dx, T, d, 1, dq, dsa, &err_));
-    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0], I, d, dq, dsa, 1, dplan,
-                            T, K, E, dv1, 0, &err_));
-    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[1], (const uint8_t *const *)dts[1], I, d, dq, dsa, 1, dplan,
-                            T, K, E, dv3, 0, &err_));
+    /* w1 and w3 as the model runs them (one launch), and w3 alone (must be the same bits) */
+    float *dv3a = poisoned_dev(sizeof(float) * TK * I);
+    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0],
+                            (const void *const *)dtw[1], (const uint8_t *const *)dts[1], I, d, dq, dsa, 1, dplan, T, K,
+                            E, dv1, dv3, 0, &err_));
+    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[1], (const uint8_t *const *)dts[1], NULL, NULL, I, d, dq, dsa,
+                            1, dplan, T, K, E, dv3a, NULL, 0, &err_));
     CK(mk_cuda_moe_swiglu(ctx, dv1, dv3, dsw, TK, I, 10.0f, dact, &err_));
     CK(mk_cuda_act_quant(ctx, dact, TK, I, 1, dq, dsa, &err_));
-    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[2], (const uint8_t *const *)dts[2], d, I, dq, dsa, 0, dplan,
-                            T, K, E, deo, 1, &err_));
+    CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[2], (const uint8_t *const *)dts[2], NULL, NULL, d, I, dq, dsa,
+                            0, dplan, T, K, E, deo, NULL, 1, &err_));
     int32_t *plan = xmalloc(sizeof(int32_t) * pn);
     float *sw = xmalloc(sizeof(float) * TK), *v1 = xmalloc(sizeof(float) * TK * I), *v3 = xmalloc(sizeof(float) * TK * I);
     float *act = xmalloc(sizeof(float) * TK * I), *eo = xmalloc(sizeof(float) * TK * d);
     fetch(plan, dplan, sizeof(int32_t) * pn);
     fetch(sw, dsw, sizeof(float) * TK);
     fetch(v1, dv1, sizeof(float) * TK * I);
-    fetch(v3, dv3, sizeof(float) * TK * I);
+    fetch(v3, dv3a, sizeof(float) * TK * I);
+    int pair_same = 1;
+    {
+        float *v3p = xmalloc(sizeof(float) * TK * I);
+        fetch(v3p, dv3, sizeof(float) * TK * I);
+        pair_same = !memcmp(v3p, v3, sizeof(float) * TK * I);
+        free(v3p);
+    }
+    mk_cuda_free(ctx, dv3a);
     fetch(act, dact, sizeof(float) * TK * I);
     fetch(eo, deo, sizeof(float) * TK * d);
     /* the slot of each (token, expert) from the plan; references per slot */
@@ -625,6 +665,10 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     compare("moe swiglu epilogue", shape, ract, act, (size_t)TK * I, REL, 1.0 / 128);
     compare("moe fp4 mma w2 (by slot, bf16out)", shape, reo, eo, (size_t)TK * d, NORM, 1e-2);
     n_checks++;
+    if (!pair_same) {
+        n_fail++;
+        printf("| %-40s | %-26s | w3 next to w1 differs from w3 alone: FAIL |\n", "moe fp4 mma pair", shape);
+    }
     if (!plan_ok) {
         n_fail++;
         printf("| %-40s | %-26s | plan does not cover every (token, expert) once: FAIL |\n", "moe plan", shape);
@@ -752,6 +796,7 @@ int main(int argc, char **argv) {
     test_hadamard(3, 512);
     test_hc(3, 4, 4096);
     test_hc(40, 4, 512); /* more tokens than the split path takes: one block per token */
+    test_hc(20, 4, 4096);
     {
         int ns[3] = {0, 300, 640};
         test_attn(64, 512, 3, ns, 1000);

@@ -9,12 +9,13 @@
 #include "ops/cuda/cuda_common.cuh"
 
 /* One block per row. y may alias x: each thread reads its elements again before writing them. */
-__global__ void __launch_bounds__(256) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
-                                                 float eps, float *y) {
-    __shared__ double part[8];
+__global__ void __launch_bounds__(1024) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
+                                                  float eps, float *y) {
+    __shared__ double part[32];
     const float *xr = x + (size_t)blockIdx.x * d;
     float *yr = y + (size_t)blockIdx.x * d;
     double ss = 0.0;
+#pragma unroll 4
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = mk_d_warp_sum_d(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
@@ -34,7 +35,11 @@ extern "C" int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d
                                float eps, float *y, mk_err *err) {
     if (rows <= 0) return MK_OK;
     if (d <= 0) return mk_fail(err, MK_EINVAL, "cuda: rmsnorm: d = %d", d);
-    k_rmsnorm<<<rows, 256, 0, ctx->stream>>>(x, d, w, eps, y);
+    /* about 4 values per thread (a row is one block: a decode's row must not wait on a few threads'
+     * load chains); the thread count depends on d only, so a row's bits do not depend on rows */
+    int threads = (d / 4 + 31) / 32 * 32;
+    threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
+    k_rmsnorm<<<rows, threads, 0, ctx->stream>>>(x, d, w, eps, y);
     MK_CU_LAUNCHED(err, "cuda: rmsnorm launch");
     return MK_OK;
 }

@@ -410,23 +410,41 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * k_gemv_fp4 for the routed experts: block (slab, group) computes 16 output rows of the group's
  * expert for every slot of the group, in chunks of up to 2 NP slots (activation rows picked through
  * the plan: the slot's token row, or the slot's own row), the k range split over the block's
- * warps and summed in warp order. Launched without programmatic dependent launch (it reads the
- * plan, written by the kernel before it). y [slot, n] fp32 (round: bf16). */
+ * warps and summed in warp order. With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2.
+ * Launched with programmatic dependent launch: the plan is read at once (it was written two
+ * kernels before), the block's weight rows are prefetched into L2, then it waits for the previous
+ * kernel before reading activations. y [slot, n] fp32 (round: bf16). */
 template <int NP, int U>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
+                                                         const void *const *__restrict__ Wt3,
+                                                         const uint8_t *const *__restrict__ St3,
                                                          const uint8_t *__restrict__ xq,
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
-                                                         int by_token, float *__restrict__ y, int round) {
+                                                         int by_token, float *__restrict__ y,
+                                                         float *__restrict__ y3, int round) {
     __shared__ float red[GEMV_MAXW * 32 * 2 * NP];
     __shared__ float tile[8 * 16];
     __shared__ int xrow[8];
+    mk_d_pdl_launch_dependents();
+    if (blockIdx.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
     const int G = TK < E ? TK : E, grp = blockIdx.y;
-    if (grp >= plan[0]) return;
+    /* the plan is two kernels old (written before the activations' quantization started) */
+    if (grp >= plan[0]) {
+        mk_d_pdl_wait();
+        return;
+    }
     const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
     const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    { /* this block's 16 weight rows into L2 while the previous kernel finishes */
+        const int lines = (int)(((size_t)k >> 1) / 128);
+        for (int i = threadIdx.x; i < 16 * lines; i += blockDim.x)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(blockIdx.x * 16 + i / lines) * (k >> 1) +
+                                                          (size_t)(i % lines) * 128));
+    }
+    mk_d_pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
     const int g = lane >> 2, t = lane & 3;
     const int n0 = blockIdx.x * 16;
@@ -500,22 +518,25 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     }
 }
 
-int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, int n, int k,
-                         const uint8_t *xq, const float *sa, int by_token, const int32_t *plan, int T, int K,
-                         int E, float *y, int round, mk_err *err) {
+int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
+                         const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
+                         const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err) {
     if (T <= 0) return MK_OK;
     if (n % 16 || k % 128)
         return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: needs n %% 16 == 0 and k %% 128 == 0 (n %d, k %d)", n, k);
     int TK = T * K, G = TK < E ? TK : E, nw = GEMV_MAXW, nb = k / 128;
     int per = (nb + nw - 1) / nw;
-    dim3 grid((unsigned)(n / 16), (unsigned)G);
+    if ((W3 == NULL) != (y3 == NULL) || (W3 && !S3))
+        return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
+    dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
+    cudaError_t e;
     if (T == 1) /* decode: a token names each expert once, so every group is one slot */
-        k_moe_gemv_fp4<1, 4><<<grid, nw * 32, 0, ctx->stream>>>(W, S, xq, sa, n, k, per, plan, TK, E, by_token, y,
-                                                                round);
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round);
     else
-        k_moe_gemv_fp4<4, 1><<<grid, nw * 32, 0, ctx->stream>>>(W, S, xq, sa, n, k, per, plan, TK, E, by_token, y,
-                                                                round);
-    MK_CU_LAUNCHED(err, "cuda: moe fp4 gemv launch");
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round);
+    MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     return MK_OK;
 }
 

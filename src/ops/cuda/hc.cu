@@ -2,11 +2,12 @@
  * Sinkhorn split, collapse of the hc streams), hc_post (spreading a sub-layer's output back) and
  * the head collapse; twins of src/ops/cpu/hc.c.
  *
- * hc_pre / hc_head: one block per token. The (2+hc)*hc dot products over the hc*d flattened
- * streams and the sum of squares are accumulated in double, like the CPU (hc_pre with few tokens,
- * i.e. decode: the row is split into MK_CUDA_HC_SPLIT chunks reduced by separate blocks into
- * per-chunk partial sums, then added in chunk order by the token's block — deterministic, and one
- * block per token alone left most of the GPU idle: it was 68% of a decode step), then hc lanes of
+ * hc_pre / hc_head: the (2+hc)*hc (head: hc) dot products over the hc*d flattened streams and the
+ * sum of squares are accumulated in double, like the CPU, in MK_CUDA_HC_SPLIT chunks added in
+ * chunk order. With few tokens (decode) separate blocks reduce the chunks (one block per token
+ * left most of the GPU idle: it was 68% of a decode step) and a finishing block per token adds
+ * them; with many, one block per token reduces its chunks one after another with the very same
+ * arithmetic, so a token's bits never depend on the call's token count. Then hc lanes of
  * one warp run the tiny 4x4 Sinkhorn in fp32 (a row or a column each) with the CPU's operation order
  * per element (only expf may differ from the host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
  * arithmetic. hc_post is elementwise and bit-identical to the CPU.
@@ -18,14 +19,16 @@
 
 __device__ __forceinline__ float hc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* mix[k] for k < nmix into smem mixs; block-wide. */
-__device__ void hc_mix_block(const float *__restrict__ ht, int n, const float *__restrict__ fn,
-                             int nmix, float norm_eps, float *mixs) {
-    __shared__ double red[8][HC_MAXMIX + 1];
+/* Chunk c of S of the row (n values): what block (t, c) of k_hc_mix_part sums, with 256 threads
+ * (the caller's block must have exactly 256): the mix dots and the sum of squares of the chunk,
+ * thread-strided in double, warp trees, warps in order. Returns (to thread q <= HC_MAXMIX) column q. */
+__device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float *__restrict__ fn, int nmix, int S,
+                               int c, double (*red)[HC_MAXMIX + 1]) {
+    const int chunk = (n + S - 1) / S, lo = c * chunk, hi = min(n, lo + chunk);
     double acc[HC_MAXMIX + 1];
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         double v = ht[i];
         acc[HC_MAXMIX] += v * v;
 #pragma unroll
@@ -35,19 +38,31 @@ __device__ void hc_mix_block(const float *__restrict__ ht, int n, const float *_
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) {
-        double s = mk_d_warp_sum_d(acc[q]);
-        if (lane == 0) red[warp][q] = s;
+        double sum = mk_d_warp_sum_d(acc[q]);
+        if (lane == 0) red[warp][q] = sum;
     }
     __syncthreads();
+    double a = 0.0;
+    if (threadIdx.x <= HC_MAXMIX)
+        for (int w = 0; w < nw; w++) a += red[w][threadIdx.x];
+    __syncthreads(); /* red is reused by the next chunk */
+    return a;
+}
+
+/* mix[k] for k < nmix into smem mixs; block-wide (256 threads). The row is reduced chunk by chunk
+ * in chunk order, exactly as the split path (k_hc_mix_part + the finish) reduces it, so a token's
+ * bits do not depend on how many tokens the call has. */
+__device__ void hc_mix_block(const float *__restrict__ ht, int n, const float *__restrict__ fn,
+                             int nmix, float norm_eps, float *mixs) {
+    __shared__ double red[8][HC_MAXMIX + 1];
+    __shared__ double tot[HC_MAXMIX + 1];
+    double a = 0.0;
+    for (int c = 0; c < MK_CUDA_HC_SPLIT; c++) a += hc_chunk_sum(ht, n, fn, nmix, MK_CUDA_HC_SPLIT, c, red);
+    if (threadIdx.x <= HC_MAXMIX) tot[threadIdx.x] = a;
+    __syncthreads();
     if (threadIdx.x == 0) {
-        double ss = 0.0;
-        for (int w = 0; w < nw; w++) ss += red[w][HC_MAXMIX];
-        float r = 1.0f / sqrtf(__fadd_rn((float)(ss / n), norm_eps));
-        for (int q = 0; q < nmix; q++) {
-            double a = 0.0;
-            for (int w = 0; w < nw; w++) a += red[w][q];
-            mixs[q] = __fmul_rn((float)a, r);
-        }
+        float r = 1.0f / sqrtf(__fadd_rn((float)(tot[HC_MAXMIX] / n), norm_eps));
+        for (int q = 0; q < nmix; q++) mixs[q] = __fmul_rn((float)tot[q], r);
     }
     __syncthreads();
 }
@@ -55,6 +70,7 @@ __device__ void hc_mix_block(const float *__restrict__ ht, int n, const float *_
 /* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
 __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, const float *pre,
                                   float *__restrict__ y) {
+#pragma unroll 4
     for (int k = threadIdx.x; k < d; k += blockDim.x) {
         float acc = 0.0f;
         for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(pre[i], ht[(size_t)i * d + k]));
@@ -92,29 +108,9 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
                                                      double *__restrict__ part) {
     __shared__ double red[8][HC_MAXMIX + 1];
     const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y;
-    const int chunk = (n + S - 1) / S, lo = c * chunk, hi = min(n, lo + chunk);
-    const float *ht = h + (size_t)t * n;
-    double acc[HC_MAXMIX + 1];
-#pragma unroll
-    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        double v = ht[i];
-        acc[HC_MAXMIX] += v * v;
-#pragma unroll
-        for (int q = 0; q < HC_MAXMIX; q++)
-            if (q < nmix) acc[q] += v * (double)fn[(size_t)q * n + i];
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-    for (int q = 0; q <= HC_MAXMIX; q++) {
-        double sum = mk_d_warp_sum_d(acc[q]);
-        if (lane == 0) red[warp][q] = sum;
-    }
-    __syncthreads();
+    double a = hc_chunk_sum(h + (size_t)t * n, n, fn, nmix, S, c, red);
     if (threadIdx.x <= HC_MAXMIX) {
         const int q = threadIdx.x;
-        double a = 0.0;
-        for (int w = 0; w < nw; w++) a += red[w][q];
         part[((size_t)t * S + c) * 32 + (q == HC_MAXMIX ? 31 : q)] = a;
     }
 }
@@ -167,7 +163,7 @@ __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restri
  * Sinkhorn then runs on hc lanes (hc_sinkhorn_warp). Same bits as the one-block path's order. */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
-__global__ void __launch_bounds__(256) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
+__global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
                                                     const double *__restrict__ part,
                                                     const float *__restrict__ scale,
                                                     const float *__restrict__ base, int iters,
@@ -200,6 +196,39 @@ __global__ void __launch_bounds__(256) k_hc_pre_fin(const float *__restrict__ h,
     }
     __syncthreads();
     hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
+}
+
+/* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
+ * the collapse (as k_hc_head computes them). */
+__global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ h, int hc, int d, int S,
+                                                     const double *__restrict__ part,
+                                                     const float *__restrict__ scale,
+                                                     const float *__restrict__ base, float hc_eps,
+                                                     float norm_eps, float *__restrict__ y) {
+    __shared__ float pre[HC_MAX];
+    __shared__ double stage[HC_FIN_MAXS * 32];
+    __shared__ double tot[32];
+    const int t = blockIdx.x, n = hc * d;
+    const double *pt = part + (size_t)t * S * 32;
+    for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int q = threadIdx.x;
+        double a = 0.0;
+        if (q < hc || q == 31)
+            for (int c = 0; c < S; c++) a += stage[c * 32 + q];
+        tot[q] = a;
+        __syncwarp();
+        if (q == 0) {
+            float r = 1.0f / sqrtf(__fadd_rn((float)(tot[31] / n), norm_eps));
+            for (int i = 0; i < hc; i++) {
+                float m = __fmul_rn((float)tot[i], r);
+                pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(m, scale[0]), base[i])), hc_eps);
+            }
+        }
+    }
+    __syncthreads();
+    hc_collapse_block(h + (size_t)t * n, hc, d, pre, y + (size_t)t * d);
 }
 
 __global__ void __launch_bounds__(256) k_hc_head(const float *__restrict__ h, int hc, int d,
@@ -252,8 +281,8 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
         const int S = MK_CUDA_HC_SPLIT;
         k_hc_mix_part<<<dim3((unsigned)s, S), 256, 0, ctx->stream>>>(h, hc * d, fn, (2 + hc) * hc, ctx->hc_partial);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
-        k_hc_pre_fin<<<s, 256, 0, ctx->stream>>>(h, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps, norm_eps,
-                                                 x, post, comb);
+        k_hc_pre_fin<<<s, 1024, 0, ctx->stream>>>(h, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps, norm_eps,
+                                                  x, post, comb);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
         return MK_OK;
     }
@@ -278,6 +307,14 @@ extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, 
                                float hc_eps, float norm_eps, float *y, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
+    if (s <= MK_CUDA_HC_SPLIT_TOK && ctx->hc_partial) { /* few tokens: the row split over blocks */
+        const int S = MK_CUDA_HC_SPLIT;
+        k_hc_mix_part<<<dim3((unsigned)s, S), 256, 0, ctx->stream>>>(h, hc * d, fn, hc, ctx->hc_partial);
+        MK_CU_LAUNCHED(err, "cuda: hc_head (split) launch");
+        k_hc_head_fin<<<s, 1024, 0, ctx->stream>>>(h, hc, d, S, ctx->hc_partial, scale, base, hc_eps, norm_eps, y);
+        MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
+        return MK_OK;
+    }
     k_hc_head<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, hc_eps, norm_eps, y);
     MK_CU_LAUNCHED(err, "cuda: hc_head launch");
     return MK_OK;

@@ -379,7 +379,7 @@ extern "C" int mk_cuda_moe_swiglu(mk_cuda_ctx *ctx, const float *v1, const float
 
 /* ---- combine --------------------------------------------------------------------------------- */
 
-/* One block per token: y = 0; y += eo[slot] for t's experts in ascending order; out = bf16(y +
+/* Block (t, part): y = 0; y += eo[slot] for t's experts in ascending order; out = bf16(y +
  * shared[t]). */
 __global__ void k_moe_combine(const float *__restrict__ eo, const int32_t *__restrict__ idx,
                               const int32_t *__restrict__ plan, int T, int K, int E, int d,
@@ -403,7 +403,7 @@ __global__ void k_moe_combine(const float *__restrict__ eo, const int32_t *__res
         nord = n;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < d; i += gridDim.y * blockDim.x) {
         float y = 0.0f;
         for (int q = 0; q < nord; q++) y = __fadd_rn(y, eo[(size_t)ord[q] * d + i]);
         out[(size_t)t * d + i] = mk_d_bf16r(__fadd_rn(y, shared[(size_t)t * d + i]));
@@ -415,7 +415,9 @@ extern "C" int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int3
                                    const float *shared, float *out, mk_err *err) {
     if (T <= 0) return MK_OK;
     if (K > 64) return mk_fail(err, MK_EINVAL, "cuda: moe_combine: K = %d", K);
-    k_moe_combine<<<T, 256, 0, ctx->stream>>>(eo, idx, plan, T, K, E, d, shared, out);
+    /* a token's d outputs over several blocks when there are few tokens (decode) */
+    unsigned split = T >= 64 ? 1u : (unsigned)((d + 255) / 256);
+    k_moe_combine<<<dim3((unsigned)T, split), 256, 0, ctx->stream>>>(eo, idx, plan, T, K, E, d, shared, out);
     MK_CU_LAUNCHED(err, "cuda: moe_combine launch");
     return MK_OK;
 }

@@ -331,9 +331,12 @@ int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const ui
  * layout, scales sa [rows, k / 128], from mk_cuda_act_quant with perm = 1; rows by token with
  * by_token, else by slot) times its expert's W^T (tables W / S [E]). swiglu: out [slot, n] from
  * the w1 and w3 results and the slot weights sw, as mk_cuda_moe_gemv's fused pass computes it. */
-int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, int n, int k,
-                         const uint8_t *xq, const float *sa, int by_token, const int32_t *plan, int T, int K,
-                         int E, float *y, int round, mk_err *err);
+/* W3 / S3 / y3 (or all NULL): a second matrix of the same shape on the same activations in the same
+ * launch (w3 next to w1). The plan must have been written before the kernel that precedes this
+ * one started (the kernel reads it before waiting on its predecessor). */
+int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
+                         const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
+                         const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err);
 int mk_cuda_moe_swiglu(mk_cuda_ctx *ctx, const float *v1, const float *v3, const float *sw, int slots, int n,
                        float lim, float *out, mk_err *err);
 int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx, const int32_t *plan,
