@@ -235,7 +235,11 @@ int main(int argc, char **argv) {
     const int32_t **tk = calloc((size_t)maxb, sizeof *tk);
     int *cnt = calloc((size_t)maxb, sizeof *cnt), *tbl = malloc(sizeof(int) * (size_t)bpseq);
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)(rows + maxb));
-    float *lgbuf = malloc(sizeof(float) * (size_t)maxb * c->vocab);
+    float *lgbuf = NULL; /* page-locked, as the engine's (mk_kvcache_host_floats) */
+    if (mk_cuda_host_alloc(sizeof(float) * (size_t)maxb * c->vocab, (void **)&lgbuf, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
     int rc = dsv4_cuda_pool_create(g, maxb * bpseq, &pool, &err);
     if (!rc) rc = dsv4_cuda_work_create(g, rows, maxb, len, &w, &err);
     for (int i = 0; i < maxb && !rc; i++) {
@@ -310,7 +314,7 @@ int main(int argc, char **argv) {
     free(cnt);
     free(tbl);
     free(bt);
-    free(lgbuf);
+    mk_cuda_host_free(lgbuf);
     if (md) fclose(md);
     free(srt);
     free(dt);

@@ -419,7 +419,7 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->o.long_prefill_token_threshold = so.long_prefill_token_threshold;
     if ((rc = mk_sched_create(&so, mk_kvcache_pool(e->kv), &e->sched, err))) goto fail;
     e->slot = calloc((size_t)e->caps.n_slots, sizeof *e->slot);
-    e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)o->max_num_seqs);
+    e->logits = mk_kvcache_host_floats(e->kv, (size_t)e->vocab * (size_t)o->max_num_seqs);
     e->items = calloc((size_t)o->max_num_seqs, sizeof *e->items);
     e->bitems = calloc((size_t)o->max_num_seqs, sizeof *e->bitems);
     e->preempted = calloc((size_t)o->max_num_seqs, sizeof *e->preempted);
@@ -453,9 +453,9 @@ void mk_engine_free(mk_engine *e) {
         pthread_join(e->th, NULL);
     }
     mk_sched_free(e->sched);
+    mk_kvcache_host_free(e->kv, e->logits);
     mk_kvcache_free(e->kv);
     free(e->slot);
-    free(e->logits);
     free(e->items);
     free(e->bitems);
     free(e->preempted);

@@ -282,6 +282,29 @@ int mk_kvcache_create(mk_model *m, const mk_kvcache_options *o, mk_kvcache **out
     return MK_OK;
 }
 
+float *mk_kvcache_host_floats(mk_kvcache *c, size_t n) {
+#ifdef MK_WITH_CUDA
+    if (c && c->g) {
+        void *p = NULL;
+        mk_err e = {0};
+        return mk_cuda_host_alloc(sizeof(float) * n, &p, &e) ? NULL : p;
+    }
+#endif
+    (void)c;
+    return malloc(sizeof(float) * (n ? n : 1));
+}
+
+void mk_kvcache_host_free(mk_kvcache *c, float *p) {
+#ifdef MK_WITH_CUDA
+    if (c && c->g) {
+        mk_cuda_host_free(p);
+        return;
+    }
+#endif
+    (void)c;
+    free(p);
+}
+
 void mk_kvcache_free(mk_kvcache *c) {
     if (!c) return;
     if (c->dseqs)

@@ -74,6 +74,11 @@ int mk_kvcache_create(mk_model *m, const mk_kvcache_options *o, mk_kvcache **out
 void mk_kvcache_free(mk_kvcache *c);
 void mk_kvcache_caps_get(const mk_kvcache *c, mk_kvcache_caps *caps);
 mk_kv_pool *mk_kvcache_pool(mk_kvcache *c);
+/* Host buffers for the logits of the steps: page-locked when the model runs on the GPU (one copy
+ * of a step's logits then runs at the bus's speed), else plain. Free with mk_kvcache_host_free on
+ * the same cache (before mk_kvcache_free). NULL when out of memory. */
+float *mk_kvcache_host_floats(mk_kvcache *c, size_t n);
+void mk_kvcache_host_free(mk_kvcache *c, float *p);
 
 typedef struct {
     int slot;                /* the request's slot in [0, n_slots) */

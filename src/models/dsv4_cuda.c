@@ -1181,13 +1181,25 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
     TRY(mk_cuda_hc_head(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, w->xl, err));
     TRY(mk_cuda_rmsnorm(ctx, w->xl, n, c->dim, norm, c->norm_eps, w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
+    /* one copy per run of pieces whose host rows follow each other (the engine's are one array:
+     * page-locked, mk_kvcache_host_floats), then one wait */
+    int r0 = 0, run = 0;
+    float *dst = NULL;
     n = 0;
-    for (int pi = 0; pi < C->np; pi++) {
-        if (!C->pc[pi].logits) continue;
-        TRY(mk_cuda_download(ctx, C->pc[pi].logits, w->logits + (size_t)n * c->vocab, F(c->vocab), err));
-        n++;
+    for (int pi = 0; pi <= C->np; pi++) {
+        float *l = pi < C->np ? C->pc[pi].logits : NULL;
+        if (pi < C->np && !l) continue;
+        if (run && l == dst + (size_t)run * c->vocab) {
+            run++;
+        } else {
+            if (run)
+                TRY(mk_cuda_download_async(ctx, dst, w->logits + (size_t)r0 * c->vocab, F((size_t)run * c->vocab),
+                                           err));
+            dst = l, r0 = n, run = l ? 1 : 0;
+        }
+        if (l) n++;
     }
-    return MK_OK;
+    return mk_cuda_ctx_sync(ctx, err);
 }
 
 static int check_tokens(const dsv4_config *c, const int32_t *tokens, int T, int piece, mk_err *err) {

@@ -239,6 +239,21 @@ extern "C" int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, si
     return MK_OK;
 }
 
+extern "C" int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err) {
+    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), err, "cuda: download");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_host_alloc(size_t bytes, void **ptr, mk_err *err) {
+    *ptr = NULL;
+    MK_CU_TRY(cudaMallocHost(ptr, bytes ? bytes : 1), err, "cuda: page-locked host allocation");
+    return MK_OK;
+}
+
+extern "C" void mk_cuda_host_free(void *ptr) {
+    if (ptr) cudaFreeHost(ptr);
+}
+
 extern "C" int mk_cuda_memset(mk_cuda_ctx *ctx, void *dst, int value, size_t bytes, mk_err *err) {
     MK_CU_TRY(cudaMemsetAsync(dst, value, bytes, ctx->stream), err, "cuda: memset");
     return MK_OK;

@@ -39,7 +39,7 @@ struct mk_cuda_ctx {
                            hc_pre reduction (hc.cu) */
 };
 #define MK_CUDA_HC_SPLIT 64     /* chunks of the hc*d row reduced by separate blocks */
-#define MK_CUDA_HC_SPLIT_TOK 16 /* hc_pre calls of at most this many tokens use the split path */
+#define MK_CUDA_HC_SPLIT_TOK 1024 /* tokens per split-path launch pair (the partials buffer's size) */
 #define MK_CUDA_COUNTERS 65536
 
 /* Maps a CUDA error to an mk_status and writes "what: cuda error text" into err. */

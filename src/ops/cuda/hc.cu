@@ -4,10 +4,11 @@
  *
  * hc_pre / hc_head: the (2+hc)*hc (head: hc) dot products over the hc*d flattened streams and the
  * sum of squares are accumulated in double, like the CPU, in MK_CUDA_HC_SPLIT chunks added in
- * chunk order. With few tokens (decode) separate blocks reduce the chunks (one block per token
- * left most of the GPU idle: it was 68% of a decode step) and a finishing block per token adds
- * them; with many, one block per token reduces its chunks one after another with the very same
- * arithmetic, so a token's bits never depend on the call's token count. Then hc lanes of
+ * chunk order: separate blocks reduce the chunks (one block per token left most of the GPU idle
+ * in a decode: it was 68% of a step) and a finishing block per token adds them, up to
+ * MK_CUDA_HC_SPLIT_TOK tokens per launch pair. (Without the context's partials buffer one block
+ * per token reduces its chunks one after another with the very same arithmetic.) So a token's
+ * bits never depend on the call's token count. Then hc lanes of
  * one warp run the tiny 4x4 Sinkhorn in fp32 (a row or a column each) with the CPU's operation order
  * per element (only expf may differ from the host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
  * arithmetic. hc_post is elementwise and bit-identical to the CPU.
@@ -277,13 +278,19 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
                               mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
-    if (s <= MK_CUDA_HC_SPLIT_TOK && ctx->hc_partial) {
+    if (ctx->hc_partial) { /* the split path, MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int S = MK_CUDA_HC_SPLIT;
-        k_hc_mix_part<<<dim3((unsigned)s, S), 256, 0, ctx->stream>>>(h, hc * d, fn, (2 + hc) * hc, ctx->hc_partial);
-        MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
-        k_hc_pre_fin<<<s, 1024, 0, ctx->stream>>>(h, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps, norm_eps,
-                                                  x, post, comb);
-        MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
+        for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) {
+            const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
+            const float *ht = h + (size_t)t0 * hc * d;
+            k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, (2 + hc) * hc,
+                                                                          ctx->hc_partial);
+            MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
+            k_hc_pre_fin<<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps,
+                                                       norm_eps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
+                                                       comb + (size_t)t0 * hc * hc);
+            MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
+        }
         return MK_OK;
     }
     k_hc_pre<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, iters, hc_eps, norm_eps, x, post, comb);
@@ -307,12 +314,17 @@ extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, 
                                float hc_eps, float norm_eps, float *y, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
-    if (s <= MK_CUDA_HC_SPLIT_TOK && ctx->hc_partial) { /* few tokens: the row split over blocks */
+    if (ctx->hc_partial) { /* the split path, MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int S = MK_CUDA_HC_SPLIT;
-        k_hc_mix_part<<<dim3((unsigned)s, S), 256, 0, ctx->stream>>>(h, hc * d, fn, hc, ctx->hc_partial);
-        MK_CU_LAUNCHED(err, "cuda: hc_head (split) launch");
-        k_hc_head_fin<<<s, 1024, 0, ctx->stream>>>(h, hc, d, S, ctx->hc_partial, scale, base, hc_eps, norm_eps, y);
-        MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
+        for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) {
+            const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
+            const float *ht = h + (size_t)t0 * hc * d;
+            k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, hc, ctx->hc_partial);
+            MK_CU_LAUNCHED(err, "cuda: hc_head (split) launch");
+            k_hc_head_fin<<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps, norm_eps,
+                                                        y + (size_t)t0 * d);
+            MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
+        }
         return MK_OK;
     }
     k_hc_head<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, hc_eps, norm_eps, y);

@@ -96,6 +96,11 @@ void mk_cuda_free(mk_cuda_ctx *ctx, void *dptr);
  * results, and kernels queued afterwards see the uploaded data). */
 int mk_cuda_upload(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
 int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+/* Queued only (mk_cuda_ctx_sync waits): fast into page-locked memory (mk_cuda_host_alloc). */
+int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+/* Page-locked host memory (copies to and from it run at the bus's speed, without staging). */
+int mk_cuda_host_alloc(size_t bytes, void **ptr, mk_err *err);
+void mk_cuda_host_free(void *ptr);
 /* Asynchronous memset on the stream. */
 int mk_cuda_memset(mk_cuda_ctx *ctx, void *dst, int value, size_t bytes, mk_err *err);
 
