@@ -154,6 +154,75 @@ __global__ void k_moe_plan(const int32_t *__restrict__ idx, const float *__restr
         }
 }
 
+/* The same plan with a block of PLAN_W warps (E <= PLAN_EMAX): warp w owns a contiguous range of
+ * tokens; (A) per-range counts per expert (shared atomics: order-free), (B) per expert, the
+ * ranges' first slots in range order after the experts before it, (C) each range's lane 0 places
+ * its tokens in token order. Slots within an expert are therefore in token order: the plan is the
+ * serial one's, entry for entry. */
+#define PLAN_W 32
+#define PLAN_EMAX 320
+__global__ void __launch_bounds__(PLAN_W * 32) k_moe_plan_par(const int32_t *__restrict__ idx,
+                                                              const float *__restrict__ w, int T, int K, int E,
+                                                              int32_t *plan, float *sw) {
+    extern __shared__ int32_t cw[]; /* [PLAN_W][E] counts, then next free slots; [E] totals after */
+    int32_t *tot = cw + PLAN_W * E;
+    const int TK = T * K, G = TK < E ? TK : E;
+    int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1, *spos = stok + TK;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int per = (T + PLAN_W - 1) / PLAN_W, t0 = warp * per, t1 = min(T, t0 + per);
+    for (int i = threadIdx.x; i < PLAN_W * E; i += blockDim.x) cw[i] = 0;
+    for (int i = threadIdx.x; i < TK; i += blockDim.x) spos[i] = -1;
+    __syncthreads();
+    for (int i = t0 * K + lane; i < t1 * K; i += 32) { /* (A) */
+        int t = i / K, k = i - t * K, e = idx[i], dup = 0;
+        for (int k2 = 0; k2 < k; k2++) dup |= idx[(size_t)t * K + k2] == e;
+        if (!dup && e >= 0 && e < E) atomicAdd(&cw[warp * E + e], 1);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int n = 0;
+        for (int r = 0; r < PLAN_W; r++) n += cw[r * E + e];
+        tot[e] = n;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { /* (B) the experts' first slots, ascending */
+        int ng = 0, n = 0;
+        for (int e = 0; e < E; e++) {
+            int c = tot[e];
+            tot[e] = n;
+            if (c) {
+                gexp[ng] = e;
+                goff[ng] = n;
+                ng++;
+                n += c;
+            }
+        }
+        goff[ng] = n;
+        plan[0] = ng;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) { /* ... and each range's within its expert */
+        int n = tot[e];
+        for (int r = 0; r < PLAN_W; r++) {
+            int c = cw[r * E + e];
+            cw[r * E + e] = n;
+            n += c;
+        }
+    }
+    __syncthreads();
+    if (lane == 0) /* (C) */
+        for (int t = t0; t < t1; t++)
+            for (int k = 0; k < K; k++) {
+                int e = idx[(size_t)t * K + k], dup = 0;
+                for (int k2 = 0; k2 < k; k2++) dup |= idx[(size_t)t * K + k2] == e;
+                if (dup || e < 0 || e >= E) continue;
+                int slot = cw[warp * E + e]++;
+                stok[slot] = t;
+                sw[slot] = w[(size_t)t * K + k];
+                spos[(size_t)t * K + k] = slot;
+            }
+}
+
 /* Faster plan for a single token (decode): the K slots sorted by expert. */
 __global__ void k_moe_plan1(const int32_t *__restrict__ idx, const float *__restrict__ w, int K,
                             int E, int32_t *plan, float *sw) {
@@ -187,6 +256,9 @@ extern "C" int mk_cuda_moe_plan(mk_cuda_ctx *ctx, const int32_t *idx, const floa
                                 int E, int32_t *plan, float *sw, mk_err *err) {
     if (T <= 0) return MK_OK;
     if (T == 1) k_moe_plan1<<<1, 32, 0, ctx->stream>>>(idx, w, K, E, plan, sw);
+    else if (E <= PLAN_EMAX)
+        k_moe_plan_par<<<1, PLAN_W * 32, sizeof(int32_t) * (size_t)(PLAN_W + 1) * E, ctx->stream>>>(idx, w, T, K, E,
+                                                                                                  plan, sw);
     else k_moe_plan<<<1, 256, sizeof(int32_t) * (size_t)E, ctx->stream>>>(idx, w, T, K, E, plan, sw);
     MK_CU_LAUNCHED(err, "cuda: moe_plan launch");
     return MK_OK;
