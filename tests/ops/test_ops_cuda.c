@@ -688,6 +688,116 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     free(v1), free(v3), free(act), free(eo), free(sexp), free(r1), free(r3), free(ract), free(reo), free(scr);
 }
 
+/* ---- several pieces in one launch (the engine's batched steps) ----------------------------------
+ * attn_rows_multi / ring_put_multi / index_multi over three pieces of different sequences (own
+ * block tables and rings) against the one-piece ops run piece by piece: the same row pointers,
+ * rings, scores and picks, bit for bit. */
+static void test_multi_pieces(int ratio) {
+    const int D = 64, win = 8, np = 3, IH = 4, ID = 64, topk = 6, bt = 64, epb = bt / 4;
+    const int Ts[3] = {1, 5, 2}, starts[3] = {37, 100, 3};
+    int R = 0, row0[3];
+    for (int i = 0; i < np; i++) row0[i] = R, R += Ts[i];
+    const int nblk = 8, cap = 4; /* blocks in the pool, table entries per piece */
+    const size_t block_bytes = (size_t)epb * D * 4 + 256, off = 128;
+    uint8_t *pool_h = xmalloc(block_bytes * nblk);
+    for (size_t i = 0; i < block_bytes * nblk / 4; i++) ((float *)pool_h)[i] = rnd_n();
+    int32_t tbl_h[3][4] = {{5, 2, 7, 0}, {1, 6, 3, 4}, {4, 0, 1, 2}};
+    uint8_t *dpool = dup_dev(pool_h, block_bytes * nblk);
+    int32_t *dtbl = dup_dev(tbl_h, sizeof tbl_h);
+    float *rings_h = xmalloc(sizeof(float) * np * win * D);
+    for (int i = 0; i < np * win * D; i++) rings_h[i] = rnd_n();
+    float *drings = dup_dev(rings_h, sizeof(float) * np * win * D), *drings2 = dup_dev(rings_h, sizeof(float) * np * win * D);
+    float *kv_h = xmalloc(sizeof(float) * R * D);
+    fill_act(kv_h, (size_t)R * D, 1.0f);
+    float *dkv = dup_dev(kv_h, sizeof(float) * R * D);
+    const int sel_cap = topk;
+    int32_t *sel_h = xmalloc(sizeof(int32_t) * R * sel_cap);
+    mk_cuda_apiece ap[3];
+    for (int i = 0; i < np; i++) {
+        int e = starts[i] + Ts[i], n_ckv = ratio ? e / ratio : 0, ks = ratio == 4 ? (topk < e / 4 ? topk : e / 4) : 0;
+        ap[i] = (mk_cuda_apiece){.ring = drings + (size_t)i * win * D, .tbl = dtbl + i * cap, .row0 = row0[i],
+                                 .T = Ts[i], .start = starts[i], .n_ckv = n_ckv, .k_sel = ks};
+        for (int t = 0; t < Ts[i]; t++)
+            for (int k = 0; k < ks; k++) sel_h[(size_t)row0[i] * sel_cap + t * ks + k] = (int32_t)(rnd64() % (uint64_t)(n_ckv + 3)) - 1;
+    }
+    int32_t *dsel = dup_dev(sel_h, sizeof(int32_t) * R * sel_cap);
+    mk_cuda_apiece *dap = dup_dev(ap, sizeof ap);
+    mk_cuda_paged pg = {dpool, NULL, block_bytes, off, ratio ? bt / ratio : 1};
+    const int rows_per = win + 64 + 16;
+    const float **drows = poisoned_dev(sizeof(void *) * R * rows_per), **drows1 = poisoned_dev(sizeof(void *) * R * rows_per);
+    int32_t *dstart = poisoned_dev(sizeof(int32_t) * (R + 1)), *dstart1 = poisoned_dev(sizeof(int32_t) * (R + 1));
+    CK(mk_cuda_attn_rows_multi(ctx, dap, np, 1, R, win, D, dkv, pg, ratio, dsel, sel_cap, drows, dstart, &err_));
+    int32_t *st_m = xmalloc(sizeof(int32_t) * (R + 1)), *st_1 = xmalloc(sizeof(int32_t) * (R + 1));
+    const float **rw_m = xmalloc(sizeof(void *) * R * rows_per), **rw_1 = xmalloc(sizeof(void *) * R * rows_per);
+    fetch(st_m, dstart, sizeof(int32_t) * (R + 1));
+    fetch(rw_m, drows, sizeof(void *) * R * rows_per);
+    int same = 1;
+    for (int i = 0; i < np; i++) {
+        mk_cuda_paged pi = pg;
+        pi.tbl = ap[i].tbl;
+        CK(mk_cuda_attn_rows(ctx, Ts[i], starts[i], win, D, dkv + (size_t)row0[i] * D, ap[i].ring, pi, ap[i].n_ckv, ratio,
+                             dsel + (size_t)row0[i] * sel_cap, ap[i].k_sel, drows1, dstart1, &err_));
+        fetch(st_1, dstart1, sizeof(int32_t) * (Ts[i] + 1));
+        fetch(rw_1, drows1, sizeof(void *) * (size_t)st_1[Ts[i]]);
+        for (int t = 0; t < Ts[i]; t++) {
+            int a = st_m[row0[i] + t], n = st_m[row0[i] + t + 1] - a, b = st_1[t], n1 = st_1[t + 1] - b;
+            same = same && n == n1 && !memcmp(rw_m + a, rw_1 + b, sizeof(void *) * (size_t)n);
+        }
+    }
+    /* the rings */
+    CK(mk_cuda_ring_put_multi(ctx, dap, np, 1, R, dkv, win, D, &err_));
+    for (int i = 0; i < np; i++)
+        CK(mk_cuda_ring_put(ctx, drings2 + (size_t)i * win * D, dkv + (size_t)row0[i] * D, starts[i], Ts[i], win, D, &err_));
+    float *r1 = xmalloc(sizeof(float) * np * win * D), *r2 = xmalloc(sizeof(float) * np * win * D);
+    fetch(r1, drings, sizeof(float) * np * win * D);
+    fetch(r2, drings2, sizeof(float) * np * win * D);
+    int ring_same = !memcmp(r1, r2, sizeof(float) * np * win * D) && memcmp(r1, rings_h, sizeof(float) * np * win * D);
+    /* the indexer (its entries are the pool's rows at ID = D) */
+    int idx_same = 1;
+    if (ratio == 4) {
+        float *iq_h = xmalloc(sizeof(float) * R * IH * ID), *iw_h = xmalloc(sizeof(float) * R * IH);
+        fill_act(iq_h, (size_t)R * IH * ID, 1.0f);
+        for (int i = 0; i < R * IH; i++) iw_h[i] = rnd_n();
+        float *diq = dup_dev(iq_h, sizeof(float) * R * IH * ID), *diw = dup_dev(iw_h, sizeof(float) * R * IH);
+        int n_cap = 0;
+        for (int i = 0; i < np; i++) n_cap = (starts[i] + Ts[i]) / 4 > n_cap ? (starts[i] + Ts[i]) / 4 : n_cap;
+        float *dsc = poisoned_dev(sizeof(float) * R * n_cap), *dsc1 = poisoned_dev(sizeof(float) * R * n_cap);
+        int32_t *dsm = poisoned_dev(sizeof(int32_t) * R * sel_cap), *ds1 = poisoned_dev(sizeof(int32_t) * R * sel_cap);
+        mk_cuda_paged ipg = {dpool, NULL, block_bytes, off, epb};
+        CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, ipg, R, IH, ID, n_cap, dsc, sel_cap, dsm, &err_));
+        float *sc_m = xmalloc(sizeof(float) * R * n_cap), *sc_1 = xmalloc(sizeof(float) * R * n_cap);
+        int32_t *sl_m = xmalloc(sizeof(int32_t) * R * sel_cap), *sl_1 = xmalloc(sizeof(int32_t) * R * sel_cap);
+        fetch(sc_m, dsc, sizeof(float) * R * n_cap);
+        fetch(sl_m, dsm, sizeof(int32_t) * R * sel_cap);
+        for (int i = 0; i < np; i++) {
+            int n_all = (starts[i] + Ts[i]) / 4, k = ap[i].k_sel;
+            mk_cuda_paged pi = ipg;
+            pi.tbl = ap[i].tbl;
+            if (n_all <= 0) continue;
+            CK(mk_cuda_index_scores(ctx, diq + (size_t)row0[i] * IH * ID, diw + (size_t)row0[i] * IH, pi, Ts[i], IH, ID,
+                                    starts[i], n_all, dsc1, &err_));
+            CK(mk_cuda_index_topk(ctx, dsc1, Ts[i], n_all, starts[i], k, ds1, &err_));
+            fetch(sc_1, dsc1, sizeof(float) * Ts[i] * n_all);
+            fetch(sl_1, ds1, sizeof(int32_t) * Ts[i] * k);
+            for (int t = 0; t < Ts[i]; t++)
+                idx_same = idx_same && !memcmp(sc_m + (size_t)(row0[i] + t) * n_cap, sc_1 + (size_t)t * n_all, sizeof(float) * n_all);
+            idx_same = idx_same && !memcmp(sl_m + (size_t)row0[i] * sel_cap, sl_1, sizeof(int32_t) * Ts[i] * k);
+        }
+        void *dv[] = {diq, diw, dsc, dsc1, dsm, ds1};
+        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+        free(iq_h), free(iw_h), free(sc_m), free(sc_1), free(sl_m), free(sl_1);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "3 pieces, ratio %d", ratio);
+    n_checks += 3;
+    n_fail += !same + !ring_same + !idx_same;
+    printf("| %-40s | %-26s | = piece by piece: rows %s, rings %s, indexer %s |\n", "attn_rows / ring_put / index multi",
+           shape, same ? "PASS" : "FAIL", ring_same ? "PASS" : "FAIL", idx_same ? "PASS" : "FAIL");
+    void *dev[] = {dpool, dtbl, drings, drings2, dkv, dsel, dap, drows, drows1, dstart, dstart1};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(pool_h), free(rings_h), free(kv_h), free(sel_h), free(st_m), free(st_1), free(rw_m), free(rw_1), free(r1), free(r2);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -809,6 +919,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 24; i++) ns3[i] = 1 + (i * 37) % 700;
         test_attn(64, 512, 24, ns3, 1000);
     }
+
+    test_multi_pieces(4);
+    test_multi_pieces(128);
+    test_multi_pieces(0);
 
     printf("\n%d checks, %d failed\n", n_checks, n_fail);
     mk_pool_free(pool);

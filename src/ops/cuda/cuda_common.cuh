@@ -70,6 +70,18 @@ __device__ __forceinline__ const float *mk_d_paged_row(const mk_cuda_paged &p, i
     return (const float *)(p.base + (size_t)p.tbl[j / p.epb] * p.block_bytes + p.off) + (size_t)(j % p.epb) * D;
 }
 
+/* The piece of call row r among np pieces (piece i at pc[i * stride], row0 ascending): the last
+ * whose row0 <= r. */
+__device__ __forceinline__ const mk_cuda_apiece &mk_d_apiece_of(const mk_cuda_apiece *pc, int np, int stride, int r) {
+    int lo = 0, hi = np - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (pc[(size_t)mid * stride].row0 <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return pc[(size_t)lo * stride];
+}
+
 __device__ __forceinline__ float mk_d_bf16r(float f) {
     return __bfloat162float(__float2bfloat16_rn(f));
 }

@@ -333,17 +333,6 @@ extern "C" int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, in
     return MK_OK;
 }
 
-/* The piece of row r: the last piece whose row0 <= r (pieces ascending). */
-__device__ __forceinline__ const mk_cuda_apiece &piece_of(const mk_cuda_apiece *pc, int np, int stride, int r) {
-    int lo = 0, hi = np - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (pc[(size_t)mid * stride].row0 <= r) lo = mid;
-        else hi = mid - 1;
-    }
-    return pc[(size_t)lo * stride];
-}
-
 /* k_attn_rows over every row of several pieces: counts per row, a prefix over all rows, then the
  * lists (a row's list is exactly what k_attn_rows builds for its piece alone). */
 __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, int R,
@@ -352,7 +341,7 @@ __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *
                                                           const float **rows, int32_t *row_start) {
     extern __shared__ int32_t cnt[]; /* [R + 1] */
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
-        const mk_cuda_apiece &P = piece_of(pc, np, stride, r);
+        const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
         int t = r - P.row0, p = P.start + t, n = p - win + 1 < 0 ? p + 1 : win;
         if (ratio == 4) {
             const int32_t *sr = sel + (size_t)P.row0 * sel_cap + (size_t)t * P.k_sel;
@@ -370,7 +359,7 @@ __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *
     __syncthreads();
     for (int r = threadIdx.x; r <= R; r += blockDim.x) row_start[r] = cnt[r];
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
-        const mk_cuda_apiece &P = piece_of(pc, np, stride, r);
+        const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
         int t = r - P.row0, p = P.start + t, n = cnt[r];
         const float *kv = kv_call + (size_t)P.row0 * D;
         for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
@@ -407,7 +396,7 @@ extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *p
 __global__ void k_ring_put_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, const float *__restrict__ kv,
                                  int win, int D) {
     const int r = blockIdx.y;
-    const mk_cuda_apiece &P = piece_of(pc, np, stride, r);
+    const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
     const int t = r - P.row0, n = P.T < win ? P.T : win;
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < P.T - n || c >= D) return;

@@ -82,16 +82,6 @@ extern "C" int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int 
 
 /* ---- several pieces in one launch (pieces as for mk_cuda_attn_rows_multi) ---------------------- */
 
-__device__ __forceinline__ const mk_cuda_apiece &ix_piece(const mk_cuda_apiece *pc, int np, int stride, int r) {
-    int lo = 0, hi = np - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (pc[(size_t)mid * stride].row0 <= r) lo = mid;
-        else hi = mid - 1;
-    }
-    return pc[(size_t)lo * stride];
-}
-
 /* k_index_scores over every row r of the call (warp per (r, j), j < n_cap): row r of piece P sees
  * P's entries (n_all = (P.start + P.T) / 4 of them, P's block table); sc [R, n_cap]. */
 __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
@@ -102,7 +92,7 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)R * n_cap) return;
     int r = (int)(warp / n_cap), j = (int)(warp - (size_t)r * n_cap);
-    const mk_cuda_apiece &P = ix_piece(pc, np, stride, r);
+    const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
     int t = r - P.row0, n_all = (P.start + P.T) / 4;
     if (j >= n_all || j >= d_vis(t, P.start, n_all)) {
         if (lane == 0) sc[(size_t)r * n_cap + j] = -INFINITY;
@@ -128,7 +118,7 @@ __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np
                                    const float *__restrict__ sc, int n_cap, int sel_cap,
                                    int32_t *__restrict__ sel) {
     int r = blockIdx.x;
-    const mk_cuda_apiece &P = ix_piece(pc, np, stride, r);
+    const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
     int t = r - P.row0, n_all = (P.start + P.T) / 4, k = P.k_sel;
     if (k <= 0) return;
     int vis = d_vis(t, P.start, n_all);
