@@ -898,6 +898,17 @@ int main(int argc, char **argv) {
     if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
     test_moe_fp4(3, 2, 64, 1024, 512);  /* fewer slots than experts */
+    {
+        mk_cuda_tuning def, t;
+        mk_cuda_ctx_get_tuning(ctx, &def);
+        t = def;
+        t.moe_slabs = def.moe_slabs == 2 ? 1 : 2;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        printf("| (tuning: moe_slabs = %d) | | | | | | |\n", t.moe_slabs);
+        test_moe_fp4(1, 6, 8, 4096, 2048);
+        test_moe_fp4(1, 8, 16, 1024, 512);
+        mk_cuda_ctx_set_tuning(ctx, &def);
+    }
 
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);

@@ -119,6 +119,9 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_warps_per_sm = 16;
     ctx->tune.gemv_max_splits = 1;
     ctx->tune.gemv_pdl = 1;
+    ctx->tune.moe_slabs = 1;
+    if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
+    ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
     int st = MK_OK;
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
@@ -192,6 +195,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.gemv_max_splits < 1) ctx->tune.gemv_max_splits = 1;
     if (ctx->tune.gemv_max_splits > 16) ctx->tune.gemv_max_splits = 16;
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
+    ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -414,7 +414,7 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * Launched with programmatic dependent launch: the plan is read at once (it was written two
  * kernels before), the block's weight rows are prefetched into L2, then it waits for the previous
  * kernel before reading activations. y [slot, n] fp32 (round: bf16). */
-template <int NP, int U>
+template <int NP, int U, int SL>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -424,8 +424,8 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round) {
-    __shared__ float red[GEMV_MAXW * 32 * 2 * NP];
-    __shared__ float tile[8 * 16];
+    __shared__ float red[GEMV_MAXW * 32 * 2 * NP * SL];
+    __shared__ float tile[SL][8 * 16];
     __shared__ int xrow[8];
     mk_d_pdl_launch_dependents();
     if (blockIdx.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
@@ -438,42 +438,51 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
     const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
-    { /* this block's 16 weight rows into L2 while the previous kernel finishes */
+    { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
         const int lines = (int)(((size_t)k >> 1) / 128);
-        for (int i = threadIdx.x; i < 16 * lines; i += blockDim.x)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(blockIdx.x * 16 + i / lines) * (k >> 1) +
+        for (int i = threadIdx.x; i < 16 * SL * lines; i += blockDim.x)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(blockIdx.x * 16 * SL + i / lines) * (k >> 1) +
                                                           (size_t)(i % lines) * 128));
     }
     mk_d_pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 16;
     const int nb = k >> 7, nsb = k >> 5;
     const size_t rowb = (size_t)k >> 1;
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
-    const uint8_t *w0 = W + (size_t)(n0 + g) * rowb + t * 16;
-    const uint8_t *w1 = w0 + 8 * rowb;
-    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb + 2 * (t & 1);
-    const uint8_t *s1p = s0p + (size_t)8 * nsb;
+    const uint8_t *w0[SL], *w1[SL], *s0p[SL], *s1p[SL];
+#pragma unroll
+    for (int q = 0; q < SL; q++) { /* slab q: rows n0 + 16 q .. */
+        const int nq = (blockIdx.x * SL + q) * 16;
+        w0[q] = W + (size_t)(nq + g) * rowb + t * 16;
+        w1[q] = w0[q] + 8 * rowb;
+        s0p[q] = S + (size_t)(nq + g) * nsb + 2 * (t & 1);
+        s1p[q] = s0p[q] + (size_t)8 * nsb;
+    }
     const bool diag = (g & 3) == t;
     for (int c0 = c_lo; c0 < c_hi; c0 += 2 * NP) {
         const int m = min(2 * NP, c_hi - c0);
         if (threadIdx.x < m) xrow[threadIdx.x] = by_token ? stok[c0 + threadIdx.x] : c0 + threadIdx.x;
         __syncthreads();
-        float acc[NP][4];
+        float acc[SL][NP][4];
 #pragma unroll
-        for (int p = 0; p < NP; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
+        for (int q = 0; q < SL; q++)
+#pragma unroll
+            for (int p = 0; p < NP; p++) acc[q][p][0] = acc[q][p][1] = acc[q][p][2] = acc[q][p][3] = 0.0f;
         for (int kb = kb0; kb < kb1; kb += U) {
-            uint4 a[U][2], xv[U][NP][2];
-            uint32_t sg[U], sg8[U];
+            uint4 a[SL][U][2], xv[U][NP][2];
+            uint32_t sg[SL][U], sg8[SL][U];
             float sav[U][NP];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (kb + u < kb1) {
-                    a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
-                    a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
-                    sg[u] = *(const uint16_t *)(s0p + 4 * (kb + u));
-                    sg8[u] = *(const uint16_t *)(s1p + 4 * (kb + u));
+#pragma unroll
+                    for (int q = 0; q < SL; q++) {
+                        a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
+                        a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
+                        sg[q][u] = *(const uint16_t *)(s0p[q] + 4 * (kb + u));
+                        sg8[q][u] = *(const uint16_t *)(s1p[q] + 4 * (kb + u));
+                    }
 #pragma unroll
                     for (int p = 0; p < NP; p++) {
                         int b = 2 * p + (g >> 2);
@@ -491,29 +500,38 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (kb + u < kb1) fp4_mma_step<NP>(a[u], sg[u], sg8[u], xv[u], sav[u], acc);
+                if (kb + u < kb1) {
+#pragma unroll
+                    for (int q = 0; q < SL; q++) fp4_mma_step<NP>(a[q][u], sg[q][u], sg8[q][u], xv[u], sav[u], acc[q]);
+                }
             }
         }
-        float r[2 * NP];
+        float r[SL * 2 * NP];
 #pragma unroll
-        for (int p = 0; p < NP; p++) {
-            float lo = acc[p][0] + acc[p][1], hi = acc[p][2] + acc[p][3];
-            lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-            hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-            r[2 * p] = lo;
-            r[2 * p + 1] = hi;
-        }
-        gemv_reduce<2 * NP>(r, red);
-        if (warp == 0 && !(t & 1)) {
+        for (int q = 0; q < SL; q++)
 #pragma unroll
             for (int p = 0; p < NP; p++) {
-                int bc = 2 * p + (t >> 1);
-                if (bc < m) tile[bc * 16 + g] = r[2 * p], tile[bc * 16 + g + 8] = r[2 * p + 1];
+                float lo = acc[q][p][0] + acc[q][p][1], hi = acc[q][p][2] + acc[q][p][3];
+                lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+                hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+                r[q * 2 * NP + 2 * p] = lo;
+                r[q * 2 * NP + 2 * p + 1] = hi;
             }
+        gemv_reduce<SL * 2 * NP>(r, red);
+        if (warp == 0 && !(t & 1)) {
+#pragma unroll
+            for (int q = 0; q < SL; q++)
+#pragma unroll
+                for (int p = 0; p < NP; p++) {
+                    int bc = 2 * p + (t >> 1);
+                    if (bc < m) tile[q][bc * 16 + g] = r[q * 2 * NP + 2 * p], tile[q][bc * 16 + g + 8] = r[q * 2 * NP + 2 * p + 1];
+                }
         }
         __syncthreads();
-        for (int i = threadIdx.x; i < m * 16; i += nthr)
-            y[(size_t)(c0 + (i >> 4)) * n + n0 + (i & 15)] = gemv_out(tile[i], round);
+        for (int i = threadIdx.x; i < SL * m * 16; i += nthr) {
+            const int q = i / (m * 16), j = i - q * m * 16;
+            y[(size_t)(c0 + (j >> 4)) * n + (blockIdx.x * SL + q) * 16 + (j & 15)] = gemv_out(tile[q][j], round);
+        }
         __syncthreads();
     }
 }
@@ -530,12 +548,18 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
-    if (T == 1) /* decode: a token names each expert once, so every group is one slot */
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+    const int sl = ctx->tune.moe_slabs;
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+        grid.x = (unsigned)(n / 32);
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
-    else
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+    } else if (T == 1) { /* decode: a token names each expert once, so every group is one slot */
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
+    } else {
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round);
+    }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     return MK_OK;
 }
