@@ -121,6 +121,10 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_pdl = 1;
     ctx->tune.moe_slabs = 1;
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
+    if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
+        int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
+        ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
+    }
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
     int st = MK_OK;
     cudaError_t e = cudaSetDevice(device);

@@ -81,7 +81,8 @@ void mk_cuda_ctx_describe(const mk_cuda_ctx *ctx, char *buf, size_t len);
 /* Kernel tuning knobs (benchmarks sweep them; the defaults are what was measured best). Changing
  * them changes mk_cuda_linear_scratch: size scratch after setting them. */
 typedef struct {
-    int gemv_warps_per_sm; /* resident warps the GEMV launch plan aims at per SM (default 16) */
+    int gemv_warps_per_sm; /* resident warps the GEMV launch plan aims at per SM (default 16;
+                            * MINKE_CUDA_GEMV_WPS overrides it at context creation) */
     int gemv_max_splits;   /* blocks per 16-row slab along k, 1..16 (default 1: measured best) */
     int gemv_pdl;          /* 1: launch GEMVs with programmatic dependent launch (default 1) */
     int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 1;
