@@ -13,7 +13,8 @@
 # SKIP_OPS=1 (no op tests / op benchmark), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
 # DSV4_STEPS (64), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
-# batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt). Without libjansson-dev there, a static copy carried in .kit/
+# batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
+# (batch-1 decode again under each tuning variable -> variants.txt). Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
 cd "$(dirname "$0")/../.."
@@ -136,6 +137,11 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     DBENCH_RC=$?
     cat "$OUT/dsv4_bench.txt"
     stamp "minke decode rc $DBENCH_RC"
+    for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
+        stamp "batch-1 decode with $v"
+        env "$v" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
+            grep -E "decode step|achieved /" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+    done
     if [ "${DSV4_PROFILE:-0}" = 1 ]; then
         stamp "phase profile (MINKE_CUDA_PROFILE=1): batch 1, prefill 1024, batch 64 and 256"
         MINKE_CUDA_PROFILE=1 timeout 200 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 16 /dev/null 64,256 1024 > "$OUT/profile.txt" 2>&1
@@ -190,6 +196,7 @@ fi
     echo '```'
     echo
     [ -f "$OUT/dsv4_bench.md" ] && cat "$OUT/dsv4_bench.md"
+    [ -f "$OUT/variants.txt" ] && { echo; echo "batch-1 decode under tuning variables:"; echo; cat "$OUT/variants.txt"; }
     [ -f "$OUT/hf.txt" ] && grep HF_RESULT "$OUT/hf.txt"
 } > "$OUT/results.md"
 stamp "done: $OUT/results.md"
