@@ -119,7 +119,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_warps_per_sm = 16;
     ctx->tune.gemv_max_splits = 1;
     ctx->tune.gemv_pdl = 1;
-    ctx->tune.moe_slabs = 1;
+    ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));

@@ -85,7 +85,7 @@ typedef struct {
                             * MINKE_CUDA_GEMV_WPS overrides it at context creation) */
     int gemv_max_splits;   /* blocks per 16-row slab along k, 1..16 (default 1: measured best) */
     int gemv_pdl;          /* 1: launch GEMVs with programmatic dependent launch (default 1) */
-    int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 1;
+    int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 2;
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
