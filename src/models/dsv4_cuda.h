@@ -71,11 +71,14 @@ int dsv4_cuda_seq_bind(dsv4_cuda_seq *s, const int *blocks, int n_blocks, mk_err
 /* Sets a bound paged sequence to position pos (a positive multiple of DSV4_BLOCK_TOKENS) from
  * the snapshot in its block table's entry pos / DSV4_BLOCK_TOKENS - 1 (as dsv4_seq_restore). */
 int dsv4_cuda_seq_restore(dsv4_cuda_seq *s, int pos, mk_err *err);
-/* One batched call over np pieces on distinct sequences (as dsv4_forward_batch): rows of every
- * piece through each linear and routed expert together; attention, compressors, indexer and
- * window per piece. A piece's results do not depend on the other pieces (every kernel computes a
- * row the same way whatever the row count; see the GEMV note in linear.cu). logits[i] [vocab]
- * (host) or NULL. Every check comes first: when one fails, no sequence has changed. A failure after
+/* One batched call over np pieces on distinct sequences of one KV pool (as dsv4_forward_batch):
+ * rows of every piece through each linear and routed expert together; the attention rows, sparse
+ * attention, windows, compressor states and indexer of all pieces in one launch each (per-piece
+ * descriptors), a compressor's completed groups per piece. A piece's results do not depend on the
+ * other pieces (every kernel computes a row the same way whatever the row count; see the GEMV
+ * note in linear.cu). logits[i] [vocab] (host) or NULL: rows that follow each other in host memory
+ * are copied at once (page-locked memory, e.g. mk_kvcache_host_floats, makes that fast). Every
+ * check comes first: when one fails, no sequence has changed. A failure after
  * the checks (a CUDA error) leaves the pieces' sequences in an undefined state: further calls on
  * them fail until dsv4_cuda_seq_reset or dsv4_cuda_seq_restore. */
 int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
