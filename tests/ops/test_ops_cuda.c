@@ -476,8 +476,8 @@ static void test_hc(int s, int hc, int d) {
     fetch(gx, dx, sizeof(float) * s * d);
     compare("hc_head", shape, x, gx, (size_t)s * d, REL, 1.0 / 128);
 
-    /* a call of many tokens (one block per token) and one of a single token (the row split over
-     * blocks) give each token the same bits: batch invariance of hc_pre and hc_head */
+    /* a call of many tokens and one of a single token give each token the same bits: batch
+     * invariance of hc_pre and hc_head */
     if (s > 16) {
         float *hx = xmalloc(sizeof(float) * 2 * d), *hp = xmalloc(sizeof(float) * 2 * hc),
               *hcb = xmalloc(sizeof(float) * 2 * hc * hc), *hh = xmalloc(sizeof(float) * 2 * d);
@@ -919,7 +919,7 @@ int main(int argc, char **argv) {
     test_hadamard(7, 128);
     test_hadamard(3, 512);
     test_hc(3, 4, 4096);
-    test_hc(40, 4, 512); /* more tokens than the split path takes: one block per token */
+    test_hc(40, 4, 512);
     test_hc(20, 4, 4096);
     {
         int ns[3] = {0, 300, 640};

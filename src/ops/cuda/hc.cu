@@ -6,9 +6,8 @@
  * sum of squares are accumulated in double, like the CPU, in MK_CUDA_HC_SPLIT chunks added in
  * chunk order: separate blocks reduce the chunks (one block per token left most of the GPU idle
  * in a decode: it was 68% of a step) and a finishing block per token adds them, up to
- * MK_CUDA_HC_SPLIT_TOK tokens per launch pair. (Without the context's partials buffer one block
- * per token reduces its chunks one after another with the very same arithmetic.) So a token's
- * bits never depend on the call's token count. Then hc lanes of
+ * MK_CUDA_HC_SPLIT_TOK tokens per launch pair (the context's partials buffer), whatever the
+ * call's token count, so a token's bits never depend on it. Then hc lanes of
  * one warp run the tiny 4x4 Sinkhorn in fp32 (a row or a column each) with the CPU's operation order
  * per element (only expf may differ from the host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
  * arithmetic. hc_post is elementwise and bit-identical to the CPU.
@@ -20,9 +19,9 @@
 
 __device__ __forceinline__ float hc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Chunk c of S of the row (n values): what block (t, c) of k_hc_mix_part sums, with 256 threads
- * (the caller's block must have exactly 256): the mix dots and the sum of squares of the chunk,
- * thread-strided in double, warp trees, warps in order. Returns (to thread q <= HC_MAXMIX) column q. */
+/* Chunk c of S of the row (n values), block-wide: the mix dots and the sum of squares of the
+ * chunk, thread-strided in double, warp trees, warps in order. Returns (to thread q <= HC_MAXMIX)
+ * column q. */
 __device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float *__restrict__ fn, int nmix, int S,
                                int c, double (*red)[HC_MAXMIX + 1]) {
     const int chunk = (n + S - 1) / S, lo = c * chunk, hi = min(n, lo + chunk);
@@ -50,24 +49,6 @@ __device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float 
     return a;
 }
 
-/* mix[k] for k < nmix into smem mixs; block-wide (256 threads). The row is reduced chunk by chunk
- * in chunk order, exactly as the split path (k_hc_mix_part + the finish) reduces it, so a token's
- * bits do not depend on how many tokens the call has. */
-__device__ void hc_mix_block(const float *__restrict__ ht, int n, const float *__restrict__ fn,
-                             int nmix, float norm_eps, float *mixs) {
-    __shared__ double red[8][HC_MAXMIX + 1];
-    __shared__ double tot[HC_MAXMIX + 1];
-    double a = 0.0;
-    for (int c = 0; c < MK_CUDA_HC_SPLIT; c++) a += hc_chunk_sum(ht, n, fn, nmix, MK_CUDA_HC_SPLIT, c, red);
-    if (threadIdx.x <= HC_MAXMIX) tot[threadIdx.x] = a;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float r = 1.0f / sqrtf(__fadd_rn((float)(tot[HC_MAXMIX] / n), norm_eps));
-        for (int q = 0; q < nmix; q++) mixs[q] = __fmul_rn((float)tot[q], r);
-    }
-    __syncthreads();
-}
-
 /* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
 __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, const float *pre,
                                   float *__restrict__ y) {
@@ -77,29 +58,6 @@ __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, c
         for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(pre[i], ht[(size_t)i * d + k]));
         y[k] = mk_d_bf16r(acc);
     }
-}
-
-__device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restrict__ scale,
-                                 const float *__restrict__ base, int iters, float hc_eps, float *pre,
-                                 float *__restrict__ post_t, float *__restrict__ comb_t,
-                                 float (*C)[HC_MAX]);
-
-__global__ void __launch_bounds__(256) k_hc_pre(const float *__restrict__ h, int hc, int d,
-                                                const float *__restrict__ fn,
-                                                const float *__restrict__ scale,
-                                                const float *__restrict__ base, int iters,
-                                                float hc_eps, float norm_eps, float *__restrict__ x,
-                                                float *__restrict__ post, float *__restrict__ comb) {
-    __shared__ float mix[HC_MAXMIX];
-    __shared__ float pre[HC_MAX];
-    __shared__ float C[HC_MAX][HC_MAX];
-    const int t = blockIdx.x, nmix = (2 + hc) * hc;
-    const float *ht = h + (size_t)t * hc * d;
-    hc_mix_block(ht, hc * d, fn, nmix, norm_eps, mix);
-    if (threadIdx.x < 32)
-        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc, C);
-    __syncthreads();
-    hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
 }
 
 /* Split path, part 1: block (t, c) reduces chunk c of token t's row into part[(t*S + c)*32 + q]
@@ -158,10 +116,10 @@ __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restri
         for (int j = 0; j < hc; j++) comb_t[i * hc + j] = C[i][j];
 }
 
-/* Split path, part 2: one block per token adds the chunks in order and finishes as k_hc_pre. The
- * block first stages every chunk's partials in shared memory (all threads, coalesced), so the
- * ordered sums read shared memory instead of waiting on one global load after another; the
- * Sinkhorn then runs on hc lanes (hc_sinkhorn_warp). Same bits as the one-block path's order. */
+/* Split path, part 2: one block per token adds the chunks in order, then the mixes, the Sinkhorn
+ * and the collapse. The block first stages every chunk's partials in shared memory (all threads,
+ * coalesced), so the ordered sums read shared memory instead of waiting on one global load after
+ * another; the Sinkhorn then runs on hc lanes (hc_sinkhorn_warp). */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
 __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
@@ -200,7 +158,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
- * the collapse (as k_hc_head computes them). */
+ * the collapse (src/ops/cpu/hc.c's mk_hc_head). */
 __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ h, int hc, int d, int S,
                                                      const double *__restrict__ part,
                                                      const float *__restrict__ scale,
@@ -232,23 +190,6 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
     hc_collapse_block(h + (size_t)t * n, hc, d, pre, y + (size_t)t * d);
 }
 
-__global__ void __launch_bounds__(256) k_hc_head(const float *__restrict__ h, int hc, int d,
-                                                 const float *__restrict__ fn,
-                                                 const float *__restrict__ scale,
-                                                 const float *__restrict__ base, float hc_eps,
-                                                 float norm_eps, float *__restrict__ y) {
-    __shared__ float mix[HC_MAXMIX];
-    __shared__ float pre[HC_MAX];
-    const int t = blockIdx.x;
-    const float *ht = h + (size_t)t * hc * d;
-    hc_mix_block(ht, hc * d, fn, hc, norm_eps, mix);
-    if (threadIdx.x == 0)
-        for (int i = 0; i < hc; i++)
-            pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
-    __syncthreads();
-    hc_collapse_block(ht, hc, d, pre, y + (size_t)t * d);
-}
-
 /* out[t][j][k] = bf16(post[j] * x[k] + sum_i comb[i][j] * res[i][k]), one thread per output. */
 __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__ res,
                           const float *__restrict__ post, const float *__restrict__ comb, int s,
@@ -278,7 +219,7 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
                               mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
-    if (ctx->hc_partial) { /* the split path, MK_CUDA_HC_SPLIT_TOK tokens at a time */
+    { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int S = MK_CUDA_HC_SPLIT;
         for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) {
             const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
@@ -291,10 +232,7 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
                                                        comb + (size_t)t0 * hc * hc);
             MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
         }
-        return MK_OK;
     }
-    k_hc_pre<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, iters, hc_eps, norm_eps, x, post, comb);
-    MK_CU_LAUNCHED(err, "cuda: hc_pre launch");
     return MK_OK;
 }
 
@@ -314,7 +252,7 @@ extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, 
                                float hc_eps, float norm_eps, float *y, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
-    if (ctx->hc_partial) { /* the split path, MK_CUDA_HC_SPLIT_TOK tokens at a time */
+    { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int S = MK_CUDA_HC_SPLIT;
         for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) {
             const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
@@ -325,9 +263,6 @@ extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, 
                                                         y + (size_t)t0 * d);
             MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
         }
-        return MK_OK;
     }
-    k_hc_head<<<s, 256, 0, ctx->stream>>>(h, hc, d, fn, scale, base, hc_eps, norm_eps, y);
-    MK_CU_LAUNCHED(err, "cuda: hc_head launch");
     return MK_OK;
 }
