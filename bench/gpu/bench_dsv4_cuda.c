@@ -34,6 +34,62 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* MINKE_CUDA_TRACE=FILE: one more decode step with an event after every launch; the launches in
+ * order (GPU interval, when queued, when done) go to FILE, and a table by launch name to stdout:
+ * the real kernel durations at full clocks, and whether the GPU waited for the host. */
+typedef struct {
+    const char *name;
+    int n;
+    double us;
+} trace_row;
+
+static int cmp_trace(const void *a, const void *b) {
+    double x = ((const trace_row *)a)->us, y = ((const trace_row *)b)->us;
+    return x > y ? -1 : x < y;
+}
+
+static int trace_step(mk_cuda_ctx *ctx, dsv4_cuda_seq *s, int32_t *toks, int at, int vocab, float *logits,
+                      const char *path) {
+    enum { CAP = 8192 };
+    static const char *names[CAP];
+    static float us[CAP], qd[CAP], dn[CAP];
+    static trace_row rows[CAP];
+    mk_err err = {0};
+    double a = now();
+    if (mk_cuda_trace_start(ctx, &err) || dsv4_cuda_forward(s, &toks[at], 1, logits, &err)) {
+        fprintf(stderr, "trace: %s\n", err.msg);
+        return 1;
+    }
+    double wall = now() - a;
+    int n = mk_cuda_trace_stop(ctx, CAP, names, us, qd, dn, &err);
+    if (n < 0) {
+        fprintf(stderr, "trace: %s\n", err.msg);
+        return 1;
+    }
+    FILE *f = fopen(path, "w");
+    int nr = 0, starved = 0;
+    double tot = 0.0;
+    for (int i = 0; i < n; i++) {
+        if (f) fprintf(f, "%4d %-36s %9.2f us  queued %9.1f  done %9.1f\n", i, names[i], us[i], qd[i], dn[i]);
+        tot += us[i];
+        if (dn[i] - qd[i] < 20.0f) starved++;
+        int j = 0;
+        while (j < nr && strcmp(rows[j].name, names[i])) j++;
+        if (j == nr) rows[nr++] = (trace_row){names[i], 0, 0.0};
+        rows[j].n++;
+        rows[j].us += us[i];
+    }
+    if (f) fclose(f);
+    qsort(rows, (size_t)nr, sizeof rows[0], cmp_trace);
+    printf("\n## one traced decode step (MINKE_CUDA_TRACE): %d launches, %.1f us on the GPU, %.1f us wall; "
+           "the host queued the last launch at %.1f us; %d launches finished < 20 us after being queued\n\n"
+           "| launch | count | us | %% |\n| --- | --- | --- | --- |\n",
+           n, tot, wall * 1e6, n ? qd[n - 1] : 0.0f, starved);
+    for (int j = 0; j < nr; j++)
+        printf("| %s | %d | %.1f | %.1f |\n", rows[j].name, rows[j].n, rows[j].us, 100.0 * rows[j].us / tot);
+    return 0;
+}
+
 static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -167,6 +223,8 @@ int main(int argc, char **argv) {
         toks[P + i + 1] = argmax(logits, c->vocab);
     }
     dsv4_cuda_profile_report(stdout, "batch-1 prefill + decode");
+    if (getenv("MINKE_CUDA_TRACE") && trace_step(ctx, s, toks, P + N, c->vocab, logits, getenv("MINKE_CUDA_TRACE")))
+        return 1;
     /* the first 3 steps are warm-up */
     int nt = N - 3;
     double *srt = malloc(sizeof(double) * (size_t)nt);

@@ -14,7 +14,8 @@
 # DSV4_STEPS (64), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
 # batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
-# (batch-1 decode again under each tuning variable -> variants.txt). Without libjansson-dev there, a static copy carried in .kit/
+# (batch-1 decode again under each tuning variable -> variants.txt), DSV4_TRACE=1 (one decode step with
+# an event after every launch: trace.txt in launch order, trace.md by launch name). Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
 cd "$(dirname "$0")/../.."
@@ -146,6 +147,12 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         stamp "phase profile (MINKE_CUDA_PROFILE=1): batch 1, prefill 1024, batch 64 and 256"
         MINKE_CUDA_PROFILE=1 timeout 200 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 16 /dev/null 64,256 1024 > "$OUT/profile.txt" 2>&1
         echo "profile rc $?"
+    fi
+    if [ "${DSV4_TRACE:-0}" = 1 ]; then
+        stamp "kernel trace of one decode step (MINKE_CUDA_TRACE)"
+        MINKE_CUDA_TRACE="$OUT/trace.txt" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
+            sed -n '/one traced decode step/,$p' > "$OUT/trace.md"
+        head -40 "$OUT/trace.md"
     fi
     if [ "${DSV4_NCU:-0}" = 1 ]; then
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)

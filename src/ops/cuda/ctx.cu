@@ -8,6 +8,8 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <time.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +189,57 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
     if (ctx->counters) cudaFree(ctx->counters);
     if (ctx->hc_partial) cudaFree(ctx->hc_partial);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    for (int i = 0; i < ctx->trace_cap; i++) cudaEventDestroy(ctx->trace_ev[i]);
+    free(ctx->trace_ev);
+    free(ctx->trace_name);
+    free(ctx->trace_host);
     free(ctx);
+}
+
+/* ---- kernel trace ---------------------------------------------------------------------------- */
+
+#define MK_CUDA_TRACE_CAP 16384
+
+void mk_cuda_trace_mark(mk_cuda_ctx *ctx, const char *what) {
+    if (ctx->trace_n >= ctx->trace_cap) return;
+    if (cudaEventRecord(ctx->trace_ev[ctx->trace_n], ctx->stream) == cudaSuccess) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ctx->trace_host[ctx->trace_n] = ts.tv_sec + ts.tv_nsec * 1e-9;
+        ctx->trace_name[ctx->trace_n++] = what;
+    }
+}
+
+extern "C" int mk_cuda_trace_start(mk_cuda_ctx *ctx, mk_err *err) {
+    if (!ctx->trace_ev) {
+        ctx->trace_ev = (cudaEvent_t *)calloc(MK_CUDA_TRACE_CAP, sizeof(cudaEvent_t));
+        ctx->trace_name = (const char **)calloc(MK_CUDA_TRACE_CAP, sizeof(const char *));
+        ctx->trace_host = (double *)calloc(MK_CUDA_TRACE_CAP, sizeof(double));
+        if (!ctx->trace_ev || !ctx->trace_name || !ctx->trace_host) return mk_fail(err, MK_ENOMEM, "cuda: trace: allocation failed");
+        for (; ctx->trace_cap < MK_CUDA_TRACE_CAP; ctx->trace_cap++)
+            MK_CU_TRY(cudaEventCreate(&ctx->trace_ev[ctx->trace_cap]), err, "cuda: trace: cudaEventCreate");
+    }
+    ctx->trace_n = 0;
+    ctx->trace_on = 1;
+    mk_cuda_trace_mark(ctx, "trace start");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_trace_stop(mk_cuda_ctx *ctx, int cap, const char **names, float *us, float *queued_us,
+                                  float *done_us, mk_err *err) {
+    ctx->trace_on = 0;
+    MK_CU_TRY(cudaStreamSynchronize(ctx->stream), err, "cuda: trace: synchronize");
+    int n = 0;
+    for (int i = 1; i < ctx->trace_n && n < cap; i++, n++) {
+        float ms = 0.0f, ms0 = 0.0f;
+        MK_CU_TRY(cudaEventElapsedTime(&ms, ctx->trace_ev[i - 1], ctx->trace_ev[i]), err, "cuda: trace: elapsed");
+        MK_CU_TRY(cudaEventElapsedTime(&ms0, ctx->trace_ev[0], ctx->trace_ev[i]), err, "cuda: trace: elapsed");
+        names[n] = ctx->trace_name[i];
+        us[n] = ms * 1000.0f;
+        queued_us[n] = (float)((ctx->trace_host[i] - ctx->trace_host[0]) * 1e6);
+        done_us[n] = ms0 * 1000.0f;
+    }
+    return n;
 }
 
 extern "C" void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t) { *t = ctx->tune; }

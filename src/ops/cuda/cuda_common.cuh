@@ -37,6 +37,13 @@ struct mk_cuda_ctx {
                            launch leaves them zero again */
     double *hc_partial; /* [MK_CUDA_HC_SPLIT_TOK * MK_CUDA_HC_SPLIT * 32] partial sums of the split
                            hc_pre reduction (hc.cu) */
+    /* kernel trace (MINKE_CUDA_TRACE=1, benchmarks only): an event recorded after every launch
+       while tracing; ctx.cu's mk_cuda_trace_* */
+    int trace_on;                   /* recording now */
+    int trace_n, trace_cap;
+    cudaEvent_t *trace_ev;
+    const char **trace_name;
+    double *trace_host;             /* host clock (s) at each mark: when the launch was queued */
 };
 #define MK_CUDA_HC_SPLIT 64     /* chunks of the hc*d row reduced by separate blocks */
 #define MK_CUDA_HC_SPLIT_TOK 1024 /* tokens per split-path launch pair (the partials buffer's size) */
@@ -50,8 +57,14 @@ int mk_cuda_fail(mk_err *err, cudaError_t e, const char *what);
         cudaError_t e_ = (call);                                    \
         if (e_ != cudaSuccess) return mk_cuda_fail(err, e_, what);  \
     } while (0)
-/* After a launch: configuration errors are reported here, faults at the next sync. */
-#define MK_CU_LAUNCHED(err, what) MK_CU_TRY(cudaGetLastError(), err, what)
+/* After a launch: configuration errors are reported here, faults at the next sync. While a
+ * kernel trace records (benchmarks), an event marks the launch's end in the stream. */
+void mk_cuda_trace_mark(mk_cuda_ctx *ctx, const char *what);
+#define MK_CU_LAUNCHED(err, what)                                   \
+    do {                                                            \
+        MK_CU_TRY(cudaGetLastError(), err, what);                   \
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, what);           \
+    } while (0)
 
 /* Logs `msg` once per context for note bit `bit` (slower paths, chosen kernels). */
 void mk_cuda_note(mk_cuda_ctx *ctx, unsigned bit, const char *msg);

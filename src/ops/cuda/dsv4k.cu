@@ -494,6 +494,7 @@ extern "C" int mk_cuda_copy(mk_cuda_ctx *ctx, void *dst, const void *src, size_t
     if (!bytes) return MK_OK;
     MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream), err,
               "cuda: device copy");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: device copy");
     return MK_OK;
 }
 

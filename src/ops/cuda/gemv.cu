@@ -247,6 +247,7 @@ int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp8<4>, (const uint8_t *)W->w, W->scale, xq,
                           sa, m, n, k, p.per, y, round, ws, ctx->counters),
               err, "cuda: fp8 gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv launch");
     return MK_OK;
 }
 
@@ -403,6 +404,7 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
         e = gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp4<4, 1>, w, W->scale, xq, sa, m, n, k, p.per, y,
                         round, ws, ctx->counters);
     MK_CU_TRY(e, err, "cuda: fp4 gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp4 gemv launch");
     return MK_OK;
 }
 
@@ -561,6 +563,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
                         by_token, y, y3, round);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
     return MK_OK;
 }
 
@@ -639,6 +642,7 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, (const uint16_t *)W->w, xb, m, n, k,
                           p.per, y, round, ws, ctx->counters),
               err, "cuda: bf16 gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
 }
 
@@ -764,6 +768,7 @@ int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *x
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_dq<2>, (const uint8_t *)W->w, W->scale, xh, sx,
                           m, n, k, p.per, y, round, ws, ctx->counters, G * k, G > 1 ? n / G : 0),
               err, "cuda: fp8_dq gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq gemv launch");
     return MK_OK;
 }
 

@@ -91,6 +91,16 @@ typedef struct {
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
 
+/* Kernel trace, for benchmarks: between start and stop, an event is recorded in the stream after
+ * every kernel launch and device copy (and the host clock read). Stop waits for the stream and
+ * returns the number of launches written (at most cap): names[i] is launch i (a static string),
+ * us[i] the GPU time from the previous launch's end to its end (the kernel plus any gap before
+ * it), queued_us[i] when the host queued it and done_us[i] when the GPU finished it, both from
+ * the start. done_us close to queued_us means the GPU was waiting for the host. */
+int mk_cuda_trace_start(mk_cuda_ctx *ctx, mk_err *err);
+int mk_cuda_trace_stop(mk_cuda_ctx *ctx, int cap, const char **names, float *us, float *queued_us,
+                       float *done_us, mk_err *err);
+
 /* ---- memory ------------------------------------------------------------------------------- */
 
 int mk_cuda_alloc(mk_cuda_ctx *ctx, size_t bytes, void **dptr, mk_err *err);
