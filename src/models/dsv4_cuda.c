@@ -805,6 +805,13 @@ static int lin_f(gcall *C, int flags, const mk_wmat *W, const float *x, int m, f
                              C->w->lin_bytes, err);
 }
 
+/* Whether a linear of B may reuse the input A's linear just prepared in the scratch (REUSE_X):
+ * the same activation preparation (kind) over the same width. */
+static int same_prep(const mk_wmat *A, const mk_wmat *B) {
+    return A->kind == B->kind && A->k == B->k &&
+           (A->kind == MK_W_FP8 || A->kind == MK_W_FP4 || A->kind == MK_W_BF16);
+}
+
 static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
     return lin_f(C, 0, W, x, m, y, round, err);
 }
@@ -951,7 +958,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
     int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim, R = C->R;
-    TRY(lin(C, &L->idx_wq_b, w->qr, R, w->iq, 1, err));
+    /* iq = idx_wq_b(qr) was computed by attention(), next to wq_b */
     TRY(mk_cuda_rope_at(ctx, w->iq + ID - rd, R * IH, ID, rd, L->rope, w->pos, IH, 0, err));
     TRY(mk_cuda_hadamard(ctx, w->iq, R * IH, ID, 1.0f / sqrtf((float)ID), err));
     TRY(mk_cuda_quant_sim(ctx, w->iq, R * IH, ID, ID, 32, 1, w->iq, err));
@@ -998,14 +1005,18 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     dsv4_cuda_work *w = C->w;
     const int H = c->n_heads, D = c->head_dim, rd = c->rope_dim, nope = D - rd, HD = H * D, R = C->R;
     const int G = c->o_groups, Dg = HD / G, win = c->window, r = L->ratio, bt = DSV4_BLOCK_TOKENS;
+    /* wq_a and wkv read x, wq_b and the indexer's wq_b read qr: each input is prepared (quantized)
+     * once for both where the kinds agree */
     TRY(lin(C, &L->wq_a, x, R, w->qr, 1, err));
+    TRY(lin_f(C, same_prep(&L->wq_a, &L->wkv) ? MK_CUDA_LIN_REUSE_X : 0, &L->wkv, x, R, w->kv, 1, err));
     TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
     TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
+    if (r == 4) TRY(lin_f(C, same_prep(&L->wq_b, &L->idx_wq_b) ? MK_CUDA_LIN_REUSE_X : 0, &L->idx_wq_b, w->qr, R, w->iq, 1,
+                          err));
     TRY(mk_cuda_head_rms_bf16(ctx, w->q, R * H, D, c->norm_eps, err));
     TRY(mk_cuda_rope_at(ctx, w->q + nope, R * H, D, rd, L->rope, w->pos, H, 0, err));
     TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
-    TRY(lin(C, &L->wkv, x, R, w->kv, 1, err));
     TRY(mk_cuda_rmsnorm(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, w->kv, err));
     TRY(mk_cuda_rope_at(ctx, w->kv + nope, R, D, rd, L->rope, w->pos, 1, 0, err));
     TRY(mk_cuda_quant_sim(ctx, w->kv, R, D, nope, 64, 0, w->kv, err));

@@ -764,24 +764,35 @@ static void test_multi_pieces(int ratio) {
         float *dsc = poisoned_dev(sizeof(float) * R * n_cap), *dsc1 = poisoned_dev(sizeof(float) * R * n_cap);
         int32_t *dsm = poisoned_dev(sizeof(int32_t) * R * sel_cap), *ds1 = poisoned_dev(sizeof(int32_t) * R * sel_cap);
         mk_cuda_paged ipg = {dpool, NULL, block_bytes, off, epb};
-        CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, ipg, R, IH, ID, n_cap, dsc, sel_cap, dsm, &err_));
         float *sc_m = xmalloc(sizeof(float) * R * n_cap), *sc_1 = xmalloc(sizeof(float) * R * n_cap);
         int32_t *sl_m = xmalloc(sizeof(int32_t) * R * sel_cap), *sl_1 = xmalloc(sizeof(int32_t) * R * sel_cap);
-        fetch(sc_m, dsc, sizeof(float) * R * n_cap);
-        fetch(sl_m, dsm, sizeof(int32_t) * R * sel_cap);
-        for (int i = 0; i < np; i++) {
-            int n_all = (starts[i] + Ts[i]) / 4, k = ap[i].k_sel;
-            mk_cuda_paged pi = ipg;
-            pi.tbl = ap[i].tbl;
-            if (n_all <= 0) continue;
-            CK(mk_cuda_index_scores(ctx, diq + (size_t)row0[i] * IH * ID, diw + (size_t)row0[i] * IH, pi, Ts[i], IH, ID,
-                                    starts[i], n_all, dsc1, &err_));
-            CK(mk_cuda_index_topk(ctx, dsc1, Ts[i], n_all, starts[i], k, ds1, &err_));
-            fetch(sc_1, dsc1, sizeof(float) * Ts[i] * n_all);
-            fetch(sl_1, ds1, sizeof(int32_t) * Ts[i] * k);
-            for (int t = 0; t < Ts[i]; t++)
-                idx_same = idx_same && !memcmp(sc_m + (size_t)(row0[i] + t) * n_cap, sc_1 + (size_t)t * n_all, sizeof(float) * n_all);
-            idx_same = idx_same && !memcmp(sl_m + (size_t)row0[i] * sel_cap, sl_1, sizeof(int32_t) * Ts[i] * k);
+        /* both work layouts of the scores: a block per (row, entry) here (few pairs), then a warp each */
+        mk_cuda_tuning tu0, tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu0);
+        for (int lay = 0; lay < 2; lay++) {
+            tu = tu0;
+            tu.index_block_pairs = lay ? 1 : 0;
+            mk_cuda_ctx_set_tuning(ctx, &tu);
+            CK(mk_cuda_memset(ctx, dsc, 0xff, sizeof(float) * R * n_cap, &err_));
+            CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * R * sel_cap, &err_));
+            CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, ipg, R, IH, ID, n_cap, dsc, sel_cap, dsm, &err_));
+            mk_cuda_ctx_set_tuning(ctx, &tu0);
+            fetch(sc_m, dsc, sizeof(float) * R * n_cap);
+            fetch(sl_m, dsm, sizeof(int32_t) * R * sel_cap);
+            for (int i = 0; i < np; i++) {
+                int n_all = (starts[i] + Ts[i]) / 4, k = ap[i].k_sel;
+                mk_cuda_paged pi = ipg;
+                pi.tbl = ap[i].tbl;
+                if (n_all <= 0) continue;
+                CK(mk_cuda_index_scores(ctx, diq + (size_t)row0[i] * IH * ID, diw + (size_t)row0[i] * IH, pi, Ts[i], IH, ID,
+                                        starts[i], n_all, dsc1, &err_));
+                CK(mk_cuda_index_topk(ctx, dsc1, Ts[i], n_all, starts[i], k, ds1, &err_));
+                fetch(sc_1, dsc1, sizeof(float) * Ts[i] * n_all);
+                fetch(sl_1, ds1, sizeof(int32_t) * Ts[i] * k);
+                for (int t = 0; t < Ts[i]; t++)
+                    idx_same = idx_same && !memcmp(sc_m + (size_t)(row0[i] + t) * n_cap, sc_1 + (size_t)t * n_all, sizeof(float) * n_all);
+                idx_same = idx_same && !memcmp(sl_m + (size_t)row0[i] * sel_cap, sl_1, sizeof(int32_t) * Ts[i] * k);
+            }
         }
         void *dv[] = {diq, diw, dsc, dsc1, dsm, ds1};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);

@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
 #pragma unroll
                 for (int j = 0; j < DJ; j++) oacc[h][j] *= corr;
         }
+#pragma unroll 8 /* the rows' loads in flight together (the fmaf chain per output stays in row order) */
         for (int j = 0; j < nb; j++) {
             const float *kv = rp[j];
 #pragma unroll

@@ -252,6 +252,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.gemv_max_splits > 16) ctx->tune.gemv_max_splits = 16;
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
+    if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

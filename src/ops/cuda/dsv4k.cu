@@ -334,47 +334,70 @@ extern "C" int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, in
 }
 
 /* k_attn_rows over every row of several pieces: counts per row, a prefix over all rows, then the
- * lists (a row's list is exactly what k_attn_rows builds for its piece alone). */
+ * lists (a row's list is exactly what k_attn_rows builds for its piece alone). A warp serves a row
+ * (its lanes over the window, the selected entries compacted in order by ballots, the HCA
+ * entries), so a decode's one row is not one thread's loop of a few hundred stores. */
 __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, int R,
                                                           int win, int D, const float *kv_call, mk_cuda_paged ckv,
                                                           int ratio, const int32_t *__restrict__ sel, int sel_cap,
                                                           const float **rows, int32_t *row_start) {
     extern __shared__ int32_t cnt[]; /* [R + 1] */
-    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+    __shared__ int32_t wtot[32];
+    const unsigned all = 0xffffffffu;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int r = warp; r < R; r += nw) {
         const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
         int t = r - P.row0, p = P.start + t, n = p - win + 1 < 0 ? p + 1 : win;
         if (ratio == 4) {
             const int32_t *sr = sel + (size_t)P.row0 * sel_cap + (size_t)t * P.k_sel;
-            for (int i = 0; i < P.k_sel; i++) n += sr[i] >= 0 && sr[i] < P.n_ckv;
+            int c = 0;
+            for (int i = lane; i < P.k_sel; i += 32) c += sr[i] >= 0 && sr[i] < P.n_ckv;
+            n += __reduce_add_sync(all, c);
         } else if (ratio) {
             n += min((p + 1) / ratio, P.n_ckv);
         }
-        cnt[r + 1] = n;
+        if (lane == 0) cnt[r + 1] = n;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        cnt[0] = 0;
-        for (int r = 0; r < R; r++) cnt[r + 1] += cnt[r];
+    { /* inclusive prefix of cnt[1..R]: a serial run per thread, the runs' totals scanned */
+        const int seg = (R + blockDim.x - 1) / blockDim.x, lo = threadIdx.x * seg, hi = min(R, lo + seg);
+        int run = 0;
+        for (int i = lo; i < hi; i++) run += cnt[i + 1];
+        int inc = run;
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_up_sync(all, inc, o);
+            if (lane >= o) inc += v;
+        }
+        if (lane == 31) wtot[warp] = inc;
+        __syncthreads();
+        int before = inc - run;
+        for (int w = 0; w < warp; w++) before += wtot[w];
+        for (int i = lo; i < hi; i++) cnt[i + 1] = before += cnt[i + 1];
+        if (threadIdx.x == 0) cnt[0] = 0;
     }
     __syncthreads();
     for (int r = threadIdx.x; r <= R; r += blockDim.x) row_start[r] = cnt[r];
-    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+    for (int r = warp; r < R; r += nw) {
         const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
         int t = r - P.row0, p = P.start + t, n = cnt[r];
         const float *kv = kv_call + (size_t)P.row0 * D;
-        for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
-            rows[n++] = q >= P.start ? kv + (size_t)(q - P.start) * D : P.ring + (size_t)(q % win) * D;
+        const int q0 = p - win + 1 < 0 ? 0 : p - win + 1;
+        for (int q = q0 + lane; q <= p; q += 32)
+            rows[n + q - q0] = q >= P.start ? kv + (size_t)(q - P.start) * D : P.ring + (size_t)(q % win) * D;
+        n += p - q0 + 1;
         mk_cuda_paged pg = ckv;
         pg.tbl = P.tbl;
         if (ratio == 4) {
             const int32_t *sr = sel + (size_t)P.row0 * sel_cap + (size_t)t * P.k_sel;
-            for (int i = 0; i < P.k_sel; i++) {
-                int s = sr[i];
-                if (s >= 0 && s < P.n_ckv) rows[n++] = mk_d_paged_row(pg, s, D);
+            for (int b = 0; b < P.k_sel; b += 32) {
+                int s = b + lane < P.k_sel ? sr[b + lane] : -1, ok = s >= 0 && s < P.n_ckv;
+                unsigned m = __ballot_sync(all, ok);
+                if (ok) rows[n + __popc(m & ((1u << lane) - 1))] = mk_d_paged_row(pg, s, D);
+                n += __popc(m);
             }
         } else if (ratio) {
             int vis = min((p + 1) / ratio, P.n_ckv);
-            for (int j = 0; j < vis; j++) rows[n++] = mk_d_paged_row(pg, j, D);
+            for (int j = lane; j < vis; j += 32) rows[n + j] = mk_d_paged_row(pg, j, D);
         }
     }
 }
@@ -385,7 +408,7 @@ extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *p
                                        mk_err *err) {
     if (R <= 0 || np <= 0) return MK_OK;
     if (R > 12000) return mk_fail(err, MK_ERANGE, "cuda: attn_rows: %d rows in one call", R);
-    int threads = R < 1024 ? (R + 31) / 32 * 32 : 1024;
+    int threads = R < 32 ? R * 32 : 1024;
     k_attn_rows_multi<<<1, threads, sizeof(int32_t) * (R + 1), ctx->stream>>>(pieces, np, stride, R, win, D, kv_call, ckv,
                                                                               ratio, sel, sel_cap, rows, row_start);
     MK_CU_LAUNCHED(err, "cuda: attn_rows_multi launch");

@@ -7,10 +7,10 @@
  * chunk order: separate blocks reduce the chunks (one block per token left most of the GPU idle
  * in a decode: it was 68% of a step) and a finishing block per token adds them, up to
  * MK_CUDA_HC_SPLIT_TOK tokens per launch pair (the context's partials buffer), whatever the
- * call's token count, so a token's bits never depend on it. Then hc lanes of
- * one warp run the tiny 4x4 Sinkhorn in fp32 (a row or a column each) with the CPU's operation order
- * per element (only expf may differ from the host's libm by an ulp), and the block collapses the streams with the CPU's unfused fp32
- * arithmetic. hc_post is elementwise and bit-identical to the CPU.
+ * call's token count, so a token's bits never depend on it. Then hc*hc lanes of
+ * one warp run the tiny 4x4 Sinkhorn in fp32 registers (an element each, sums gathered by
+ * shuffles) with the CPU's operation order per element (only expf may differ from the host's libm
+ * by an ulp), and the block collapses the streams with the CPU's unfused fp32 arithmetic. hc_post is elementwise and bit-identical to the CPU.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -74,46 +74,42 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
     }
 }
 
-/* The Sinkhorn split of src/ops/cpu/hc.c run by lanes 0..hc-1 of one warp (C in shared memory): lane i owns
- * row i in the row steps and column i in the column steps, and every element sees exactly the
- * operations, in the same order, that the one-thread version applies (the same bits). All 32
- * lanes of the warp must call it. */
+/* The Sinkhorn split of src/ops/cpu/hc.c on one warp, in registers: lane l < hc*hc owns element
+ * C[l / hc][l % hc] for the whole loop; the row and column sums gather their hc terms by
+ * shuffles and add them in the CPU's order (0 + C[i][0] + C[i][1] + ...), so every element sees
+ * exactly the operations, in the same order, that the one-thread version applies (the same bits;
+ * only expf may differ from the host's libm by an ulp). Lanes < hc also write pre and post. mix
+ * is in shared memory (written before a __syncwarp). All 32 lanes of the warp must call it. */
 __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restrict__ scale,
                                  const float *__restrict__ base, int iters, float hc_eps, float *pre,
-                                 float *__restrict__ post_t, float *__restrict__ comb_t,
-                                 float (*C)[HC_MAX]) {
-    const int i = threadIdx.x & 31;
-    if (i < hc) {
-        pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), hc_eps);
-        post_t[i] = 2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + i], scale[1]), base[hc + i]));
-        float mx = -INFINITY;
-        for (int j = 0; j < hc; j++) {
-            C[i][j] = __fadd_rn(__fmul_rn(mix[2 * hc + hc * i + j], scale[2]), base[2 * hc + hc * i + j]);
-            if (C[i][j] > mx) mx = C[i][j];
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < hc; j++) sum += (C[i][j] = expf(C[i][j] - mx));
-        for (int j = 0; j < hc; j++) C[i][j] = C[i][j] / sum + hc_eps;
+                                 float *__restrict__ post_t, float *__restrict__ comb_t) {
+    const unsigned all = 0xffffffffu;
+    const int l = threadIdx.x & 31, act = l < hc * hc, i = act ? l / hc : 0, j = act ? l - i * hc : 0;
+    if (l < hc) {
+        pre[l] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[l], scale[0]), base[l])), hc_eps);
+        post_t[l] = 2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + l], scale[1]), base[hc + l]));
     }
-    __syncwarp();
+    float c = act ? __fadd_rn(__fmul_rn(mix[2 * hc + l], scale[2]), base[2 * hc + l]) : 0.0f;
+    float mx = -INFINITY;
+    for (int q = 0; q < hc; q++) {
+        float v = __shfl_sync(all, c, i * hc + q);
+        if (v > mx) mx = v;
+    }
+    c = expf(c - mx);
+    float sum = 0.0f;
+    for (int q = 0; q < hc; q++) sum = __fadd_rn(sum, __shfl_sync(all, c, i * hc + q));
+    c = __fadd_rn(__fdiv_rn(c, sum), hc_eps);
     for (int it = 0; it < iters; it++) {
-        if (it > 0) {
-            if (i < hc) {
-                float rs = 0.0f;
-                for (int j = 0; j < hc; j++) rs += C[i][j];
-                for (int j = 0; j < hc; j++) C[i][j] /= rs + hc_eps;
-            }
-            __syncwarp();
+        if (it > 0) { /* row step (skipped on the first pass) */
+            float rs = 0.0f;
+            for (int q = 0; q < hc; q++) rs = __fadd_rn(rs, __shfl_sync(all, c, i * hc + q));
+            c = __fdiv_rn(c, __fadd_rn(rs, hc_eps));
         }
-        if (i < hc) {
-            float cs = 0.0f;
-            for (int r = 0; r < hc; r++) cs += C[r][i];
-            for (int r = 0; r < hc; r++) C[r][i] /= cs + hc_eps;
-        }
-        __syncwarp();
+        float cs = 0.0f; /* column step */
+        for (int q = 0; q < hc; q++) cs = __fadd_rn(cs, __shfl_sync(all, c, q * hc + j));
+        c = __fdiv_rn(c, __fadd_rn(cs, hc_eps));
     }
-    if (i < hc)
-        for (int j = 0; j < hc; j++) comb_t[i * hc + j] = C[i][j];
+    if (act) comb_t[l] = c;
 }
 
 /* Split path, part 2: one block per token adds the chunks in order, then the mixes, the Sinkhorn
@@ -130,28 +126,23 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float *__restrict__ post, float *__restrict__ comb) {
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
-    __shared__ float C[HC_MAX][HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
-    __shared__ double tot[32];
     const int t = blockIdx.x, nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
     const double *pt = part + (size_t)t * S * 32;
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
-    if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one thread each */
+    if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one lane each */
         const int q = threadIdx.x;
         double a = 0.0;
         if (q < nmix || q == 31)
+#pragma unroll 8
             for (int c = 0; c < S; c++) a += stage[c * 32 + q];
-        tot[q] = a;
+        const double ss = __shfl_sync(0xffffffffu, a, 31);
+        const float r = 1.0f / sqrtf(__fadd_rn((float)(ss / n), norm_eps));
+        if (q < nmix) mix[q] = __fmul_rn((float)a, r);
         __syncwarp();
-        if (q == 0) {
-            float r = 1.0f / sqrtf(__fadd_rn((float)(tot[31] / n), norm_eps));
-            for (int k = 0; k < nmix; k++) mix[k] = __fmul_rn((float)tot[k], r);
-        }
-        __syncwarp();
-        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc,
-                         C);
+        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
     }
     __syncthreads();
     hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
@@ -166,7 +157,6 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
                                                      float norm_eps, float *__restrict__ y) {
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
-    __shared__ double tot[32];
     const int t = blockIdx.x, n = hc * d;
     const double *pt = part + (size_t)t * S * 32;
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
@@ -175,15 +165,13 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
         const int q = threadIdx.x;
         double a = 0.0;
         if (q < hc || q == 31)
+#pragma unroll 8
             for (int c = 0; c < S; c++) a += stage[c * 32 + q];
-        tot[q] = a;
-        __syncwarp();
-        if (q == 0) {
-            float r = 1.0f / sqrtf(__fadd_rn((float)(tot[31] / n), norm_eps));
-            for (int i = 0; i < hc; i++) {
-                float m = __fmul_rn((float)tot[i], r);
-                pre[i] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(m, scale[0]), base[i])), hc_eps);
-            }
+        const double ss = __shfl_sync(0xffffffffu, a, 31);
+        const float r = 1.0f / sqrtf(__fadd_rn((float)(ss / n), norm_eps));
+        if (q < hc) {
+            float m = __fmul_rn((float)a, r);
+            pre[q] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(m, scale[0]), base[q])), hc_eps);
         }
     }
     __syncthreads();

@@ -87,6 +87,8 @@ typedef struct {
     int gemv_pdl;          /* 1: launch GEMVs with programmatic dependent launch (default 1) */
     int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 2;
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
+    int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
+                            * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);

@@ -113,6 +113,43 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
     if (lane == 0) sc[(size_t)r * n_cap + j] = mk_d_bf16r(acc);
 }
 
+/* The same scores with the heads spread over the warps of a block per (r, j), for calls with few
+ * (row, entry) pairs (a decode at a short context: a warp per pair ran its 64 heads one after
+ * another on a few warps of an idle GPU). Each head's term is computed exactly as above (same lanes,
+ * same tree), staged in shared memory, and thread 0 adds them in head order: the same bits. */
+#define IDX_MAXH 256
+__global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_apiece *__restrict__ pc, int np,
+                                                               int stride, const float *__restrict__ iq,
+                                                               const float *__restrict__ iw, mk_cuda_paged ikv,
+                                                               int R, int IH, int ID, int n_cap,
+                                                               float *__restrict__ sc) {
+    __shared__ float e[IDX_MAXH];
+    const int r = blockIdx.y, j = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
+    const int t = r - P.row0, n_all = (P.start + P.T) / 4;
+    if (j >= n_all || j >= d_vis(t, P.start, n_all)) {
+        if (threadIdx.x == 0) sc[(size_t)r * n_cap + j] = -INFINITY;
+        return;
+    }
+    mk_cuda_paged pg = ikv;
+    pg.tbl = P.tbl;
+    const float *K = mk_d_paged_row(pg, j, ID);
+    for (int h = warp; h < IH; h += blockDim.x >> 5) {
+        const float *q = iq + ((size_t)r * IH + h) * ID;
+        float d = 0.0f;
+        for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
+        d = mk_d_bf16r(mk_d_warp_sum(d));
+        if (d < 0) d = 0;
+        if (lane == 0) e[h] = mk_d_bf16r(__fmul_rn(d, iw[(size_t)r * IH + h]));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float acc = 0.0f;
+        for (int h = 0; h < IH; h++) acc += e[h];
+        sc[(size_t)r * n_cap + j] = mk_d_bf16r(acc);
+    }
+}
+
 /* One block per row r: k_index_topk of its piece's k_sel (sel at row0 * sel_cap + t * k_sel). */
 __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
                                    const float *__restrict__ sc, int n_cap, int sel_cap,
@@ -142,9 +179,18 @@ extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *piece
                                    int n_cap, float *sc, int sel_cap, int32_t *sel, mk_err *err) {
     if (R <= 0 || np <= 0 || n_cap <= 0) return MK_OK;
     size_t warps = (size_t)R * n_cap;
-    k_index_scores_multi<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(pieces, np, stride, iq, iw,
-                                                                                     ikv, R, IH, ID, n_cap, sc);
-    MK_CU_LAUNCHED(err, "cuda: index_scores_multi launch");
+    /* a block per (row, entry) while a warp each would leave the GPU mostly idle, else a warp each */
+    size_t below = ctx->tune.index_block_pairs ? (size_t)ctx->tune.index_block_pairs
+                                               : (size_t)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 32;
+    if (warps < below && IH <= IDX_MAXH && R <= 65535) {
+        k_index_scores_multi_hb<<<dim3((unsigned)n_cap, (unsigned)R), 256, 0, ctx->stream>>>(pieces, np, stride, iq, iw,
+                                                                                           ikv, R, IH, ID, n_cap, sc);
+        MK_CU_LAUNCHED(err, "cuda: index_scores_multi (heads over warps) launch");
+    } else {
+        k_index_scores_multi<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(pieces, np, stride, iq, iw,
+                                                                                         ikv, R, IH, ID, n_cap, sc);
+        MK_CU_LAUNCHED(err, "cuda: index_scores_multi launch");
+    }
     k_index_topk_multi<<<R, 256, 0, ctx->stream>>>(pieces, np, stride, sc, n_cap, sel_cap, sel);
     MK_CU_LAUNCHED(err, "cuda: index_topk_multi launch");
     return MK_OK;
