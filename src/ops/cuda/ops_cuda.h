@@ -87,6 +87,9 @@ typedef struct {
     int gemv_pdl;          /* 1: launch GEMVs with programmatic dependent launch (default 1) */
     int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 2;
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
+    int moe_stage;         /* 1: the routed-expert FP4 GEMV copies each block's weight tile into
+                            * shared memory at once (cp.async) before computing (default 1;
+                            * MINKE_CUDA_MOE_STAGE=0 turns it off at context creation; same bits) */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
