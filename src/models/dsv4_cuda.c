@@ -1154,17 +1154,15 @@ static int block(gcall *C, int layer, const glayer *L, float *h, mk_err *err) {
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
     int hc = c->hc, d = c->dim, T = C->R;
-    TRY(mk_cuda_hc_pre(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters, c->hc_eps,
-                       c->norm_eps, w->x, w->post, w->comb, err));
-    TRY(mk_cuda_rmsnorm(ctx, w->x, T, d, L->attn_norm, c->norm_eps, w->x, err));
+    TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
+                            c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb, err));
     mark(C, "mHC pre/post, norms");
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.attn.in", layer));
     TRY(attention(C, layer, L, w->x, w->sub, err));
     TRY(mk_cuda_hc_post(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, err));
     TRY(dumpv(C, w->h2, T, hc, d, err, "L%d.h_attn", layer));
-    TRY(mk_cuda_hc_pre(ctx, w->h2, T, hc, d, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_iters, c->hc_eps,
-                       c->norm_eps, w->x, w->post, w->comb, err));
-    TRY(mk_cuda_rmsnorm(ctx, w->x, T, d, L->ffn_norm, c->norm_eps, w->x, err));
+    TRY(mk_cuda_hc_pre_norm(ctx, w->h2, T, hc, d, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_iters,
+                            c->hc_eps, c->norm_eps, L->ffn_norm, c->norm_eps, w->x, w->post, w->comb, err));
     mark(C, "mHC pre/post, norms");
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
     TRY(moe(C, layer, L, w->x, w->sub, err));
@@ -1189,8 +1187,8 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
         n++;
     }
     if (!n) return mk_cuda_ctx_sync(ctx, err);
-    TRY(mk_cuda_hc_head(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, w->xl, err));
-    TRY(mk_cuda_rmsnorm(ctx, w->xl, n, c->dim, norm, c->norm_eps, w->xl, err));
+    TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm, c->norm_eps,
+                             w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
     /* one copy per run of pieces whose host rows follow each other (the engine's are one array:
      * page-locked, mk_kvcache_host_floats), then one wait */

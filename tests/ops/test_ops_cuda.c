@@ -505,6 +505,39 @@ static void test_hc(int s, int hc, int d) {
         free(hx), free(hp), free(hcb), free(hh);
     }
 
+    /* hc_pre / hc_head with the following RMSNorm fused (d = 4096) or not: = the two ops, bit for bit */
+    {
+        uint16_t *nw_h = xmalloc(sizeof(uint16_t) * d);
+        for (int i = 0; i < d; i++) nw_h[i] = mk_f32_to_bf16(1.0f + 0.1f * rnd_n());
+        uint16_t *dnw = dup_dev(nw_h, sizeof(uint16_t) * d);
+        float *a = xmalloc(sizeof(float) * s * d), *b = xmalloc(sizeof(float) * s * d);
+        float *pa = xmalloc(sizeof(float) * s * (hc + hc * hc)), *pb = xmalloc(sizeof(float) * s * (hc + hc * hc));
+        CK(mk_cuda_hc_pre(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dx, dpost, dcomb, &err_));
+        CK(mk_cuda_rmsnorm(ctx, dx, s, d, dnw, 1e-6f, dx, &err_));
+        fetch(a, dx, sizeof(float) * s * d);
+        fetch(pa, dpost, sizeof(float) * s * hc);
+        fetch(pa + s * hc, dcomb, sizeof(float) * s * hc * hc);
+        CK(mk_cuda_memset(ctx, dx, 0xff, sizeof(float) * s * d, &err_));
+        CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost, dcomb, &err_));
+        fetch(b, dx, sizeof(float) * s * d);
+        fetch(pb, dpost, sizeof(float) * s * hc);
+        fetch(pb + s * hc, dcomb, sizeof(float) * s * hc * hc);
+        int same = !memcmp(a, b, sizeof(float) * s * d) && !memcmp(pa, pb, sizeof(float) * s * (hc + hc * hc));
+        CK(mk_cuda_hc_head(ctx, dh, s, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dx, &err_));
+        CK(mk_cuda_rmsnorm(ctx, dx, s, d, dnw, 1e-6f, dx, &err_));
+        fetch(a, dx, sizeof(float) * s * d);
+        CK(mk_cuda_memset(ctx, dx, 0xff, sizeof(float) * s * d, &err_));
+        CK(mk_cuda_hc_head_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dnw, 1e-6f, dx, &err_));
+        fetch(b, dx, sizeof(float) * s * d);
+        same = same && !memcmp(a, b, sizeof(float) * s * d);
+        n_checks++;
+        if (!same) n_fail++;
+        printf("| %-40s | %-26s | = hc_pre / hc_head then rmsnorm, bit for bit: %s |\n", "hc_pre_norm / hc_head_norm", shape,
+               same ? "PASS" : "FAIL");
+        mk_cuda_free(ctx, dnw);
+        free(nw_h), free(a), free(b), free(pa), free(pb);
+    }
+
     void *dev[] = {dh, dfn, dsc, dba, dx, dpost, dcomb, dsub, dpost2, dcomb2, dout};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free(h), free(fn), free(x), free(post), free(comb), free(gx), free(gpost), free(gcomb);

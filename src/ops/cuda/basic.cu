@@ -37,9 +37,7 @@ extern "C" int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d
     if (d <= 0) return mk_fail(err, MK_EINVAL, "cuda: rmsnorm: d = %d", d);
     /* about 4 values per thread (a row is one block: a decode's row must not wait on a few threads'
      * load chains); the thread count depends on d only, so a row's bits do not depend on rows */
-    int threads = (d / 4 + 31) / 32 * 32;
-    threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
-    k_rmsnorm<<<rows, threads, 0, ctx->stream>>>(x, d, w, eps, y);
+    k_rmsnorm<<<rows, mk_cuda_rmsnorm_threads(d), 0, ctx->stream>>>(x, d, w, eps, y);
     MK_CU_LAUNCHED(err, "cuda: rmsnorm launch");
     return MK_OK;
 }

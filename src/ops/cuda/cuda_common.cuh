@@ -76,6 +76,13 @@ enum { MK_OPTIN_GEMM64 = 0, MK_OPTIN_GEMM128, MK_OPTIN_ATTN8, MK_OPTIN_ATTN4, MK
        MK_OPTIN_ATTN1, MK_OPTIN_MOE_S2, MK_OPTIN_MOE_S1, MK_OPTIN_MOE_SB };
 int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t bytes, mk_err *err);
 
+/* Threads per row of the RMSNorm kernel (basic.cu): about 4 values each, by d only (a row's bits
+ * do not depend on the row count); kernels that fuse the norm run it with exactly this many. */
+static inline int mk_cuda_rmsnorm_threads(int d) {
+    int threads = (d / 4 + 31) / 32 * 32;
+    return threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
+}
+
 /* ---- device helpers ---------------------------------------------------------------------- */
 
 /* Entry j of a paged compressed KV (ops_cuda.h mk_cuda_paged). */

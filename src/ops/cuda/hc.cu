@@ -60,6 +60,49 @@ __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, c
     }
 }
 
+/* hc_collapse_block followed, with NORM, by RMSNorm of the collapsed row (weight nw, eps neps)
+ * with k_rmsnorm's arithmetic in its order: valid only when blockDim.x is
+ * mk_cuda_rmsnorm_threads(d) and d <= 4 blockDim.x (each thread then holds the same elements
+ * k_rmsnorm's thread would, in the same order), which the callers check. */
+template <bool NORM>
+__device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, const float *pre,
+                                 const uint16_t *__restrict__ nw, float neps, float *__restrict__ y) {
+    if (!NORM) {
+        hc_collapse_block(ht, hc, d, pre, y);
+        return;
+    }
+    __shared__ double part[32];
+    float v[4];
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+        v[j] = 0.0f;
+        if (k < d) {
+            float acc = 0.0f;
+            for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(pre[i], ht[(size_t)i * d + k]));
+            v[j] = mk_d_bf16r(acc);
+            ss += (double)v[j] * v[j];
+        }
+    }
+    ss = mk_d_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    double tot = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
+    float var = (float)(tot / d);
+    float rs = 1.0f / sqrtf(__fadd_rn(var, neps));
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+        if (k < d) {
+            float o = __fmul_rn(v[j], rs);
+            if (nw) o = __fmul_rn(mk_d_bf16(nw[k]), o);
+            y[k] = mk_d_bf16r(o);
+        }
+    }
+}
+
 /* Split path, part 1: block (t, c) reduces chunk c of token t's row into part[(t*S + c)*32 + q]
  * (q < nmix: the mix dots, q = 31: the sum of squares). */
 __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h, int n,
@@ -118,11 +161,13 @@ __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restri
  * another; the Sinkhorn then runs on hc lanes (hc_sinkhorn_warp). */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
+template <bool NORM>
 __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
                                                     const double *__restrict__ part,
                                                     const float *__restrict__ scale,
                                                     const float *__restrict__ base, int iters,
-                                                    float hc_eps, float norm_eps, float *__restrict__ x,
+                                                    float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
+                                                    float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb) {
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
@@ -145,16 +190,18 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
     }
     __syncthreads();
-    hc_collapse_block(ht, hc, d, pre, x + (size_t)t * d);
+    hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d);
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
  * the collapse (src/ops/cpu/hc.c's mk_hc_head). */
+template <bool NORM>
 __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ h, int hc, int d, int S,
                                                      const double *__restrict__ part,
                                                      const float *__restrict__ scale,
                                                      const float *__restrict__ base, float hc_eps,
-                                                     float norm_eps, float *__restrict__ y) {
+                                                     float norm_eps, const uint16_t *__restrict__ nw, float neps,
+                                                     float *__restrict__ y) {
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
     const int t = blockIdx.x, n = hc * d;
@@ -175,7 +222,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
         }
     }
     __syncthreads();
-    hc_collapse_block(h + (size_t)t * n, hc, d, pre, y + (size_t)t * d);
+    hc_collapse_norm<NORM>(h + (size_t)t * n, hc, d, pre, nw, neps, y + (size_t)t * d);
 }
 
 /* out[t][j][k] = bf16(post[j] * x[k] + sum_i comb[i][j] * res[i][k]), one thread per output. */
@@ -201,27 +248,45 @@ static int hc_check(int s, int hc, int d, mk_err *err) {
     return MK_OK;
 }
 
+/* Whether the finishing kernels (1024 threads) can run the RMSNorm of their row themselves. */
+static int hc_fuse_norm(int d) { return mk_cuda_rmsnorm_threads(d) == 1024 && d <= 4 * 1024; }
+
+static int hc_pre_any(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn, const float *scale,
+                      const float *base, int iters, float hc_eps, float norm_eps, int norm, const uint16_t *nw,
+                      float neps, float *x, float *post, float *comb, mk_err *err) {
+    int st = hc_check(s, hc, d, err);
+    if (st || s == 0) return st;
+    const int fuse = norm && hc_fuse_norm(d), S = MK_CUDA_HC_SPLIT;
+    for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
+        const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
+        const float *ht = h + (size_t)t0 * hc * d;
+        k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, (2 + hc) * hc, ctx->hc_partial);
+        MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
+        if (fuse)
+            k_hc_pre_fin<true><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps,
+                                                             norm_eps, nw, neps, x + (size_t)t0 * d,
+                                                             post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc);
+        else
+            k_hc_pre_fin<false><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, iters,
+                                                              hc_eps, norm_eps, NULL, 0.0f, x + (size_t)t0 * d,
+                                                              post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc);
+        MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
+    }
+    if (norm && !fuse) return mk_cuda_rmsnorm(ctx, x, s, d, nw, neps, x, err);
+    return MK_OK;
+}
+
 extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,
                               const float *fn, const float *scale, const float *base, int iters,
                               float hc_eps, float norm_eps, float *x, float *post, float *comb,
                               mk_err *err) {
-    int st = hc_check(s, hc, d, err);
-    if (st || s == 0) return st;
-    { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
-        const int S = MK_CUDA_HC_SPLIT;
-        for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) {
-            const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
-            const float *ht = h + (size_t)t0 * hc * d;
-            k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, (2 + hc) * hc,
-                                                                          ctx->hc_partial);
-            MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
-            k_hc_pre_fin<<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps,
-                                                       norm_eps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
-                                                       comb + (size_t)t0 * hc * hc);
-            MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
-        }
-    }
-    return MK_OK;
+    return hc_pre_any(ctx, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 0, NULL, 0.0f, x, post, comb, err);
+}
+
+extern "C" int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
+                                   const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
+                                   const uint16_t *nw, float neps, float *x, float *post, float *comb, mk_err *err) {
+    return hc_pre_any(ctx, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, x, post, comb, err);
 }
 
 extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res,
@@ -235,22 +300,37 @@ extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *re
     return MK_OK;
 }
 
+static int hc_head_any(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn, const float *scale,
+                       const float *base, float hc_eps, float norm_eps, int norm, const uint16_t *nw, float neps,
+                       float *y, mk_err *err) {
+    int st = hc_check(s, hc, d, err);
+    if (st || s == 0) return st;
+    const int fuse = norm && hc_fuse_norm(d), S = MK_CUDA_HC_SPLIT;
+    for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
+        const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
+        const float *ht = h + (size_t)t0 * hc * d;
+        k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, hc, ctx->hc_partial);
+        MK_CU_LAUNCHED(err, "cuda: hc_head (split) launch");
+        if (fuse)
+            k_hc_head_fin<true><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
+                                                              norm_eps, nw, neps, y + (size_t)t0 * d);
+        else
+            k_hc_head_fin<false><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
+                                                               norm_eps, NULL, 0.0f, y + (size_t)t0 * d);
+        MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
+    }
+    if (norm && !fuse) return mk_cuda_rmsnorm(ctx, y, s, d, nw, neps, y, err);
+    return MK_OK;
+}
+
 extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,
                                const float *fn, const float *scale, const float *base,
                                float hc_eps, float norm_eps, float *y, mk_err *err) {
-    int st = hc_check(s, hc, d, err);
-    if (st || s == 0) return st;
-    { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
-        const int S = MK_CUDA_HC_SPLIT;
-        for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) {
-            const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
-            const float *ht = h + (size_t)t0 * hc * d;
-            k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, hc, ctx->hc_partial);
-            MK_CU_LAUNCHED(err, "cuda: hc_head (split) launch");
-            k_hc_head_fin<<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps, norm_eps,
-                                                        y + (size_t)t0 * d);
-            MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
-        }
-    }
-    return MK_OK;
+    return hc_head_any(ctx, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 0, NULL, 0.0f, y, err);
+}
+
+extern "C" int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
+                                    const float *scale, const float *base, float hc_eps, float norm_eps,
+                                    const uint16_t *nw, float neps, float *y, mk_err *err) {
+    return hc_head_any(ctx, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, err);
 }

@@ -211,6 +211,14 @@ int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res, const fl
 int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                     const float *scale, const float *base, float hc_eps, float norm_eps, float *y,
                     mk_err *err);
+/* hc_pre / hc_head followed by mk_cuda_rmsnorm(x, nw, neps) of their output, in place: the same
+ * bits, in one kernel fewer where the finishing kernel can run the norm itself (d = 4096). */
+int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
+                        const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
+                        const uint16_t *nw, float neps, float *x, float *post, float *comb, mk_err *err);
+int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
+                         const float *scale, const float *base, float hc_eps, float norm_eps,
+                         const uint16_t *nw, float neps, float *y, mk_err *err);
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
