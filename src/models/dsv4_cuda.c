@@ -1117,8 +1117,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
                                  (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
                                  w->plan, T, K, E, w->act, w->actd, 0, err));
-        TRY(mk_cuda_moe_swiglu(ctx, w->act, w->actd, w->sw, T * K, I, lim, w->act, err));
-        TRY(mk_cuda_act_quant(ctx, w->act, T * K, I, 1, w->mxq, w->msa, err));
+        TRY(mk_cuda_swiglu_quant(ctx, w->act, w->actd, w->sw, T * K, I, lim, 1, NULL, w->mxq, w->msa, err));
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
                                  w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, err));
         goto shared;
@@ -1142,8 +1141,15 @@ shared:
     /* shared expert */
     TRY(lin(C, &L->sh1, x, T, w->sg, 1, err));
     TRY(lin_f(C, MK_CUDA_LIN_REUSE_X, &L->sh3, x, T, w->su, 1, err));
-    TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, lim, w->sg, err));
-    TRY(lin(C, &L->sh2, w->sg, T, w->seo, 1, err));
+    { /* SwiGLU straight into sh2's quantized input where sh2 takes one */
+        uint8_t *xq;
+        float *sa;
+        mk_err e2 = {0};
+        int perm, q = mk_cuda_linear_xq(ctx, &L->sh2, T, w->lin, w->lin_bytes, &xq, &sa, &perm, &e2) == MK_OK;
+        if (q) TRY(mk_cuda_swiglu_quant(ctx, w->sg, w->su, NULL, T, I, lim, perm, NULL, xq, sa, err));
+        else TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, lim, w->sg, err));
+        TRY(lin_f(C, q ? MK_CUDA_LIN_REUSE_X : 0, &L->sh2, w->sg, T, w->seo, 1, err));
+    }
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
     mark(C, "moe: shared expert, combine");
     return MK_OK;

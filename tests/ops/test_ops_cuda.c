@@ -721,6 +721,41 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     free(v1), free(v3), free(act), free(eo), free(sexp), free(r1), free(r3), free(ract), free(reo), free(scr);
 }
 
+/* ---- SwiGLU fused with the activation quantization ---------------------------------------------
+ * mk_cuda_swiglu_quant = swiglu (or the routed experts' moe_swiglu with slot weights) then
+ * act_quant, bit for bit: the quantized bytes, the scales and the SwiGLU values. */
+static void test_swiglu_quant(int m, int k, int moe, int perm) {
+    size_t n = (size_t)m * k;
+    float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n), *sw = xmalloc(sizeof(float) * m);
+    fill_act(g, n, 3.0f);
+    fill_act(u, n, 3.0f);
+    for (int i = 0; i < m; i++) sw[i] = 0.1f + rnd_u();
+    float *dg = dup_dev(g, sizeof(float) * n), *du = dup_dev(u, sizeof(float) * n), *dsw = dup_dev(sw, sizeof(float) * m);
+    const int nb = (k + 127) / 128;
+    float *d1 = poisoned_dev(sizeof(float) * n), *d2 = poisoned_dev(sizeof(float) * n);
+    uint8_t *q1 = poisoned_dev(n), *q2 = poisoned_dev(n);
+    float *s1 = poisoned_dev(sizeof(float) * m * nb), *s2 = poisoned_dev(sizeof(float) * m * nb);
+    if (moe) CK(mk_cuda_moe_swiglu(ctx, dg, du, dsw, m, k, 7.0f, d1, &err_));
+    else CK(mk_cuda_swiglu(ctx, dg, du, n, 7.0f, d1, &err_));
+    CK(mk_cuda_act_quant(ctx, d1, m, k, perm, q1, s1, &err_));
+    CK(mk_cuda_swiglu_quant(ctx, dg, du, moe ? dsw : NULL, m, k, 7.0f, perm, d2, q2, s2, &err_));
+    float *a1 = xmalloc(sizeof(float) * n), *a2 = xmalloc(sizeof(float) * n);
+    uint8_t *b1 = xmalloc(n), *b2 = xmalloc(n);
+    float *c1 = xmalloc(sizeof(float) * m * nb), *c2 = xmalloc(sizeof(float) * m * nb);
+    fetch(a1, d1, sizeof(float) * n), fetch(a2, d2, sizeof(float) * n);
+    fetch(b1, q1, n), fetch(b2, q2, n);
+    fetch(c1, s1, sizeof(float) * m * nb), fetch(c2, s2, sizeof(float) * m * nb);
+    int same = !memcmp(a1, a2, sizeof(float) * n) && !memcmp(b1, b2, n) && !memcmp(c1, c2, sizeof(float) * m * nb);
+    char shape[64];
+    snprintf(shape, sizeof shape, "m%d k%d %s perm %d", m, k, moe ? "moe" : "plain", perm);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = swiglu then act_quant, bit for bit: %s |\n", "swiglu_quant", shape, same ? "PASS" : "FAIL");
+    void *dev[] = {dg, du, dsw, d1, d2, q1, q2, s1, s2};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(g), free(u), free(sw), free(a1), free(a2), free(b1), free(b2), free(c1), free(c2);
+}
+
 /* ---- several pieces in one launch (the engine's batched steps) ----------------------------------
  * attn_rows_multi / ring_put_multi / index_multi over three pieces of different sequences (own
  * block tables and rings) against the one-piece ops run piece by piece: the same row pointers,
@@ -961,6 +996,10 @@ int main(int argc, char **argv) {
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
 
+    test_swiglu_quant(1, 2048, 0, 0);
+    test_swiglu_quant(6, 2048, 1, 1);
+    test_swiglu_quant(5, 200, 1, 0);
+    test_swiglu_quant(3, 384, 0, 1);
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);

@@ -65,6 +65,20 @@ extern "C" size_t mk_cuda_linear_scratch(const mk_cuda_ctx *ctx, const mk_wmat *
     return layout_for(ctx, W, m < 1 ? 1 : m).total;
 }
 
+extern "C" int mk_cuda_linear_xq(const mk_cuda_ctx *ctx, const mk_wmat *W, int m, void *scratch, size_t scratch_bytes,
+                                 uint8_t **xq, float **sa, int *perm, mk_err *err) {
+    if (W->kind != MK_W_FP8 && W->kind != MK_W_FP4)
+        return mk_fail(err, MK_ENOTSUP, "cuda: linear: kind %d takes no quantized activations", (int)W->kind);
+    scratch_layout L = layout_for(ctx, W, m < 1 ? 1 : m);
+    if (scratch_bytes < L.total || !scratch)
+        return mk_fail(err, MK_EINVAL, "cuda: linear: scratch of %zu bytes, %zu needed", scratch_bytes, L.total);
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    *xq = base + L.xq;
+    *sa = (float *)(base + L.sa);
+    *perm = W->kind == MK_W_FP4;
+    return MK_OK;
+}
+
 static int gemm_ok(const mk_cuda_ctx *ctx, const mk_wmat *W) {
     if (W->kind == MK_W_FP8) return W->n % 128 == 0 && W->k % 128 == 0;
     if (W->kind == MK_W_BF16) return ctx->cublas != NULL;

@@ -149,6 +149,16 @@ enum {
     MK_CUDA_LIN_ROW_INVARIANT = 2,
 };
 
+/* Where a linear of W over m rows keeps its quantized activations in scratch (FP8 / FP4 only;
+ * perm: the FP4 kernels' permuted layout): a kernel that writes them there (act_quant's format)
+ * lets the linear run with MK_CUDA_LIN_REUSE_X. */
+int mk_cuda_linear_xq(const mk_cuda_ctx *ctx, const mk_wmat *W, int m, void *scratch, size_t scratch_bytes,
+                      uint8_t **xq, float **sa, int *perm, mk_err *err);
+/* act_quant (perm: FP4 layout) of the SwiGLU of g and u [m, k]: mk_cuda_swiglu then
+ * mk_cuda_act_quant, or with sw (one weight per row) mk_cuda_moe_swiglu then mk_cuda_act_quant,
+ * bit for bit, in one kernel; out (optional) receives the SwiGLU values. */
+int mk_cuda_swiglu_quant(mk_cuda_ctx *ctx, const float *g, const float *u, const float *sw, int m, int k, float lim,
+                         int perm, float *out, uint8_t *q, float *sa, mk_err *err);
 /* Bytes of scratch mk_cuda_linear needs for W and m rows (quantized activations, scales, bf16
  * copy, split-K partials). */
 size_t mk_cuda_linear_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int m);

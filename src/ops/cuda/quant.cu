@@ -14,23 +14,14 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
-__global__ void k_act_quant(const float *__restrict__ x, int m, int k, int perm,
-                            uint8_t *__restrict__ q, float *__restrict__ sa) {
-    mk_d_pdl_launch_dependents(); /* the GEMV after this may start streaming its weights */
-    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    int lane = threadIdx.x & 31;
-    int nb = (k + 127) >> 7;
-    if (warp >= m * nb) return;
-    int r = warp / nb, b = warp - r * nb;
-    int base = b * 128, w = min(128, k - base);
-    const float *xr = x + (size_t)r * k + base;
-    float v[4], amax = 0.0f;
+/* Block b of row r quantized by one warp; lane holds elements lane*4 .. lane*4+3 of it in v (0
+ * past w). */
+__device__ __forceinline__ void act_quant_block(const float (&v)[4], int w, int lane, int r, int b, int k, int nb,
+                                                int perm, uint8_t *__restrict__ q, float *__restrict__ sa) {
+    const int base = b * 128;
+    float amax = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int i = lane * 4 + j;
-        v[j] = i < w ? xr[i] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
+    for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(v[j]));
     amax = mk_d_warp_max(amax);
     amax = fmaxf(amax, 1e-4f);
     float s = mk_d_pow2_ceil(__fmul_rn(amax, 1.0f / 448.0f));
@@ -50,6 +41,68 @@ __global__ void k_act_quant(const float *__restrict__ x, int m, int k, int perm,
         qr[pos] = byte;
     }
     if (lane == 0) sa[(size_t)r * nb + b] = s;
+}
+
+__global__ void k_act_quant(const float *__restrict__ x, int m, int k, int perm,
+                            uint8_t *__restrict__ q, float *__restrict__ sa) {
+    mk_d_pdl_launch_dependents(); /* the GEMV after this may start streaming its weights */
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    int nb = (k + 127) >> 7;
+    if (warp >= m * nb) return;
+    int r = warp / nb, b = warp - r * nb;
+    int base = b * 128, w = min(128, k - base);
+    const float *xr = x + (size_t)r * k + base;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane * 4 + j;
+        v[j] = i < w ? xr[i] : 0.0f;
+    }
+    act_quant_block(v, w, lane, r, b, k, nb, perm, q, sa);
+}
+
+/* SwiGLU (k_swiglu; with sw, k_moe_swiglu: inputs rounded to bf16, times the slot weight sw[r])
+ * of row r's block b, then act_quant of it: the bits of the two kernels in a row, in one. */
+__global__ void k_swiglu_quant(const float *__restrict__ g, const float *__restrict__ u,
+                               const float *__restrict__ sw, int m, int k, float lim, int perm,
+                               float *__restrict__ out, uint8_t *__restrict__ q, float *__restrict__ sa) {
+    mk_d_pdl_launch_dependents();
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    int nb = (k + 127) >> 7;
+    if (warp >= m * nb) return;
+    int r = warp / nb, b = warp - r * nb;
+    int base = b * 128, w = min(128, k - base);
+    const size_t o = (size_t)r * k + base;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane * 4 + j;
+        v[j] = 0.0f;
+        if (i < w) {
+            float gg = g[o + i], uu = u[o + i];
+            if (sw) gg = mk_d_bf16r(gg), uu = mk_d_bf16r(uu);
+            if (lim > 0) {
+                uu = uu < -lim ? -lim : uu > lim ? lim : uu;
+                gg = gg > lim ? lim : gg;
+            }
+            float a = __fmul_rn(__fdiv_rn(gg, __fadd_rn(1.0f, expf(-gg))), uu);
+            v[j] = sw ? mk_d_bf16r(__fmul_rn(sw[r], a)) : mk_d_bf16r(a);
+            if (out) out[o + i] = v[j];
+        }
+    }
+    act_quant_block(v, w, lane, r, b, k, nb, perm, q, sa);
+}
+
+extern "C" int mk_cuda_swiglu_quant(mk_cuda_ctx *ctx, const float *g, const float *u, const float *sw, int m, int k,
+                                    float lim, int perm, float *out, uint8_t *q, float *sa, mk_err *err) {
+    if (m <= 0 || k <= 0) return MK_OK;
+    if (perm && k % 8) return mk_fail(err, MK_EINVAL, "cuda: swiglu_quant: permuted layout needs k %% 8 == 0 (k = %d)", k);
+    size_t warps = (size_t)m * ((k + 127) / 128);
+    k_swiglu_quant<<<(unsigned)((warps + 7) / 8), 256, 0, ctx->stream>>>(g, u, sw, m, k, lim, perm, out, q, sa);
+    MK_CU_LAUNCHED(err, "cuda: swiglu_quant launch");
+    return MK_OK;
 }
 
 __global__ void k_to_bf16(const float *__restrict__ x, size_t n, __nv_bfloat16 *__restrict__ y) {
