@@ -480,6 +480,12 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
             size_t b = mk_cuda_linear_grouped_scratch(g->ctx, &L->wo_a, c->o_groups, (int)Tm);
             if (b > lb) lb = b;
         }
+        const mk_wmat *pairs[][2] = {{&L->wq_a, &L->wkv}, {&L->sh1, &L->sh3}}; /* launched together */
+        for (int i = 0; i < 2; i++) {
+            if (!pairs[i][0]->w || !pairs[i][1]->w) continue;
+            size_t b = mk_cuda_linear_pair_scratch(g->ctx, pairs[i][0], pairs[i][1], (int)Tm);
+            if (b > lb) lb = b;
+        }
     }
     size_t hb = mk_cuda_linear_scratch(g->ctx, &g->head, (int)P);
     if (hb > lb) lb = hb;
@@ -1007,8 +1013,8 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     const int G = c->o_groups, Dg = HD / G, win = c->window, r = L->ratio, bt = DSV4_BLOCK_TOKENS;
     /* wq_a and wkv read x, wq_b and the indexer's wq_b read qr: each input is prepared (quantized)
      * once for both where the kinds agree */
-    TRY(lin(C, &L->wq_a, x, R, w->qr, 1, err));
-    TRY(lin_f(C, same_prep(&L->wq_a, &L->wkv) ? MK_CUDA_LIN_REUSE_X : 0, &L->wkv, x, R, w->kv, 1, err));
+    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &L->wq_a, &L->wkv, x, R, w->qr, w->kv, 1, w->lin,
+                            w->lin_bytes, err));
     TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
     TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
@@ -1139,8 +1145,8 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
 shared:
     mark(C, "moe: routed experts");
     /* shared expert */
-    TRY(lin(C, &L->sh1, x, T, w->sg, 1, err));
-    TRY(lin_f(C, MK_CUDA_LIN_REUSE_X, &L->sh3, x, T, w->su, 1, err));
+    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &L->sh1, &L->sh3, x, T, w->sg, w->su, 1, w->lin,
+                            w->lin_bytes, err));
     { /* SwiGLU straight into sh2's quantized input where sh2 takes one */
         uint8_t *xq;
         float *sa;

@@ -321,6 +321,46 @@ static void test_linear_rows(mk_wkind kind, int n, int k, int m, int round) {
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(y1), free(scr);
 }
 
+/* Two linears over one input (mk_cuda_linear_pair: one launch when both are FP8 with one plan) =
+ * each linear alone, bit for bit; the first also against the CPU's mk_linear. */
+static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, int m) {
+    mk_wmat Ah, Bh, Ad, Bd;
+    make_weights(&Ah, k1, n1, k);
+    make_weights(&Bh, k2, n2, k);
+    float *x = xmalloc(sizeof(float) * m * k), *ref = xmalloc(sizeof(float) * m * n1);
+    fill_act(x, (size_t)m * k, 1.0f);
+    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(m, k));
+    mk_linear(pool, &Ah, x, m, ref, 1, scr);
+    CK(mk_cuda_wmat_upload(ctx, &Ah, &Ad, &err_));
+    CK(mk_cuda_wmat_upload(ctx, &Bh, &Bd, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k);
+    float *a1 = poisoned_dev(sizeof(float) * m * n1), *b1 = poisoned_dev(sizeof(float) * m * n2);
+    float *a2 = poisoned_dev(sizeof(float) * m * n1), *b2 = poisoned_dev(sizeof(float) * m * n2);
+    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Ad, &Bd, m);
+    void *ds = poisoned_dev(sb);
+    const int F = MK_CUDA_LIN_ROW_INVARIANT;
+    CK(mk_cuda_linear_pair(ctx, F, &Ad, &Bd, dx, m, a1, b1, 1, ds, sb, &err_));
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Ad, dx, m, a2, 1, ds, sb, &err_));
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Bd, dx, m, b2, 1, ds, sb, &err_));
+    float *ha1 = xmalloc(sizeof(float) * m * n1), *ha2 = xmalloc(sizeof(float) * m * n1);
+    float *hb1 = xmalloc(sizeof(float) * m * n2), *hb2 = xmalloc(sizeof(float) * m * n2);
+    fetch(ha1, a1, sizeof(float) * m * n1), fetch(ha2, a2, sizeof(float) * m * n1);
+    fetch(hb1, b1, sizeof(float) * m * n2), fetch(hb2, b2, sizeof(float) * m * n2);
+    char shape[96];
+    snprintf(shape, sizeof shape, "%s n%d + %s n%d, k%d m%d%s", kind_name(k1), n1, kind_name(k2), n2, k, m,
+             mk_cuda_linear_pair_one_launch(ctx, F, &Ad, &Bd, m) ? " (1 launch)" : "");
+    compare("linear pair (first vs CPU)", shape, ref, ha1, (size_t)m * n1, NORM, 1e-2);
+    int same = !memcmp(ha1, ha2, sizeof(float) * m * n1) && !memcmp(hb1, hb2, sizeof(float) * m * n2);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = each linear alone, bit for bit: %s |\n", "linear pair", shape, same ? "PASS" : "FAIL");
+    mk_cuda_wmat_free(ctx, &Ad), mk_cuda_wmat_free(ctx, &Bd);
+    void *dev[] = {dx, a1, b1, a2, b2, ds};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free((void *)Ah.w), free((void *)Ah.scale), free((void *)Bh.w), free((void *)Bh.scale);
+    free(x), free(ref), free(scr), free(ha1), free(ha2), free(hb1), free(hb2);
+}
+
 /* wo_a's grouped linear: G groups of [gn, k] in one launch = each group's own linear (bit for bit)
  * and the CPU's per-group mk_linear (bf16 outputs: norm 1e-2). */
 static void test_linear_grouped(int G, int gn, int k, int m) {
@@ -971,6 +1011,12 @@ int main(int argc, char **argv) {
     test_linear_rows(MK_W_BF16, 2048, 4096, 19, 0);
     test_linear_rows(MK_W_BF16, 256, 4096, 130, 0);
     test_linear_rows(MK_W_FP8_DQ, 1024, 4096, 24, 1);
+    test_linear_pair(MK_W_FP8, 1024, MK_W_FP8, 512, 4096, 1);  /* wq_a + wkv, decode (split-K) */
+    test_linear_pair(MK_W_FP8, 2048, MK_W_FP8, 2048, 4096, 1); /* sh1 + sh3 */
+    test_linear_pair(MK_W_FP8, 2048, MK_W_FP8, 2048, 4096, 5);
+    test_linear_pair(MK_W_FP8, 1024, MK_W_FP8, 512, 4096, 20); /* chunks of 8 */
+    test_linear_pair(MK_W_FP8, 4096, MK_W_FP8, 512, 1024, 1);  /* plans differ: two launches */
+    test_linear_pair(MK_W_FP8, 512, MK_W_BF16, 256, 1024, 3);  /* kinds differ */
     test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
     test_linear_grouped(4, 256, 512, 11);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */

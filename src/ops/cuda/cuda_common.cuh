@@ -279,6 +279,12 @@ int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err)
 int mk_cuda_gemv_splits(const mk_cuda_ctx *ctx, const mk_wmat *W);
 int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err);
+/* Two FP8 matrices of the same k over the same activations in one launch (y [m, n], y2 [m, n2];
+ * ws holds both's partials), each exactly as its own launch: only when their launch plans agree
+ * (_pair_ok). */
+int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2);
+int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
+                          int m, float *y, float *y2, int round, float *ws, mk_err *err);
 int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err);
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,

@@ -149,6 +149,9 @@ __device__ void gemv_finish(const float *tile, int m, int n, int n0, float *__re
 
 /* W e4m3 [n, k], S e8m0 [n/128, k/128], xq e4m3 [m, k], sa [m, k/128], y [m, n].
  * Block (slab, split): 16 rows; warp w handles its `per` 128-blocks (see plan_for). */
+/* A second matrix (W2, S2 [n2, k], y2; s1 = n / 16 slabs of the first): slabs s1.. of the grid
+ * are W2's, computed exactly as a launch of W2 alone with the same plan (the callers check the
+ * plans agree), its split-K partials after the first's in ws. */
 template <int U>
 __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__ W,
                                                      const uint8_t *__restrict__ S,
@@ -156,10 +159,18 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
                                                      const float *__restrict__ sa, int m, int n,
                                                      int k, int per, float *__restrict__ y,
                                                      int round, float *__restrict__ ws,
-                                                     unsigned *__restrict__ counters) {
+                                                     unsigned *__restrict__ counters,
+                                                     const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2,
+                                                     int n2, float *__restrict__ y2) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
+    int slab = blockIdx.y;
+    if (slab >= (n >> 4)) { /* the second matrix */
+        slab -= n >> 4;
+        ws += (size_t)gridDim.z * min(8, m) * n;
+        W = W2, S = S2, y = y2, n = n2;
+    }
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
         xq += (size_t)c8 * k;
@@ -169,7 +180,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.y * 16;
+    const int n0 = slab * 16;
     const int nb = k >> 7;
     const int kb0 = (blockIdx.z * nw + warp) * per, kb1 = min(nb, kb0 + per);
     const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16; /* row g */
@@ -240,19 +251,37 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
+int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2) {
+    if (W->kind != MK_W_FP8 || W2->kind != MK_W_FP8 || W->k != W2->k || W->k % 128 || W->n % 16 || W2->n % 16 ||
+        (W->n + W2->n) / 16 > 65535)
+        return 0;
+    gemv_plan a = plan_for(ctx, W->n / 16, W->k / 128), b = plan_for(ctx, W2->n / 16, W2->k / 128);
+    return a.per == b.per && a.nw == b.nw && a.splits == b.splits;
+}
+
 int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err) {
-    int n = W->n, k = W->k;
+    return mk_cuda_gemv_fp8_pair(ctx, W, NULL, xq, sa, m, y, NULL, round, ws, err);
+}
+
+int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
+                          int m, float *y, float *y2, int round, float *ws, mk_err *err) {
+    int n = W->n, k = W->k, n2 = W2 ? W2->n : 0;
     if (m < 1 || n % 16 || n / 16 > 65535 || k % 128)
         return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 128 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
+    if (W2 && !mk_cuda_gemv_fp8_pair_ok(ctx, W, W2))
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv pair: [%d, %d] and [%d, %d] do not share a launch plan", n, k,
+                       W2->n, W2->k);
     gemv_plan p = plan_for(ctx, n / 16, k / 128);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K takes at most 8 rows per launch (m %d)", m);
-    dim3 grid((m + 7) / 8, n / 16, p.splits);
+    dim3 grid((m + 7) / 8, (n + n2) / 16, p.splits);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_fp8<4>, (const uint8_t *)W->w, W->scale, xq,
-                          sa, m, n, k, p.per, y, round, ws, ctx->counters),
+                          sa, m, n, k, p.per, y, round, ws, ctx->counters,
+                          W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL, W2 ? W2->scale : (const uint8_t *)NULL,
+                          n2, y2),
               err, "cuda: fp8 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv launch");
     return MK_OK;

@@ -208,6 +208,64 @@ extern "C" int mk_cuda_linear(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x
                              err);
 }
 
+/* ---- two linears over one input in one launch (wq_a + wkv, sh1 + sh3) ------------------------------ */
+
+/* The pair's split-K partials: splits of W1's plan, at most 8 rows, both outputs. */
+static size_t pair_ws(const mk_cuda_ctx *ctx, const mk_wmat *W1, const mk_wmat *W2, int m) {
+    int s = mk_cuda_gemv_splits(ctx, W1);
+    return s > 1 ? (size_t)s * (m < 8 ? m : 8) * (W1->n + W2->n) * 4 : 0;
+}
+
+extern "C" size_t mk_cuda_linear_pair_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W1, const mk_wmat *W2, int m) {
+    m = m < 1 ? 1 : m;
+    scratch_layout L1 = layout_for(ctx, W1, m), L2 = layout_for(ctx, W2, m);
+    size_t b = L1.total > L2.total ? L1.total : L2.total;
+    size_t p = L1.ws + align256(pair_ws(ctx, W1, W2, m)) + 256;
+    return b > p ? b : p;
+}
+
+extern "C" int mk_cuda_linear_pair_one_launch(const mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2,
+                                              int m) {
+    return mk_cuda_gemv_fp8_pair_ok(ctx, W1, W2) && W1->scale && W2->scale &&
+           resolve(ctx, MK_CUDA_K_AUTO, W1, m, flags) == MK_CUDA_K_GEMV &&
+           resolve(ctx, MK_CUDA_K_AUTO, W2, m, flags) == MK_CUDA_K_GEMV;
+}
+
+extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x,
+                                   int m, float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes,
+                                   mk_err *err) {
+    if (m < 0 || !W1 || !W2 || !W1->w || !W2->w) return mk_fail(err, MK_EINVAL, "cuda: linear pair: bad arguments");
+    if (m == 0) return MK_OK;
+    const int same_x = W1->kind == W2->kind && W1->k == W2->k &&
+                       (W1->kind == MK_W_FP8 || W1->kind == MK_W_FP4 || W1->kind == MK_W_BF16);
+    const int one = mk_cuda_linear_pair_one_launch(ctx, flags, W1, W2, m);
+    if (!one) { /* two launches; the second reuses the first's prepared input where it can */
+        int st = mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, flags, W1, x, m, y1, round_bf16, scratch, scratch_bytes, err);
+        if (st) return st;
+        return mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, flags | (same_x ? MK_CUDA_LIN_REUSE_X : 0), W2, x, m, y2,
+                                 round_bf16, scratch, scratch_bytes, err);
+    }
+    scratch_layout L = layout_for(ctx, W1, m);
+    if (!scratch || scratch_bytes < mk_cuda_linear_pair_scratch(ctx, W1, W2, m))
+        return mk_fail(err, MK_EINVAL, "cuda: linear pair: scratch of %zu bytes, %zu needed", scratch_bytes,
+                       mk_cuda_linear_pair_scratch(ctx, W1, W2, m));
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    uint8_t *xq = base + L.xq;
+    float *sa = (float *)(base + L.sa), *ws = (float *)(base + L.ws);
+    const int k = W1->k, nb = (k + 127) / 128;
+    if (!(flags & MK_CUDA_LIN_REUSE_X)) {
+        int st = mk_cuda_quant_launch(ctx, x, m, k, 0, xq, sa, err);
+        if (st) return st;
+    }
+    for (int r0 = 0, step = mk_cuda_gemv_splits(ctx, W1) > 1 ? 8 : m; r0 < m; r0 += step) {
+        int mm = m - r0 < step ? m - r0 : step;
+        int st = mk_cuda_gemv_fp8_pair(ctx, W1, W2, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm,
+                                       y1 + (size_t)r0 * W1->n, y2 + (size_t)r0 * W2->n, round_bf16, ws, err);
+        if (st) return st;
+    }
+    return MK_OK;
+}
+
 /* ---- grouped (block-diagonal) FP8_DQ linear: wo_a ------------------------------------------------ */
 
 extern "C" size_t mk_cuda_linear_grouped_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m) {

@@ -149,6 +149,14 @@ enum {
     MK_CUDA_LIN_ROW_INVARIANT = 2,
 };
 
+/* y1 = x W1^T and y2 = x W2^T (the same x, the same flags): one launch where both are FP8 GEMVs
+ * with the same k and launch plan, else two (the second reusing the prepared input where the
+ * kinds and k agree); each output exactly as mk_cuda_linear_ex would give it. Scratch:
+ * mk_cuda_linear_pair_scratch bytes. */
+size_t mk_cuda_linear_pair_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W1, const mk_wmat *W2, int m);
+int mk_cuda_linear_pair_one_launch(const mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, int m);
+int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
+                        float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
 /* Where a linear of W over m rows keeps its quantized activations in scratch (FP8 / FP4 only;
  * perm: the FP4 kernels' permuted layout): a kernel that writes them there (act_quant's format)
  * lets the linear run with MK_CUDA_LIN_REUSE_X. */
