@@ -1020,12 +1020,9 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
     if (r == 4) TRY(lin_f(C, same_prep(&L->wq_b, &L->idx_wq_b) ? MK_CUDA_LIN_REUSE_X : 0, &L->idx_wq_b, w->qr, R, w->iq, 1,
                           err));
-    TRY(mk_cuda_head_rms_bf16(ctx, w->q, R * H, D, c->norm_eps, err));
-    TRY(mk_cuda_rope_at(ctx, w->q + nope, R * H, D, rd, L->rope, w->pos, H, 0, err));
+    TRY(mk_cuda_head_rms_rope(ctx, w->q, R * H, D, c->norm_eps, rd, L->rope, w->pos, H, err));
     TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
-    TRY(mk_cuda_rmsnorm(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, w->kv, err));
-    TRY(mk_cuda_rope_at(ctx, w->kv + nope, R, D, rd, L->rope, w->pos, 1, 0, err));
-    TRY(mk_cuda_quant_sim(ctx, w->kv, R, D, nope, 64, 0, w->kv, err));
+    TRY(mk_cuda_kv_norm_rope_q(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, rd, L->rope, w->pos, err));
     TRY(dumpv(C, w->kv, R, D, 0, err, "L%d.attn.kv", layer));
     mark(C, "attn: q/kv projections, rope");
     for (int pi = 0; pi < C->np; pi++) C->pc[pi].k_sel = 0;

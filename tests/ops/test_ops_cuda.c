@@ -431,6 +431,49 @@ static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
     free(x), free(yref), free(y), free(w);
 }
 
+/* The attention's fused row ops = the unfused sequence, bit for bit: head_rms_rope = head_rms_bf16
+ * then rope_at (H heads a row), kv_norm_rope_q = rmsnorm, rope_at, quant_sim(64) of the nope part. */
+static void test_qkv_fused(int R, int H, int D, int rd) {
+    mk_rope_table tab, dtab;
+    if (mk_rope_table_init(&tab, 512, rd, 160000.0, 65536, 16.0, 32.0, 1.0)) exit(2);
+    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
+    int32_t *pos = xmalloc(sizeof(int32_t) * R);
+    for (int r = 0; r < R; r++) pos[r] = (int)(rnd64() % 500u);
+    int32_t *dpos = dup_dev(pos, sizeof(int32_t) * R);
+    size_t nq = (size_t)R * H * D, nk = (size_t)R * D;
+    float *q = xmalloc(sizeof(float) * nq), *kv = xmalloc(sizeof(float) * nk);
+    fill_act(q, nq, 2.0f);
+    fill_act(kv, nk, 2.0f);
+    uint16_t *nw = xmalloc(sizeof(uint16_t) * D);
+    for (int i = 0; i < D; i++) nw[i] = mk_f32_to_bf16(1.0f + 0.2f * rnd_n());
+    uint16_t *dnw = dup_dev(nw, sizeof(uint16_t) * D);
+    float *q1 = dup_dev(q, sizeof(float) * nq), *q2 = dup_dev(q, sizeof(float) * nq);
+    float *k1 = dup_dev(kv, sizeof(float) * nk), *k2 = dup_dev(kv, sizeof(float) * nk);
+    CK(mk_cuda_head_rms_bf16(ctx, q1, R * H, D, 1e-6f, &err_));
+    CK(mk_cuda_rope_at(ctx, q1 + D - rd, R * H, D, rd, &dtab, dpos, H, 0, &err_));
+    CK(mk_cuda_head_rms_rope(ctx, q2, R * H, D, 1e-6f, rd, &dtab, dpos, H, &err_));
+    CK(mk_cuda_rmsnorm(ctx, k1, R, D, dnw, 1e-6f, k1, &err_));
+    CK(mk_cuda_rope_at(ctx, k1 + D - rd, R, D, rd, &dtab, dpos, 1, 0, &err_));
+    CK(mk_cuda_quant_sim(ctx, k1, R, D, D - rd, 64, 0, k1, &err_));
+    CK(mk_cuda_kv_norm_rope_q(ctx, k2, R, D, dnw, 1e-6f, rd, &dtab, dpos, &err_));
+    float *a = xmalloc(sizeof(float) * nq), *b = xmalloc(sizeof(float) * nq);
+    fetch(a, q1, sizeof(float) * nq), fetch(b, q2, sizeof(float) * nq);
+    int qsame = !memcmp(a, b, sizeof(float) * nq) && memcmp(a, q, sizeof(float) * nq);
+    fetch(a, k1, sizeof(float) * nk), fetch(b, k2, sizeof(float) * nk);
+    int ksame = !memcmp(a, b, sizeof(float) * nk) && memcmp(a, kv, sizeof(float) * nk);
+    char shape[64];
+    snprintf(shape, sizeof shape, "R%d H%d D%d rd%d", R, H, D, rd);
+    n_checks += 2;
+    n_fail += !qsame + !ksame;
+    printf("| %-40s | %-26s | = the unfused ops, bit for bit: q %s, kv %s |\n", "head_rms_rope / kv_norm_rope_q", shape,
+           qsame ? "PASS" : "FAIL", ksame ? "PASS" : "FAIL");
+    void *dev[] = {dpos, dnw, q1, q2, k1, k2};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    mk_cuda_rope_table_free(ctx, &dtab);
+    mk_rope_table_free(&tab);
+    free(pos), free(q), free(kv), free(nw), free(a), free(b);
+}
+
 static void test_rope(int T, int H, int D, int rd, double base, int orig, int pos0, int inverse) {
     mk_rope_table tab, dtab;
     if (mk_rope_table_init(&tab, 256, rd, base, orig, 16.0, 32.0, 1.0)) exit(2);
@@ -1049,6 +1092,9 @@ int main(int argc, char **argv) {
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);
+    test_qkv_fused(1, 64, 512, 64);
+    test_qkv_fused(5, 8, 512, 64);
+    test_qkv_fused(3, 4, 128, 32);
     test_rope(3, 64, 512, 64, 160000.0, 65536, 7, 0);
     test_rope(3, 64, 512, 64, 160000.0, 65536, 7, 1);
     test_rope(2, 1, 512, 64, 10000.0, 0, 100, 0);

@@ -11,24 +11,7 @@
 /* One block per row. y may alias x: each thread reads its elements again before writing them. */
 __global__ void __launch_bounds__(1024) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
                                                   float eps, float *y) {
-    __shared__ double part[32];
-    const float *xr = x + (size_t)blockIdx.x * d;
-    float *yr = y + (size_t)blockIdx.x * d;
-    double ss = 0.0;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = mk_d_warp_sum_d(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    double tot = 0.0;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
-    float var = (float)(tot / d);
-    float rs = 1.0f / sqrtf(__fadd_rn(var, eps));
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float v = __fmul_rn(xr[i], rs);
-        if (w) v = __fmul_rn(mk_d_bf16(w[i]), v);
-        yr[i] = mk_d_bf16r(v);
-    }
+    mk_d_rmsnorm_row(x + (size_t)blockIdx.x * d, d, w, eps, y + (size_t)blockIdx.x * d);
 }
 
 extern "C" int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,
@@ -75,12 +58,7 @@ __global__ void k_rope(float *x, int n_vec, int stride, int half, const float *_
     int v = (int)(id / half), i = (int)(id - (size_t)v * half);
     int pos = pos_of ? pos_of[v / vpp] : pos0 + v / vpp;
     if (pos < 0 || pos >= max_pos) return; /* checked by the callers; never read outside the table */
-    const float *c2 = cs + ((size_t)pos * tab_half + i) * 2;
-    float c = c2[0], s = inverse ? -c2[1] : c2[1];
-    float *p = x + (size_t)v * stride + 2 * i;
-    float a = p[0], b = p[1];
-    p[0] = mk_d_bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-    p[1] = mk_d_bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+    mk_d_rope_pair(x + (size_t)v * stride, cs, tab_half, pos, i, inverse);
 }
 
 extern "C" int mk_cuda_rope(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,

@@ -131,6 +131,17 @@ __device__ __forceinline__ float mk_d_e2m1(uint32_t nib) {
 
 __device__ __forceinline__ float mk_d_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
+/* Interleaved RoPE of pair i of the vector at p (table cs, tab_half pairs per position), as
+ * mk_rope: bf16-rounded, no FMA contraction. */
+__device__ __forceinline__ void mk_d_rope_pair(float *p, const float *__restrict__ cs, int tab_half, int pos, int i,
+                                               int inverse) {
+    const float *c2 = cs + ((size_t)pos * tab_half + i) * 2;
+    float c = c2[0], s = inverse ? -c2[1] : c2[1];
+    float a = p[2 * i], b = p[2 * i + 1];
+    p[2 * i] = mk_d_bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    p[2 * i + 1] = mk_d_bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
 /* 2^ceil(log2(x)) from the fp32 bits of x, as mk_pow2_ceil. */
 __device__ __forceinline__ float mk_d_pow2_ceil(float x) {
     uint32_t u = __float_as_uint(x);
@@ -303,5 +314,28 @@ int mk_cuda_gemm_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
                      float *y, int round, float *ws, mk_err *err);
 int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m,
                              float *y, int round, mk_err *err);
+
+/* RMSNorm of the row xr of d values into yr (may alias) by the whole block, as mk_rmsnorm: squares
+ * summed in double (thread-strided, warp trees, warps in order), outputs rounded to bf16. The
+ * bits depend on blockDim.x: launch with mk_cuda_rmsnorm_threads(d). */
+__device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const uint16_t *__restrict__ w, float eps, float *yr) {
+    __shared__ double part[32];
+    double ss = 0.0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = mk_d_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    double tot = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
+    float var = (float)(tot / d);
+    float rs = 1.0f / sqrtf(__fadd_rn(var, eps));
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = __fmul_rn(xr[i], rs);
+        if (w) v = __fmul_rn(mk_d_bf16(w[i]), v);
+        yr[i] = mk_d_bf16r(v);
+    }
+}
+
 
 #endif

@@ -48,17 +48,12 @@ __device__ __forceinline__ float d_e2m1_round(float a) { /* |v| on the e2m1 grid
     return 6.0f;
 }
 
-/* One warp per (row, block); block <= 128. */
-__global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, int n, int block,
-                            int fp4, float *__restrict__ y) {
-    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    int lane = threadIdx.x & 31;
-    int nb = (n + block - 1) / block;
-    if (warp >= rows * nb) return;
-    int r = warp / nb, b = warp - r * nb;
+/* Block b (of `block` values, <= 128) of the row at x / y, by one warp. */
+__device__ __forceinline__ void quant_sim_block(const float *__restrict__ x, float *__restrict__ y, int n, int block,
+                                                int b, int fp4, int lane) {
     int base = b * block, w = min(block, n - base);
-    const float *xr = x + (size_t)r * stride + base;
-    float *yr = y + (size_t)r * stride + base;
+    const float *xr = x + base;
+    float *yr = y + base;
     float v[4], amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -93,6 +88,45 @@ __global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, i
     }
 }
 
+/* One warp per (row, block); block <= 128. */
+__global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, int n, int block,
+                            int fp4, float *__restrict__ y) {
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    int nb = (n + block - 1) / block;
+    if (warp >= rows * nb) return;
+    int r = warp / nb, b = warp - r * nb;
+    quant_sim_block(x + (size_t)r * stride, y + (size_t)r * stride, n, block, b, fp4, lane);
+}
+
+/* The attention's kv rows (dsv4.c): RMSNorm (weight w), RoPE of the last rd values at the row's
+ * position, then the FP8 simulation of the first D - rd in blocks of 64: a block of
+ * mk_cuda_rmsnorm_threads(D) threads per row, the three kernels' arithmetic in their order. */
+__global__ void __launch_bounds__(1024) k_kv_norm_rope_q(float *kv, int D, const uint16_t *__restrict__ w, float eps,
+                                                         int rd, const float *__restrict__ cs, int tab_half,
+                                                         const int32_t *__restrict__ pos_of, int max_pos) {
+    float *x = kv + (size_t)blockIdx.x * D;
+    mk_d_rmsnorm_row(x, D, w, eps, x);
+    __syncthreads();
+    const int pos = pos_of[blockIdx.x];
+    if (pos < 0 || pos >= max_pos) return; /* checked by the caller */
+    for (int i = threadIdx.x; i < rd / 2; i += blockDim.x) mk_d_rope_pair(x + D - rd, cs, tab_half, pos, i, 0);
+    __syncthreads();
+    const int nope = D - rd, nb = (nope + 63) / 64;
+    for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) quant_sim_block(x, x, nope, 64, b, 0, threadIdx.x & 31);
+}
+
+extern "C" int mk_cuda_kv_norm_rope_q(mk_cuda_ctx *ctx, float *kv, int rows, int D, const uint16_t *w, float eps, int rd,
+                                      const mk_rope_table *t, const int32_t *pos, mk_err *err) {
+    if (rows <= 0) return MK_OK;
+    if (D <= 0 || rd <= 0 || rd % 2 || rd > D || rd / 2 > t->half || !t->cs || !pos)
+        return mk_fail(err, MK_EINVAL, "cuda: kv_norm_rope_q: D %d, rd %d, table half %d", D, rd, t->half);
+    k_kv_norm_rope_q<<<rows, mk_cuda_rmsnorm_threads(D), 0, ctx->stream>>>(kv, D, w, eps, rd, t->cs, t->half, pos,
+                                                                           t->max_pos);
+    MK_CU_LAUNCHED(err, "cuda: kv_norm_rope_q launch");
+    return MK_OK;
+}
+
 extern "C" int mk_cuda_quant_sim(mk_cuda_ctx *ctx, const float *x, int rows, int stride, int n,
                                  int block, int fp4, float *y, mk_err *err) {
     if (rows <= 0 || n <= 0) return MK_OK;
@@ -119,6 +153,39 @@ __global__ void k_head_rms_bf16(float *q, int n_vec, int D, float eps) {
     float var = mk_d_bf16r(__fadd_rn(mean, eps));
     float r = mk_d_bf16r(__fdiv_rn(1.0f, sqrtf(var)));
     for (int i = lane; i < D; i += 32) x[i] = mk_d_bf16r(__fmul_rn(x[i], r));
+}
+
+/* k_head_rms_bf16 then RoPE of each vector's last rd values at its row's position (vecs_per_pos
+ * vectors a row), by the same warp. */
+__global__ void k_head_rms_rope(float *q, int n_vec, int D, float eps, int rd, const float *__restrict__ cs,
+                                int tab_half, const int32_t *__restrict__ pos_of, int max_pos, int vpp) {
+    int v = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    if (v >= n_vec) return;
+    float *x = q + (size_t)v * D;
+    float ss = 0.0f;
+    for (int i = lane; i < D; i += 32) ss += mk_d_bf16r(__fmul_rn(x[i], x[i]));
+    ss = mk_d_warp_sum(ss);
+    float mean = mk_d_bf16r(__fdiv_rn(ss, (float)D));
+    float var = mk_d_bf16r(__fadd_rn(mean, eps));
+    float r = mk_d_bf16r(__fdiv_rn(1.0f, sqrtf(var)));
+    for (int i = lane; i < D; i += 32) x[i] = mk_d_bf16r(__fmul_rn(x[i], r));
+    __syncwarp();
+    const int pos = pos_of[v / vpp];
+    if (pos < 0 || pos >= max_pos) return; /* checked by the caller */
+    for (int i = lane; i < rd / 2; i += 32) mk_d_rope_pair(x + D - rd, cs, tab_half, pos, i, 0);
+}
+
+extern "C" int mk_cuda_head_rms_rope(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float eps, int rd,
+                                     const mk_rope_table *t, const int32_t *pos, int vecs_per_pos, mk_err *err) {
+    if (n_vec <= 0) return MK_OK;
+    if (D <= 0 || rd <= 0 || rd % 2 || rd > D || rd / 2 > t->half || vecs_per_pos <= 0 || !t->cs || !pos)
+        return mk_fail(err, MK_EINVAL, "cuda: head_rms_rope: D %d, rd %d, table half %d", D, rd, t->half);
+    k_head_rms_rope<<<(unsigned)(((size_t)n_vec * 32 + 255) / 256), 256, 0, ctx->stream>>>(q, n_vec, D, eps, rd, t->cs,
+                                                                                         t->half, pos, t->max_pos,
+                                                                                         vecs_per_pos);
+    MK_CU_LAUNCHED(err, "cuda: head_rms_rope launch");
+    return MK_OK;
 }
 
 extern "C" int mk_cuda_head_rms_bf16(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float eps,

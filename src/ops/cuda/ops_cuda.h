@@ -258,6 +258,15 @@ int mk_cuda_quant_sim(mk_cuda_ctx *ctx, const float *x, int rows, int stride, in
                       int fp4, float *y, mk_err *err);
 /* Per-vector RMS normalisation without weight in bf16 arithmetic (the reference's q path). */
 int mk_cuda_head_rms_bf16(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float eps, mk_err *err);
+/* mk_cuda_head_rms_bf16 then mk_cuda_rope_at(q + D - rd, n_vec, D, rd, t, pos, vecs_per_pos, 0):
+ * the same bits, one kernel. */
+int mk_cuda_head_rms_rope(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float eps, int rd, const mk_rope_table *t,
+                          const int32_t *pos, int vecs_per_pos, mk_err *err);
+/* The attention's kv rows [rows, D]: mk_cuda_rmsnorm(w, eps), mk_cuda_rope_at of the last rd at pos
+ * (one vector a row), mk_cuda_quant_sim of the first D - rd in FP8 blocks of 64; the same bits,
+ * one kernel. */
+int mk_cuda_kv_norm_rope_q(mk_cuda_ctx *ctx, float *kv, int rows, int D, const uint16_t *w, float eps, int rd,
+                           const mk_rope_table *t, const int32_t *pos, mk_err *err);
 /* mk_rope of vector v (at x + v * stride) at position pos0 + v * step. */
 int mk_cuda_rope_step(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
                       const mk_rope_table *t, int pos0, int step, int inverse, mk_err *err);
