@@ -1100,15 +1100,18 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
     int E = c->n_experts, K = c->n_act, d = c->dim, I = c->moe_inter, T = C->R;
     float lim = c->swiglu_limit;
     TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
-    TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
-                          err));
-    if (C->hk && C->hk->moe) {
+    if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
+        TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
+                              err));
         TRY(mk_cuda_download(ctx, w->hi, w->gidx, sizeof(int32_t) * (size_t)T * K, err));
         TRY(mk_cuda_download(ctx, w->hf, w->gmargin, F(T), err));
         C->hk->moe(C->hk->ctx, layer, T, K, w->hi, w->hf);
         TRY(mk_cuda_upload(ctx, w->gidx, w->hi, sizeof(int32_t) * (size_t)T * K, err));
+        TRY(mk_cuda_moe_weights(ctx, w->gsc, T, E, K, c->route_scale, w->gidx, w->gw, err));
+    } else {
+        TRY(mk_cuda_moe_route_weights(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab,
+                                      c->route_scale, w->gidx, w->gmargin, w->gw, err));
     }
-    TRY(mk_cuda_moe_weights(ctx, w->gsc, T, E, K, c->route_scale, w->gidx, w->gw, err));
     TRY(dumpv(C, w->gw, T, K, 0, err, "L%d.moe.weights", layer));
     mark(C, "moe: gate, route");
     TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));

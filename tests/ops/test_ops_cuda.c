@@ -804,6 +804,74 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     free(v1), free(v3), free(act), free(eo), free(sexp), free(r1), free(r3), free(ract), free(reo), free(scr);
 }
 
+/* ---- MoE routing ------------------------------------------------------------------------------
+ * moe_route_weights = moe_route then moe_weights, bit for bit (score-routed and hash-routed), and
+ * the picks / weights against the host's rule on the returned scores: top-K of score + bias in
+ * rank order (ties to the lower expert), w = score / sum * route_scale. */
+static void test_moe_route(int T, int E, int K, int hash) {
+    float *sc = xmalloc(sizeof(float) * T * E), *bias = xmalloc(sizeof(float) * E);
+    for (int i = 0; i < T * E; i++) sc[i] = rnd_n() * 2.0f;
+    for (int e = 0; e < E; e++) bias[e] = rnd_n() * 0.1f;
+    int vocab = 50;
+    int64_t *t2e = xmalloc(sizeof(int64_t) * vocab * K);
+    for (int i = 0; i < vocab * K; i++) t2e[i] = (int64_t)(rnd64() % (uint64_t)E);
+    int32_t *tok = xmalloc(sizeof(int32_t) * T);
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)(rnd64() % (uint64_t)vocab);
+    float *s1 = dup_dev(sc, sizeof(float) * T * E), *s2 = dup_dev(sc, sizeof(float) * T * E);
+    float *db = dup_dev(bias, sizeof(float) * E);
+    int64_t *dt2e = dup_dev(t2e, sizeof(int64_t) * vocab * K);
+    int32_t *dtok = dup_dev(tok, sizeof(int32_t) * T);
+    int32_t *i1 = poisoned_dev(sizeof(int32_t) * T * K), *i2 = poisoned_dev(sizeof(int32_t) * T * K);
+    float *m1 = poisoned_dev(sizeof(float) * T), *m2 = poisoned_dev(sizeof(float) * T);
+    float *w1 = poisoned_dev(sizeof(float) * T * K), *w2 = poisoned_dev(sizeof(float) * T * K);
+    const float rs = 2.5f;
+    CK(mk_cuda_moe_route(ctx, s1, T, E, K, hash ? NULL : db, dt2e, dtok, vocab, i1, m1, &err_));
+    CK(mk_cuda_moe_weights(ctx, s1, T, E, K, rs, i1, w1, &err_));
+    CK(mk_cuda_moe_route_weights(ctx, s2, T, E, K, hash ? NULL : db, dt2e, dtok, vocab, rs, i2, m2, w2, &err_));
+    float *hs1 = xmalloc(sizeof(float) * T * E), *hs2 = xmalloc(sizeof(float) * T * E);
+    int32_t *hi1 = xmalloc(sizeof(int32_t) * T * K), *hi2 = xmalloc(sizeof(int32_t) * T * K);
+    float *hm1 = xmalloc(sizeof(float) * T), *hm2 = xmalloc(sizeof(float) * T);
+    float *hw1 = xmalloc(sizeof(float) * T * K), *hw2 = xmalloc(sizeof(float) * T * K);
+    fetch(hs1, s1, sizeof(float) * T * E), fetch(hs2, s2, sizeof(float) * T * E);
+    fetch(hi1, i1, sizeof(int32_t) * T * K), fetch(hi2, i2, sizeof(int32_t) * T * K);
+    fetch(hm1, m1, sizeof(float) * T), fetch(hm2, m2, sizeof(float) * T);
+    fetch(hw1, w1, sizeof(float) * T * K), fetch(hw2, w2, sizeof(float) * T * K);
+    int same = !memcmp(hs1, hs2, sizeof(float) * T * E) && !memcmp(hi1, hi2, sizeof(int32_t) * T * K) &&
+               !memcmp(hm1, hm2, sizeof(float) * T) && !memcmp(hw1, hw2, sizeof(float) * T * K);
+    int rule = 1;
+    for (int t = 0; t < T && rule; t++) {
+        const float *st = hs1 + (size_t)t * E;
+        for (int k = 0; k < K; k++) {
+            int want;
+            if (hash) {
+                want = (int)t2e[(size_t)tok[t] * K + k];
+            } else { /* the expert of rank k */
+                want = -1;
+                for (int j = 0; j < E && want < 0; j++) {
+                    float x = st[j] + bias[j];
+                    int rank = 0;
+                    for (int i = 0; i < E; i++) rank += (st[i] + bias[i] > x) || (st[i] + bias[i] == x && i < j);
+                    if (rank == k) want = j;
+                }
+            }
+            rule = rule && hi1[t * K + k] == want;
+        }
+        float sum = 0.0f;
+        for (int k = 0; k < K; k++) sum += st[hi1[t * K + k]];
+        for (int k = 0; k < K; k++) rule = rule && hw1[t * K + k] == st[hi1[t * K + k]] / sum * rs;
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "T%d E%d K%d %s", T, E, K, hash ? "hash" : "scores");
+    n_checks += 2;
+    n_fail += !same + !rule;
+    printf("| %-40s | %-26s | = route then weights: %s; picks / weights by the host's rule: %s |\n",
+           "moe_route_weights", shape, same ? "PASS" : "FAIL", rule ? "PASS" : "FAIL");
+    void *dev[] = {s1, s2, db, dt2e, dtok, i1, i2, m1, m2, w1, w2};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(sc), free(bias), free(t2e), free(tok), free(hs1), free(hs2), free(hi1), free(hi2), free(hm1), free(hm2);
+    free(hw1), free(hw2);
+}
+
 /* ---- SwiGLU fused with the activation quantization ---------------------------------------------
  * mk_cuda_swiglu_quant = swiglu (or the routed experts' moe_swiglu with slot weights) then
  * act_quant, bit for bit: the quantized bytes, the scales and the SwiGLU values. */
@@ -1085,6 +1153,9 @@ int main(int argc, char **argv) {
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
 
+    test_moe_route(1, 256, 6, 0);
+    test_moe_route(7, 256, 6, 0);
+    test_moe_route(5, 64, 8, 1);
     test_swiglu_quant(1, 2048, 0, 0);
     test_swiglu_quant(6, 2048, 1, 1);
     test_swiglu_quant(5, 200, 1, 0);

@@ -26,10 +26,22 @@
 
 __device__ __forceinline__ float d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* One block per token. */
+/* k_moe_weights of token t by one thread (idx clamped into range, then the weights). */
+__device__ __forceinline__ void moe_weights_tok(const float *__restrict__ s, int E, int K, float route_scale,
+                                                int32_t *ix, float *w) {
+    float sum = 0.0f;
+    for (int k = 0; k < K; k++) {
+        if (ix[k] < 0 || ix[k] >= E) ix[k] = 0;
+        sum += s[ix[k]];
+    }
+    for (int k = 0; k < K; k++) w[k] = __fmul_rn(__fdiv_rn(s[ix[k]], sum), route_scale);
+}
+
+/* One block per token. With w, the routing weights too (k_moe_weights' arithmetic). */
 __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *__restrict__ bias,
                             const int64_t *__restrict__ tid2eid, const int32_t *__restrict__ tok,
-                            int vocab, int32_t *__restrict__ idx, float *__restrict__ margin) {
+                            int vocab, int32_t *__restrict__ idx, float *__restrict__ margin, float route_scale,
+                            float *__restrict__ w) {
     extern __shared__ float bsc[]; /* [E] biased scores */
     __shared__ int32_t top[65];
     int t = blockIdx.x;
@@ -39,16 +51,17 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
         s[e] = v;
         if (bias) bsc[e] = __fadd_rn(v, bias[e]);
     }
+    __syncthreads();
     if (!bias) {
         if (threadIdx.x == 0) {
             int id = tok[t];
             if (id < 0 || id >= vocab) id = 0;
             for (int k = 0; k < K; k++) idx[(size_t)t * K + k] = (int32_t)tid2eid[(size_t)id * K + k];
             margin[t] = INFINITY;
+            if (w) moe_weights_tok(s, E, K, route_scale, idx + (size_t)t * K, w + (size_t)t * K);
         }
         return;
     }
-    __syncthreads();
     int kk = K + 1 <= E ? K + 1 : K;
     for (int j = threadIdx.x; j < E; j += blockDim.x) {
         float x = bsc[j];
@@ -63,6 +76,7 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
     if (threadIdx.x == 0) {
         for (int k = 0; k < K; k++) idx[(size_t)t * K + k] = top[k];
         margin[t] = kk > K ? __fsub_rn(bsc[top[K - 1]], bsc[top[K]]) : INFINITY;
+        if (w) moe_weights_tok(s, E, K, route_scale, idx + (size_t)t * K, w + (size_t)t * K);
     }
 }
 
@@ -74,7 +88,20 @@ extern "C" int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, 
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
     k_moe_route<<<T, 256, sizeof(float) * E, ctx->stream>>>(scores, E, K, bias, tid2eid, tok, vocab,
-                                                            idx, margin);
+                                                            idx, margin, 0.0f, NULL);
+    MK_CU_LAUNCHED(err, "cuda: moe_route launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
+                                         const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale,
+                                         int32_t *idx, float *margin, float *w, mk_err *err) {
+    if (T <= 0) return MK_OK;
+    if (K < 1 || K > 64 || E < K || E > 8192)
+        return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
+    if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
+    k_moe_route<<<T, 256, sizeof(float) * E, ctx->stream>>>(scores, E, K, bias, tid2eid, tok, vocab,
+                                                            idx, margin, route_scale, w);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
 }
@@ -84,14 +111,7 @@ __global__ void k_moe_weights(const float *__restrict__ sc, int T, int E, int K,
                               int32_t *idx, float *w) {
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
-    const float *s = sc + (size_t)t * E;
-    int32_t *ix = idx + (size_t)t * K;
-    float sum = 0.0f;
-    for (int k = 0; k < K; k++) {
-        if (ix[k] < 0 || ix[k] >= E) ix[k] = 0;
-        sum += s[ix[k]];
-    }
-    for (int k = 0; k < K; k++) w[(size_t)t * K + k] = __fmul_rn(__fdiv_rn(s[ix[k]], sum), route_scale);
+    moe_weights_tok(sc + (size_t)t * E, E, K, route_scale, idx + (size_t)t * K, w + (size_t)t * K);
 }
 
 extern "C" int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T, int E, int K,

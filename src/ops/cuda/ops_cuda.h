@@ -375,6 +375,10 @@ int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, 
 int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                       const int64_t *tid2eid, const int32_t *tok, int vocab, int32_t *idx,
                       float *margin, mk_err *err);
+/* mk_cuda_moe_route then mk_cuda_moe_weights(route_scale, w) in one kernel, the same bits. */
+int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
+                              const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
+                              float *margin, float *w, mk_err *err);
 int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T, int E, int K,
                         float route_scale, int32_t *idx, float *w, mk_err *err);
 size_t mk_cuda_moe_plan_ints(int T, int K, int E);
