@@ -90,6 +90,9 @@ typedef struct {
     int moe_stage;         /* 1: the routed-expert FP4 GEMV copies each block's weight tile into
                             * shared memory at once (cp.async) before computing (default 1;
                             * MINKE_CUDA_MOE_STAGE=0 turns it off at context creation; same bits) */
+    int bf16_from_f32;     /* 1: bf16 GEMVs round the fp32 activations themselves instead of a
+                            * separate conversion launch (default 1; MINKE_CUDA_BF16_F32=0 turns
+                            * it off at context creation; same bits) */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
