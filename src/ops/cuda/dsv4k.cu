@@ -346,62 +346,8 @@ extern "C" int mk_cuda_cmp_pool(mk_cuda_ctx *ctx, const float *kv, const float *
 
 /* ---- attention row lists --------------------------------------------------------------------- */
 
-/* One block: per query token t the window rows, then the compressed rows (CSA: the valid
- * selections; HCA: every visible entry); counts, prefix sums, then the pointers. */
-__global__ void k_attn_rows(int T, int start, int win, int D, const float *kv_call,
-                            const float *ring, mk_cuda_paged ckv, int n_ckv, int ratio,
-                            const int32_t *__restrict__ sel, int k_sel, const float **rows,
-                            int32_t *row_start) {
-    extern __shared__ int32_t cnt[]; /* [T + 1] */
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-        int p = start + t, n = p - win + 1 < 0 ? p + 1 : win;
-        if (ratio == 4) {
-            for (int i = 0; i < k_sel; i++) {
-                int s = sel[(size_t)t * k_sel + i];
-                if (s >= 0 && s < n_ckv) n++;
-            }
-        } else if (ratio) {
-            n += min((p + 1) / ratio, n_ckv);
-        }
-        cnt[t + 1] = n;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        cnt[0] = 0;
-        for (int t = 0; t < T; t++) cnt[t + 1] += cnt[t];
-        for (int t = 0; t <= T; t++) row_start[t] = cnt[t];
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-        int p = start + t, n = cnt[t];
-        for (int q = p - win + 1 < 0 ? 0 : p - win + 1; q <= p; q++)
-            rows[n++] = q >= start ? kv_call + (size_t)(q - start) * D : ring + (size_t)(q % win) * D;
-        if (ratio == 4) {
-            for (int i = 0; i < k_sel; i++) {
-                int s = sel[(size_t)t * k_sel + i];
-                if (s >= 0 && s < n_ckv) rows[n++] = mk_d_paged_row(ckv, s, D);
-            }
-        } else if (ratio) {
-            int vis = min((p + 1) / ratio, n_ckv);
-            for (int j = 0; j < vis; j++) rows[n++] = mk_d_paged_row(ckv, j, D);
-        }
-    }
-}
-
-extern "C" int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, int D,
-                                 const float *kv_call, const float *ring, mk_cuda_paged ckv,
-                                 int n_ckv, int ratio, const int32_t *sel, int k_sel,
-                                 const float **rows, int32_t *row_start, mk_err *err) {
-    if (T <= 0) return MK_OK;
-    if (T > 12000) return mk_fail(err, MK_ERANGE, "cuda: attn_rows: %d tokens in one call", T);
-    k_attn_rows<<<1, 256, sizeof(int32_t) * (T + 1), ctx->stream>>>(T, start, win, D, kv_call, ring, ckv,
-                                                                    n_ckv, ratio, sel, k_sel, rows, row_start);
-    MK_CU_LAUNCHED(err, "cuda: attn_rows launch");
-    return MK_OK;
-}
-
-/* k_attn_rows over every row of several pieces: counts per row, a prefix over all rows, then the
- * lists (a row's list is exactly what k_attn_rows builds for its piece alone). A warp serves a row
+/* The row lists of every row of several pieces (mk_cuda_attn_rows_multi): counts per row, a prefix
+ * over all rows, then the lists. A warp serves a row
  * (its lanes over the window, the selected entries compacted in order by ballots, the HCA
  * entries), so a decode's one row is not one thread's loop of a few hundred stores. */
 __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, int R,
@@ -528,22 +474,6 @@ extern "C" int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pie
 
 /* ---- window ring and its snapshots ----------------------------------------------------------- */
 
-/* Row i of the grid: the call's row T - n + i goes to its ring slot. */
-__global__ void k_ring_put(float *ring, const float *__restrict__ kv, int start, int T, int n, int win, int D) {
-    int t = T - n + blockIdx.y;
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < D) ring[(size_t)((start + t) % win) * D + c] = kv[(size_t)t * D + c];
-}
-
-extern "C" int mk_cuda_ring_put(mk_cuda_ctx *ctx, float *ring, const float *kv_call, int start, int T, int win,
-                                int D, mk_err *err) {
-    int n = T < win ? T : win;
-    if (n <= 0) return MK_OK;
-    k_ring_put<<<dim3((unsigned)((D + 127) / 128), (unsigned)n), 128, 0, ctx->stream>>>(ring, kv_call, start, T, n,
-                                                                                     win, D);
-    MK_CU_LAUNCHED(err, "cuda: ring_put launch");
-    return MK_OK;
-}
 
 /* Slot s of the snapshot after position e: position q = e - ((e - s) mod win). */
 __global__ void k_snap_ring(uint16_t *dst, const float *ring, const float *__restrict__ kv, int start, int e,

@@ -300,18 +300,14 @@ typedef struct {
     size_t block_bytes, off;
     int epb;
 } mk_cuda_paged;
-/* Row lists of the sparse attention for T query tokens at positions start..: the window (the
- * call's own rows of kv_call for positions >= start, the ring for earlier ones), then the
- * compressed rows (ratio 4: the valid entries of sel [T, k_sel]; other ratios: all visible
- * entries of ckv). rows needs T * (win + max(k_sel, n_ckv)) pointers, row_start T + 1. */
-int mk_cuda_attn_rows(mk_cuda_ctx *ctx, int T, int start, int win, int D, const float *kv_call,
-                      const float *ring, mk_cuda_paged ckv, int n_ckv, int ratio, const int32_t *sel,
-                      int k_sel, const float **rows, int32_t *row_start, mk_err *err);
-/* The same for several sequences' pieces in one launch: pieces [np] (device, piece i at
- * pieces[i * stride], row0 ascending) with
- * the rows of piece i at row0.. of kv_call, its sel rows at sel + (row0 + t) ... (row0 * sel_cap +
- * t * k_sel), its ring and block table (ckv.tbl is ignored); rows / row_start over all R rows
- * (R <= 12000). ring_put_multi: each piece's ring_put. */
+/* Row lists of the sparse attention for the query rows of several sequences' pieces in one
+ * launch: pieces [np] (device, piece i at pieces[i * stride], row0 ascending). Row t of a piece
+ * (position start + t) lists its window (the call's own rows of kv_call for positions >= start,
+ * the piece's ring for earlier ones), then its compressed rows (ratio 4: the valid entries of its
+ * sel row at sel + row0 * sel_cap + t * k_sel; other ratios: every visible entry of ckv, with the
+ * piece's block table; ckv.tbl is ignored); rows / row_start over all R rows (R <= 12000).
+ * ring_put_multi: ring slot q % win <- the call's row of position q, for the last min(T, win)
+ * positions of each piece. */
 typedef struct {
     const float *ring;    /* the piece's window ring [win, D] of this layer */
     const int32_t *tbl;   /* its block table */
@@ -330,10 +326,6 @@ int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int n
  * row plus ape[start % r] (mk_cuda_add_ape's addition). Pieces of more tokens are left alone. */
 int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
                           const float *kvp, const float *scp, int W2, const float *ape, int r, int ov, mk_err *err);
-/* Window ring: ring slot q % win <- the call's row of position q, for the last min(T, win)
- * positions of a call of T rows at start. */
-int mk_cuda_ring_put(mk_cuda_ctx *ctx, float *ring, const float *kv_call, int start, int T, int win,
-                     int D, mk_err *err);
 /* Snapshot of the ring after position e (>= win - 1) into dst bf16 [win, D] (slot q % win): rows
  * of positions >= start from kv_call, earlier ones from the ring (not yet updated by the call). */
 int mk_cuda_snap_ring(mk_cuda_ctx *ctx, uint16_t *dst, const float *ring, const float *kv_call, int start,
@@ -349,20 +341,15 @@ int mk_cuda_fill(mk_cuda_ctx *ctx, float *x, size_t n, float v, mk_err *err);
  * gbs = (bytes read + written) / time. */
 int mk_cuda_copy_bandwidth(mk_cuda_ctx *ctx, size_t bytes, int iters, double *gbs, mk_err *err);
 
-/* Lightning indexer for T query rows at positions start..: scores sc [T, n_all] (-inf past the
- * entries visible to the row, (start + t + 1) / 4) and the top-k per row into sel [T, k]
- * (descending, ties to the lower index, -1 padded); clamp: forced selections past the visible
- * entries become -1. Keys: the paged indexer entries ikv (D = ID). */
-int mk_cuda_index_scores(mk_cuda_ctx *ctx, const float *iq, const float *iw, mk_cuda_paged ikv, int T,
-                         int IH, int ID, int start, int n_all, float *sc, mk_err *err);
-int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int start, int k,
-                       int32_t *sel, mk_err *err);
+/* Lightning indexer: clamp: forced selections past the entries visible to row t ((start + t + 1)
+ * / 4) become -1. */
 int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int start, int k,
                         mk_err *err);
 /* Scores and top-k of every row of several pieces (mk_cuda_apiece, as for mk_cuda_attn_rows_multi;
- * piece P has (P.start + P.T) / 4 entries in its blocks, ikv.tbl ignored, and picks P.k_sel):
- * sc [R, n_cap] (n_cap >= every piece's entry count), sel rows at row0 * sel_cap + t * k_sel; each
- * row's values are those of mk_cuda_index_scores / mk_cuda_index_topk for its piece alone. */
+ * piece P has (P.start + P.T) / 4 entries in its blocks (keys: the paged indexer entries ikv,
+ * D = ID, ikv.tbl ignored) and picks P.k_sel): sc [R, n_cap] (n_cap >= every piece's entry count;
+ * -inf past the entries visible to the row) and the top-k per row (descending, ties to the lower
+ * index, -1 padded) at row0 * sel_cap + t * k_sel. */
 int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, const float *iq,
                         const float *iw, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap, float *sc,
                         int sel_cap, int32_t *sel, mk_err *err);

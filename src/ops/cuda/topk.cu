@@ -17,72 +17,9 @@ __device__ __forceinline__ int d_vis(int t, int start, int n_all) {
     return min((start + t + 1) / 4, n_all);
 }
 
-__global__ void k_index_scores(const float *__restrict__ iq, const float *__restrict__ iw,
-                               mk_cuda_paged ikv, int T, int IH, int ID, int start,
-                               int n_all, float *__restrict__ sc) {
-    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    int lane = threadIdx.x & 31;
-    if (warp >= T * n_all) return;
-    int t = warp / n_all, j = warp - t * n_all;
-    if (j >= d_vis(t, start, n_all)) {
-        if (lane == 0) sc[(size_t)t * n_all + j] = -INFINITY;
-        return;
-    }
-    const float *K = mk_d_paged_row(ikv, j, ID);
-    float acc = 0.0f;
-    for (int h = 0; h < IH; h++) {
-        const float *q = iq + ((size_t)t * IH + h) * ID;
-        float d = 0.0f;
-        for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
-        d = mk_d_bf16r(mk_d_warp_sum(d));
-        if (d < 0) d = 0;
-        acc += mk_d_bf16r(__fmul_rn(d, iw[(size_t)t * IH + h]));
-    }
-    if (lane == 0) sc[(size_t)t * n_all + j] = mk_d_bf16r(acc);
-}
+/* ---- every piece of a call in one launch (pieces as for mk_cuda_attn_rows_multi) ---------------- */
 
-extern "C" int mk_cuda_index_scores(mk_cuda_ctx *ctx, const float *iq, const float *iw,
-                                    mk_cuda_paged ikv, int T, int IH, int ID, int start,
-                                    int n_all, float *sc, mk_err *err) {
-    if (T <= 0 || n_all <= 0) return MK_OK;
-    size_t warps = (size_t)T * n_all;
-    k_index_scores<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(
-        iq, iw, ikv, T, IH, ID, start, n_all, sc);
-    MK_CU_LAUNCHED(err, "cuda: index_scores launch");
-    return MK_OK;
-}
-
-/* One block per row t: out[t, 0..k) = the min(k, vis) best visible entries, then -1. */
-__global__ void k_index_topk(const float *__restrict__ sc, int n_all, int start, int k,
-                             int32_t *__restrict__ out) {
-    int t = blockIdx.x;
-    int vis = d_vis(t, start, n_all);
-    int kk = min(k, vis);
-    const float *v = sc + (size_t)t * n_all;
-    int32_t *o = out + (size_t)t * k;
-    for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
-    for (int j = threadIdx.x; j < vis; j += blockDim.x) {
-        float x = v[j];
-        int rank = 0;
-        for (int i = 0; i < vis && rank < kk; i++) {
-            float y = v[i];
-            rank += (y > x) || (y == x && i < j);
-        }
-        if (rank < kk) o[rank] = j;
-    }
-}
-
-extern "C" int mk_cuda_index_topk(mk_cuda_ctx *ctx, const float *sc, int T, int n_all, int start,
-                                  int k, int32_t *sel, mk_err *err) {
-    if (T <= 0 || k <= 0) return MK_OK;
-    k_index_topk<<<T, 256, 0, ctx->stream>>>(sc, n_all, start, k, sel);
-    MK_CU_LAUNCHED(err, "cuda: index_topk launch");
-    return MK_OK;
-}
-
-/* ---- several pieces in one launch (pieces as for mk_cuda_attn_rows_multi) ---------------------- */
-
-/* k_index_scores over every row r of the call (warp per (r, j), j < n_cap): row r of piece P sees
+/* The scores of every row r of the call (warp per (r, j), j < n_cap): row r of piece P sees
  * P's entries (n_all = (P.start + P.T) / 4 of them, P's block table); sc [R, n_cap]. */
 __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
                                      const float *__restrict__ iq, const float *__restrict__ iw,
@@ -150,7 +87,7 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
     }
 }
 
-/* One block per row r: k_index_topk of its piece's k_sel (sel at row0 * sel_cap + t * k_sel). */
+/* One block per row r: the top-k of its piece's k_sel by rank (sel at row0 * sel_cap + t * k_sel). */
 __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
                                    const float *__restrict__ sc, int n_cap, int sel_cap,
                                    int32_t *__restrict__ sel) {
