@@ -1235,13 +1235,6 @@ int main(int argc, char **argv) {
         printf("| (tuning: moe_slabs = %d) | | | | | | |\n", t.moe_slabs);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
-        t = def; /* the weight tiles read straight from global memory instead of staged (or back) */
-        t.moe_stage = !def.moe_stage;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_stage = %d) | | | | | | |\n", t.moe_stage);
-        test_moe_fp4(1, 6, 8, 4096, 2048);
-        test_moe_fp4(40, 6, 32, 512, 256);
-        test_moe_fp4(3, 2, 64, 1024, 512);
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
 

@@ -123,10 +123,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_pdl = 1;
     ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
-    ctx->tune.moe_stage = 1;
     ctx->tune.bf16_from_f32 = 1;
     if (getenv("MINKE_CUDA_BF16_F32")) ctx->tune.bf16_from_f32 = atoi(getenv("MINKE_CUDA_BF16_F32")) != 0;
-    if (getenv("MINKE_CUDA_MOE_STAGE")) ctx->tune.moe_stage = atoi(getenv("MINKE_CUDA_MOE_STAGE")) != 0;
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -257,7 +255,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
-    ctx->tune.moe_stage = ctx->tune.moe_stage != 0;
     ctx->tune.bf16_from_f32 = ctx->tune.bf16_from_f32 != 0;
 }
 

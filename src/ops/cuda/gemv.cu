@@ -44,7 +44,6 @@
 #include "ops/cuda/cuda_common.cuh"
 
 #define GEMV_MAXW 8      /* warps per block */
-#define MOE_STG_MAX (100 * 1024) /* shared-memory staging of a routed-expert block's weight tile */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
 
 /* Launch plan for `slabs` 16-row slabs over `units` k-units (128-blocks, or 32-k steps for bf16):
@@ -73,15 +72,14 @@ static gemv_plan plan_for(const mk_cuda_ctx *ctx, int slabs, int units) {
 static int gemv_units(const mk_wmat *W) { return W->kind == MK_W_BF16 ? W->k / 32 : W->k / 128; }
 
 /* Launches a GEMV kernel on the context's stream, with programmatic dependent launch unless the
- * tuning turns it off (the kernels call mk_d_pdl_wait before reading activations); _smem with
- * dynamic shared memory. */
+ * tuning turns it off (the kernels call mk_d_pdl_wait before reading activations). */
 template <typename... P, typename... A>
-static cudaError_t gemv_launch_smem(mk_cuda_ctx *ctx, dim3 grid, int threads, size_t smem, void (*kern)(P...),
-                                    A... args) {
+static cudaError_t gemv_launch(mk_cuda_ctx *ctx, dim3 grid, int threads, void (*kern)(P...),
+                               A... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = 0;
     cfg.stream = ctx->stream;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -89,11 +87,6 @@ static cudaError_t gemv_launch_smem(mk_cuda_ctx *ctx, dim3 grid, int threads, si
     cfg.attrs = at;
     cfg.numAttrs = ctx->tune.gemv_pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, args...);
-}
-
-template <typename... P, typename... A>
-static cudaError_t gemv_launch(mk_cuda_ctx *ctx, dim3 grid, int threads, void (*kern)(P...), A... args) {
-    return gemv_launch_smem(ctx, grid, threads, 0, kern, args...);
 }
 
 int mk_cuda_gemv_splits(const mk_cuda_ctx *ctx, const mk_wmat *W) {
@@ -452,7 +445,7 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * Launched with programmatic dependent launch: the plan is read at once (it was written two
  * kernels before), the block's weight rows are prefetched into L2, then it waits for the previous
  * kernel before reading activations. y [slot, n] fp32 (round: bf16). */
-template <int NP, int U, int SL, bool STG>
+template <int NP, int U, int SL>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -476,39 +469,17 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
     const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
-    const int nb = k >> 7, nsb = k >> 5;
-    const size_t rowb = (size_t)k >> 1;
-    /* STG: the block's 16 SL weight rows and their scales are copied into shared memory at once
-     * (cp.async, rows padded by 64 bytes against bank conflicts), so the whole tile is in flight
-     * while the previous kernel finishes; else they are prefetched into L2 */
-    extern __shared__ __align__(16) uint8_t stg[];
-    const int RS = (int)rowb + 64, SS = nsb + 16;
-    if (STG) {
-        const int cw = (int)(rowb >> 4), cs = nsb >> 4;
-        const uint8_t *Wb = W + (size_t)blockIdx.x * 16 * SL * rowb, *Sb = S + (size_t)blockIdx.x * 16 * SL * nsb;
-        for (int i = threadIdx.x; i < 16 * SL * cw; i += blockDim.x) {
-            const int r = i / cw, c = i - r * cw;
-            mk_d_cp_async16(stg + r * RS + c * 16, Wb + r * rowb + c * 16, 16);
-        }
-        uint8_t *ss = stg + 16 * SL * RS;
-        for (int i = threadIdx.x; i < 16 * SL * cs; i += blockDim.x) {
-            const int r = i / cs, c = i - r * cs;
-            mk_d_cp_async16(ss + r * SS + c * 16, Sb + (size_t)r * nsb + c * 16, 16);
-        }
-        mk_d_cp_async_commit();
-    } else {
-        const int lines = (int)(rowb / 128);
+    { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
+        const int lines = (int)(((size_t)k >> 1) / 128);
         for (int i = threadIdx.x; i < 16 * SL * lines; i += blockDim.x)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(blockIdx.x * 16 * SL + i / lines) * rowb +
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(blockIdx.x * 16 * SL + i / lines) * (k >> 1) +
                                                           (size_t)(i % lines) * 128));
     }
     mk_d_pdl_wait();
-    if (STG) {
-        mk_d_cp_async_wait<0>();
-        __syncthreads();
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
     const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, nsb = k >> 5;
+    const size_t rowb = (size_t)k >> 1;
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
     const uint8_t *w0[SL], *w1[SL], *s0p[SL], *s1p[SL];
 #pragma unroll
@@ -538,19 +509,10 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                 if (kb + u < kb1) {
 #pragma unroll
                     for (int q = 0; q < SL; q++) {
-                        if (STG) {
-                            const uint8_t *sw = stg + (q * 16 + g) * RS + (kb + u) * 64 + t * 16;
-                            const uint8_t *sq = stg + 16 * SL * RS + (q * 16 + g) * SS + 4 * (kb + u) + 2 * (t & 1);
-                            a[q][u][0] = *(const uint4 *)sw;
-                            a[q][u][1] = *(const uint4 *)(sw + 8 * RS);
-                            sg[q][u] = *(const uint16_t *)sq;
-                            sg8[q][u] = *(const uint16_t *)(sq + 8 * SS);
-                        } else {
-                            a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
-                            a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
-                            sg[q][u] = *(const uint16_t *)(s0p[q] + 4 * (kb + u));
-                            sg8[q][u] = *(const uint16_t *)(s1p[q] + 4 * (kb + u));
-                        }
+                        a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
+                        a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
+                        sg[q][u] = *(const uint16_t *)(s0p[q] + 4 * (kb + u));
+                        sg8[q][u] = *(const uint16_t *)(s1p[q] + 4 * (kb + u));
                     }
 #pragma unroll
                     for (int p = 0; p < NP; p++) {
@@ -617,35 +579,17 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
-    const int sl = ctx->tune.moe_slabs, slabs = T == 1 && sl == 2 && n % 32 == 0 ? 2 : 1;
-    /* shared-memory staging of each block's weight tile (tuning moe_stage; rows of whole 256-byte
-     * multiples, at most MOE_STG_MAX bytes a block) */
-    const size_t stg = (size_t)16 * slabs * ((size_t)k / 2 + 64 + (size_t)k / 32 + 16);
-    const bool st = ctx->tune.moe_stage && k % 512 == 0 && stg <= MOE_STG_MAX;
-    if (st) {
-        int rc = MK_OK;
-        if (slabs == 2) rc = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_S2, (const void *)k_moe_gemv_fp4<1, 2, 2, true>, MOE_STG_MAX, err);
-        else if (T == 1) rc = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_S1, (const void *)k_moe_gemv_fp4<1, 4, 1, true>, MOE_STG_MAX, err);
-        else rc = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_SB, (const void *)k_moe_gemv_fp4<4, 1, 1, true>, MOE_STG_MAX, err);
-        if (rc) return rc;
-    }
-    const size_t dyn = st ? stg : 0;
-    if (slabs == 2) { /* decode, two slabs per block (tuning) */
+    const int sl = ctx->tune.moe_slabs;
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
-        e = st ? gemv_launch_smem(ctx, grid, nw * 32, dyn, k_moe_gemv_fp4<1, 2, 2, true>, W, S, W3, S3, xq, sa, n, k, per,
-                                  plan, TK, E, by_token, y, y3, round)
-               : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 2, false>, W, S, W3, S3, xq, sa, n, k, per, plan,
-                             TK, E, by_token, y, y3, round);
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round);
     } else if (T == 1) { /* decode: a token names each expert once, so every group is one slot */
-        e = st ? gemv_launch_smem(ctx, grid, nw * 32, dyn, k_moe_gemv_fp4<1, 4, 1, true>, W, S, W3, S3, xq, sa, n, k, per,
-                                  plan, TK, E, by_token, y, y3, round)
-               : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4, 1, false>, W, S, W3, S3, xq, sa, n, k, per, plan,
-                             TK, E, by_token, y, y3, round);
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round);
     } else {
-        e = st ? gemv_launch_smem(ctx, grid, nw * 32, dyn, k_moe_gemv_fp4<4, 1, 1, true>, W, S, W3, S3, xq, sa, n, k, per,
-                                  plan, TK, E, by_token, y, y3, round)
-               : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1, 1, false>, W, S, W3, S3, xq, sa, n, k, per, plan,
-                             TK, E, by_token, y, y3, round);
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");

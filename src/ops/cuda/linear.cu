@@ -135,7 +135,8 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
     const int n = W->n, k = W->k, nb = (k + 127) / 128;
     const int reuse = flags & MK_CUDA_LIN_REUSE_X;
     const int quantized = W->kind == MK_W_FP8 || W->kind == MK_W_FP4;
-    const int xf32 = W->kind == MK_W_BF16 && !reuse && ctx->tune.bf16_from_f32; /* GEMV path only */
+    const int xf32 = W->kind == MK_W_BF16 && !reuse && ctx->tune.bf16_from_f32 &&
+                     W->n <= MK_CUDA_BF16_F32_MAX_N; /* GEMV path only */
     int st;
 
     mk_cuda_kernel kk = resolve(ctx, kern, W, m, flags);
