@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
                                                              const int32_t *__restrict__ row_start,
                                                              const float *__restrict__ sink,
                                                              float scale, float *__restrict__ o) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ float qs[];                 /* [HG][D] */
     __shared__ float sc[HG][ATT_CHUNK];           /* scores, then bf16 probabilities */
     __shared__ const float *rp[ATT_CHUNK];        /* the chunk's row pointers */
@@ -130,7 +131,7 @@ static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
     int st = mk_cuda_smem_optin(ctx, bit, (const void *)k_sparse_attn<HG>, sizeof(float) * HG * ATT_MAXD, err);
     if (st) return st;
     dim3 grid(H / HG, T);
-    k_sparse_attn<HG><<<grid, ATT_THREADS, smem, ctx->stream>>>(q, H, D, rows, row_start, sink, scale, o);
+    (void)mk_cuda_launch_pdl(ctx, grid, ATT_THREADS, smem, k_sparse_attn<HG>, q, H, D, rows, row_start, sink, scale, o);
     MK_CU_LAUNCHED(err, "cuda: sparse attention launch");
     return MK_OK;
 }

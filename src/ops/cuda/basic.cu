@@ -11,6 +11,7 @@
 /* One block per row. y may alias x: each thread reads its elements again before writing them. */
 __global__ void __launch_bounds__(1024) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
                                                   float eps, float *y) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     mk_d_rmsnorm_row(x + (size_t)blockIdx.x * d, d, w, eps, y + (size_t)blockIdx.x * d);
 }
 
@@ -20,7 +21,7 @@ extern "C" int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d
     if (d <= 0) return mk_fail(err, MK_EINVAL, "cuda: rmsnorm: d = %d", d);
     /* about 4 values per thread (a row is one block: a decode's row must not wait on a few threads'
      * load chains); the thread count depends on d only, so a row's bits do not depend on rows */
-    k_rmsnorm<<<rows, mk_cuda_rmsnorm_threads(d), 0, ctx->stream>>>(x, d, w, eps, y);
+    (void)mk_cuda_launch_pdl(ctx, rows, mk_cuda_rmsnorm_threads(d), 0, k_rmsnorm, x, d, w, eps, y);
     MK_CU_LAUNCHED(err, "cuda: rmsnorm launch");
     return MK_OK;
 }
@@ -53,6 +54,7 @@ extern "C" void mk_cuda_rope_table_free(mk_cuda_ctx *ctx, mk_rope_table *dev) {
 __global__ void k_rope(float *x, int n_vec, int stride, int half, const float *__restrict__ cs,
                        int tab_half, int pos0, const int32_t *__restrict__ pos_of, int max_pos, int vpp,
                        int inverse) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (id >= (size_t)n_vec * half) return;
     int v = (int)(id / half), i = (int)(id - (size_t)v * half);
@@ -73,8 +75,8 @@ extern "C" int mk_cuda_rope(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, i
         return mk_fail(err, MK_ERANGE, "cuda: rope: positions %d..%d outside the table (%d)", pos0,
                        last, t->max_pos);
     size_t n = (size_t)n_vec * (rd / 2);
-    k_rope<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n_vec, stride, rd / 2, t->cs,
-                                                                   t->half, pos0, NULL, t->max_pos, vecs_per_pos,
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((n + 255) / 256), 256, 0, k_rope, x, n_vec, stride, rd / 2, t->cs,
+                                                                   t->half, pos0, (const int32_t *)NULL, t->max_pos, vecs_per_pos,
                                                                    inverse);
     MK_CU_LAUNCHED(err, "cuda: rope launch");
     return MK_OK;
@@ -88,7 +90,7 @@ extern "C" int mk_cuda_rope_at(mk_cuda_ctx *ctx, float *x, int n_vec, int stride
         return mk_fail(err, MK_EINVAL, "cuda: rope_at: rd %d, table half %d, vecs_per_pos %d", rd, t->half,
                        vecs_per_pos);
     size_t n = (size_t)n_vec * (rd / 2);
-    k_rope<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n_vec, stride, rd / 2, t->cs, t->half, 0, pos,
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((n + 255) / 256), 256, 0, k_rope, x, n_vec, stride, rd / 2, t->cs, t->half, 0, pos,
                                                                    t->max_pos, vecs_per_pos, inverse);
     MK_CU_LAUNCHED(err, "cuda: rope_at launch");
     return MK_OK;
@@ -98,6 +100,7 @@ extern "C" int mk_cuda_rope_at(mk_cuda_ctx *ctx, float *x, int n_vec, int stride
 
 /* One block per row, the row in shared memory; the butterflies of basic.c, stage by stage. */
 __global__ void __launch_bounds__(256) k_hadamard(float *x, int n, float scale) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ float hs[];
     float *xr = x + (size_t)blockIdx.x * n;
     for (int i = threadIdx.x; i < n; i += blockDim.x) hs[i] = xr[i];
@@ -119,7 +122,7 @@ extern "C" int mk_cuda_hadamard(mk_cuda_ctx *ctx, float *x, int rows, int n, flo
     if (rows <= 0) return MK_OK;
     if (n < 1 || n > 8192 || (n & (n - 1)))
         return mk_fail(err, MK_EINVAL, "cuda: hadamard: n = %d (a power of two up to 8192)", n);
-    k_hadamard<<<rows, 256, sizeof(float) * n, ctx->stream>>>(x, n, scale);
+    (void)mk_cuda_launch_pdl(ctx, rows, 256, sizeof(float) * n, k_hadamard, x, n, scale);
     MK_CU_LAUNCHED(err, "cuda: hadamard launch");
     return MK_OK;
 }

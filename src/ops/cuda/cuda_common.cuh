@@ -49,6 +49,27 @@ struct mk_cuda_ctx {
 #define MK_CUDA_HC_SPLIT_TOK 1024 /* tokens per split-path launch pair (the partials buffer's size) */
 #define MK_CUDA_COUNTERS 65536
 
+/* Launches kern on the context's stream with programmatic dependent launch (unless the tuning's
+ * gemv_pdl is 0): its blocks are scheduled while the previous kernel finishes, which hides the
+ * launch latency of a chain of small kernels. kern must start with MK_PDL_ENTER() (or, like the
+ * GEMVs, touch only constant data before mk_d_pdl_wait). Errors are left for cudaGetLastError
+ * (MK_CU_LAUNCHED). */
+template <typename... P, typename... A>
+static inline cudaError_t mk_cuda_launch_pdl(mk_cuda_ctx *ctx, dim3 grid, dim3 block, size_t smem, void (*kern)(P...),
+                                             A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ctx->tune.gemv_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
 /* Maps a CUDA error to an mk_status and writes "what: cuda error text" into err. */
 int mk_cuda_fail(mk_err *err, cudaError_t e, const char *what);
 
@@ -215,6 +236,14 @@ __device__ __forceinline__ void mk_d_pdl_launch_dependents(void) {
 __device__ __forceinline__ void mk_d_pdl_wait(void) {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
+
+/* The entry of a kernel launched by mk_cuda_launch_pdl: the next kernel may be scheduled now, and
+ * this one waits for the previous kernel (a no-op when launched without the attribute). */
+#define MK_PDL_ENTER()                \
+    do {                              \
+        mk_d_pdl_launch_dependents(); \
+        mk_d_pdl_wait();              \
+    } while (0)
 
 /* 16-byte streaming load of weights: not kept in L1 (each byte is used once per call). */
 __device__ __forceinline__ uint4 mk_d_ld_stream(const void *p) {

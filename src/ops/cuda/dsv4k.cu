@@ -17,6 +17,7 @@
 
 __global__ void k_embed_hc(const uint16_t *__restrict__ emb, const int32_t *__restrict__ tok, int hc,
                            int d, int vocab, float *__restrict__ h) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int t = blockIdx.x;
     int id = tok[t];
     if (id < 0 || id >= vocab) id = 0;
@@ -30,7 +31,7 @@ __global__ void k_embed_hc(const uint16_t *__restrict__ emb, const int32_t *__re
 extern "C" int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab,
                                 const int32_t *tok, int T, int hc, int d, float *h, mk_err *err) {
     if (T <= 0) return MK_OK;
-    k_embed_hc<<<T, 256, 0, ctx->stream>>>(embed, tok, hc, d, vocab, h);
+    (void)mk_cuda_launch_pdl(ctx, T, 256, 0, k_embed_hc, embed, tok, hc, d, vocab, h);
     MK_CU_LAUNCHED(err, "cuda: embed launch");
     return MK_OK;
 }
@@ -91,6 +92,7 @@ __device__ __forceinline__ void quant_sim_block(const float *__restrict__ x, flo
 /* One warp per (row, block); block <= 128. */
 __global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, int n, int block,
                             int fp4, float *__restrict__ y) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     int nb = (n + block - 1) / block;
@@ -105,6 +107,7 @@ __global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, i
 __global__ void __launch_bounds__(1024) k_kv_norm_rope_q(float *kv, int D, const uint16_t *__restrict__ w, float eps,
                                                          int rd, const float *__restrict__ cs, int tab_half,
                                                          const int32_t *__restrict__ pos_of, int max_pos) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     float *x = kv + (size_t)blockIdx.x * D;
     mk_d_rmsnorm_row(x, D, w, eps, x);
     __syncthreads();
@@ -121,7 +124,7 @@ extern "C" int mk_cuda_kv_norm_rope_q(mk_cuda_ctx *ctx, float *kv, int rows, int
     if (rows <= 0) return MK_OK;
     if (D <= 0 || rd <= 0 || rd % 2 || rd > D || rd / 2 > t->half || !t->cs || !pos)
         return mk_fail(err, MK_EINVAL, "cuda: kv_norm_rope_q: D %d, rd %d, table half %d", D, rd, t->half);
-    k_kv_norm_rope_q<<<rows, mk_cuda_rmsnorm_threads(D), 0, ctx->stream>>>(kv, D, w, eps, rd, t->cs, t->half, pos,
+    (void)mk_cuda_launch_pdl(ctx, rows, mk_cuda_rmsnorm_threads(D), 0, k_kv_norm_rope_q, kv, D, w, eps, rd, t->cs, t->half, pos,
                                                                            t->max_pos);
     MK_CU_LAUNCHED(err, "cuda: kv_norm_rope_q launch");
     return MK_OK;
@@ -133,7 +136,7 @@ extern "C" int mk_cuda_quant_sim(mk_cuda_ctx *ctx, const float *x, int rows, int
     if (block <= 0 || block > 128)
         return mk_fail(err, MK_EINVAL, "cuda: quant_sim: block %d (1..128)", block);
     size_t warps = (size_t)rows * ((n + block - 1) / block);
-    k_quant_sim<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(x, rows, stride, n,
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps * 32 + 255) / 256), 256, 0, k_quant_sim, x, rows, stride, n,
                                                                                block, fp4, y);
     MK_CU_LAUNCHED(err, "cuda: quant_sim launch");
     return MK_OK;
@@ -159,6 +162,7 @@ __global__ void k_head_rms_bf16(float *q, int n_vec, int D, float eps) {
  * vectors a row), by the same warp. */
 __global__ void k_head_rms_rope(float *q, int n_vec, int D, float eps, int rd, const float *__restrict__ cs,
                                 int tab_half, const int32_t *__restrict__ pos_of, int max_pos, int vpp) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int v = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     if (v >= n_vec) return;
@@ -181,7 +185,7 @@ extern "C" int mk_cuda_head_rms_rope(mk_cuda_ctx *ctx, float *q, int n_vec, int 
     if (n_vec <= 0) return MK_OK;
     if (D <= 0 || rd <= 0 || rd % 2 || rd > D || rd / 2 > t->half || vecs_per_pos <= 0 || !t->cs || !pos)
         return mk_fail(err, MK_EINVAL, "cuda: head_rms_rope: D %d, rd %d, table half %d", D, rd, t->half);
-    k_head_rms_rope<<<(unsigned)(((size_t)n_vec * 32 + 255) / 256), 256, 0, ctx->stream>>>(q, n_vec, D, eps, rd, t->cs,
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)(((size_t)n_vec * 32 + 255) / 256), 256, 0, k_head_rms_rope, q, n_vec, D, eps, rd, t->cs,
                                                                                          t->half, pos, t->max_pos,
                                                                                          vecs_per_pos);
     MK_CU_LAUNCHED(err, "cuda: head_rms_rope launch");
@@ -230,13 +234,14 @@ extern "C" int mk_cuda_rope_step(mk_cuda_ctx *ctx, float *x, int n_vec, int stri
 /* ---- elementwise ----------------------------------------------------------------------------- */
 
 __global__ void k_scale_bf16(float *x, size_t n, float s) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) x[i] = mk_d_bf16r(__fmul_rn(x[i], s));
 }
 
 extern "C" int mk_cuda_scale_bf16(mk_cuda_ctx *ctx, float *x, size_t n, float s, mk_err *err) {
     if (!n) return MK_OK;
-    k_scale_bf16<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n, s);
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((n + 255) / 256), 256, 0, k_scale_bf16, x, n, s);
     MK_CU_LAUNCHED(err, "cuda: scale_bf16 launch");
     return MK_OK;
 }
@@ -354,6 +359,7 @@ __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *
                                                           int win, int D, const float *kv_call, mk_cuda_paged ckv,
                                                           int ratio, const int32_t *__restrict__ sel, int sel_cap,
                                                           const float **rows, int32_t *row_start) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ int32_t cnt[]; /* [R + 1] */
     __shared__ int32_t wtot[32];
     const unsigned all = 0xffffffffu;
@@ -422,7 +428,7 @@ extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *p
     if (R <= 0 || np <= 0) return MK_OK;
     if (R > 12000) return mk_fail(err, MK_ERANGE, "cuda: attn_rows: %d rows in one call", R);
     int threads = R < 32 ? R * 32 : 1024;
-    k_attn_rows_multi<<<1, threads, sizeof(int32_t) * (R + 1), ctx->stream>>>(pieces, np, stride, R, win, D, kv_call, ckv,
+    (void)mk_cuda_launch_pdl(ctx, 1, threads, sizeof(int32_t) * (R + 1), k_attn_rows_multi, pieces, np, stride, R, win, D, kv_call, ckv,
                                                                               ratio, sel, sel_cap, rows, row_start);
     MK_CU_LAUNCHED(err, "cuda: attn_rows_multi launch");
     return MK_OK;
@@ -431,6 +437,7 @@ extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *p
 /* Block (x, r): row r of the call goes to its piece's ring if it is among the piece's last win. */
 __global__ void k_ring_put_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, const float *__restrict__ kv,
                                  int win, int D) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     const int r = blockIdx.y;
     const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
     const int t = r - P.row0, n = P.T < win ? P.T : win;
@@ -443,7 +450,7 @@ extern "C" int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pi
                                       const float *kv_call, int win, int D, mk_err *err) {
     if (R <= 0 || np <= 0) return MK_OK;
     if (R > 65535) return mk_fail(err, MK_ERANGE, "cuda: ring_put_multi: %d rows in one call", R);
-    k_ring_put_multi<<<dim3((unsigned)((D + 127) / 128), (unsigned)R), 128, 0, ctx->stream>>>(pieces, np, stride, kv_call,
+    (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)((D + 127) / 128), (unsigned)R), 128, 0, k_ring_put_multi, pieces, np, stride, kv_call,
                                                                                           win, D);
     MK_CU_LAUNCHED(err, "cuda: ring_put_multi launch");
     return MK_OK;
@@ -452,6 +459,7 @@ extern "C" int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pi
 __global__ void k_cmp_put_multi(const mk_cuda_apiece *__restrict__ pc, int stride, int which,
                                 const float *__restrict__ kvp, const float *__restrict__ scp, int W2,
                                 const float *__restrict__ ape, int r, int ov) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     const mk_cuda_apiece &P = pc[(size_t)blockIdx.y * stride];
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (P.T != 1 || c >= W2) return;
@@ -466,7 +474,7 @@ extern "C" int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pie
     if (np <= 0) return MK_OK;
     if (np > 65535 || r < 1 || which < 0 || which > 1)
         return mk_fail(err, MK_EINVAL, "cuda: cmp_put_multi: %d pieces, ratio %d, which %d", np, r, which);
-    k_cmp_put_multi<<<dim3((unsigned)((W2 + 255) / 256), (unsigned)np), 256, 0, ctx->stream>>>(pieces, stride, which,
+    (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)((W2 + 255) / 256), (unsigned)np), 256, 0, k_cmp_put_multi, pieces, stride, which,
                                                                                            kvp, scp, W2, ape, r, ov);
     MK_CU_LAUNCHED(err, "cuda: cmp_put_multi launch");
     return MK_OK;

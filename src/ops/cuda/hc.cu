@@ -108,6 +108,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
 __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h, int n,
                                                      const float *__restrict__ fn, int nmix,
                                                      double *__restrict__ part) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ double red[8][HC_MAXMIX + 1];
     const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y;
     double a = hc_chunk_sum(h + (size_t)t * n, n, fn, nmix, S, c, red);
@@ -169,6 +170,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
                                                     float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
@@ -202,6 +204,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
                                                      const float *__restrict__ base, float hc_eps,
                                                      float norm_eps, const uint16_t *__restrict__ nw, float neps,
                                                      float *__restrict__ y) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
     const int t = blockIdx.x, n = hc * d;
@@ -229,6 +232,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
 __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__ res,
                           const float *__restrict__ post, const float *__restrict__ comb, int s,
                           int hc, int d, float *__restrict__ out) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     size_t per_tok = (size_t)hc * d;
     if (id >= (size_t)s * per_tok) return;
@@ -260,15 +264,15 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, co
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, (2 + hc) * hc, ctx->hc_partial);
+        (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)ns, S), 256, 0, k_hc_mix_part, ht, hc * d, fn, (2 + hc) * hc, ctx->hc_partial);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
         if (fuse)
-            k_hc_pre_fin<true><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps,
+            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps,
                                                              norm_eps, nw, neps, x + (size_t)t0 * d,
                                                              post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc);
         else
-            k_hc_pre_fin<false><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, iters,
-                                                              hc_eps, norm_eps, NULL, 0.0f, x + (size_t)t0 * d,
+            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
+                                                              hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
                                                               post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
@@ -295,7 +299,7 @@ extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *re
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
     size_t n = (size_t)s * hc * d;
-    k_hc_post<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, res, post, comb, s, hc, d, out);
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((n + 255) / 256), 256, 0, k_hc_post, x, res, post, comb, s, hc, d, out);
     MK_CU_LAUNCHED(err, "cuda: hc_post launch");
     return MK_OK;
 }
@@ -309,14 +313,14 @@ static int hc_head_any(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, c
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        k_hc_mix_part<<<dim3((unsigned)ns, S), 256, 0, ctx->stream>>>(ht, hc * d, fn, hc, ctx->hc_partial);
+        (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)ns, S), 256, 0, k_hc_mix_part, ht, hc * d, fn, hc, ctx->hc_partial);
         MK_CU_LAUNCHED(err, "cuda: hc_head (split) launch");
         if (fuse)
-            k_hc_head_fin<true><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
+            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_head_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
                                                               norm_eps, nw, neps, y + (size_t)t0 * d);
         else
-            k_hc_head_fin<false><<<ns, 1024, 0, ctx->stream>>>(ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
-                                                               norm_eps, NULL, 0.0f, y + (size_t)t0 * d);
+            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_head_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
+                                                               norm_eps, (const uint16_t *)NULL, 0.0f, y + (size_t)t0 * d);
         MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
     }
     if (norm && !fuse) return mk_cuda_rmsnorm(ctx, y, s, d, nw, neps, y, err);

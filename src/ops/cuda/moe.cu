@@ -42,6 +42,7 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
                             const int64_t *__restrict__ tid2eid, const int32_t *__restrict__ tok,
                             int vocab, int32_t *__restrict__ idx, float *__restrict__ margin, float route_scale,
                             float *__restrict__ w) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ float bsc[]; /* [E] biased scores */
     __shared__ int32_t top[65];
     int t = blockIdx.x;
@@ -87,8 +88,8 @@ extern "C" int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, 
     if (K < 1 || K > 64 || E < K || E > 8192)
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
-    k_moe_route<<<T, 256, sizeof(float) * E, ctx->stream>>>(scores, E, K, bias, tid2eid, tok, vocab,
-                                                            idx, margin, 0.0f, NULL);
+    (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab,
+                                                            idx, margin, 0.0f, (float *)NULL);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
 }
@@ -100,7 +101,7 @@ extern "C" int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T,
     if (K < 1 || K > 64 || E < K || E > 8192)
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
-    k_moe_route<<<T, 256, sizeof(float) * E, ctx->stream>>>(scores, E, K, bias, tid2eid, tok, vocab,
+    (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab,
                                                             idx, margin, route_scale, w);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
@@ -136,6 +137,7 @@ size_t mk_cuda_moe_plan_ints(int T, int K, int E) {
  * of the expert-by-expert scan it replaces (which cost O(E T K) and dominated batched steps). */
 __global__ void k_moe_plan(const int32_t *__restrict__ idx, const float *__restrict__ w, int T,
                            int K, int E, int32_t *plan, float *sw) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ int32_t cnt[]; /* [E]: counts, then the next free slot of each expert */
     int TK = T * K, G = TK < E ? TK : E;
     int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1, *spos = stok + TK;
@@ -184,6 +186,7 @@ __global__ void k_moe_plan(const int32_t *__restrict__ idx, const float *__restr
 __global__ void __launch_bounds__(PLAN_W * 32) k_moe_plan_par(const int32_t *__restrict__ idx,
                                                               const float *__restrict__ w, int T, int K, int E,
                                                               int32_t *plan, float *sw) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ int32_t cw[]; /* [PLAN_W][E] counts, then next free slots; [E] totals after */
     int32_t *tot = cw + PLAN_W * E;
     const int TK = T * K, G = TK < E ? TK : E;
@@ -277,9 +280,9 @@ extern "C" int mk_cuda_moe_plan(mk_cuda_ctx *ctx, const int32_t *idx, const floa
     if (T <= 0) return MK_OK;
     if (T == 1) k_moe_plan1<<<1, 32, 0, ctx->stream>>>(idx, w, K, E, plan, sw);
     else if (E <= PLAN_EMAX)
-        k_moe_plan_par<<<1, PLAN_W * 32, sizeof(int32_t) * (size_t)(PLAN_W + 1) * E, ctx->stream>>>(idx, w, T, K, E,
+        (void)mk_cuda_launch_pdl(ctx, 1, PLAN_W * 32, sizeof(int32_t) * (size_t)(PLAN_W + 1) * E, k_moe_plan_par, idx, w, T, K, E,
                                                                                                   plan, sw);
-    else k_moe_plan<<<1, 256, sizeof(int32_t) * (size_t)E, ctx->stream>>>(idx, w, T, K, E, plan, sw);
+    else (void)mk_cuda_launch_pdl(ctx, 1, 256, sizeof(int32_t) * (size_t)E, k_moe_plan, idx, w, T, K, E, plan, sw);
     MK_CU_LAUNCHED(err, "cuda: moe_plan launch");
     return MK_OK;
 }
@@ -476,6 +479,7 @@ extern "C" int mk_cuda_moe_swiglu(mk_cuda_ctx *ctx, const float *v1, const float
 __global__ void k_moe_combine(const float *__restrict__ eo, const int32_t *__restrict__ idx,
                               const int32_t *__restrict__ plan, int T, int K, int E, int d,
                               const float *__restrict__ shared, float *__restrict__ out) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ int32_t ord[64];
     __shared__ int32_t nord;
     int TK = T * K, G = TK < E ? TK : E;
@@ -509,7 +513,7 @@ extern "C" int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int3
     if (K > 64) return mk_fail(err, MK_EINVAL, "cuda: moe_combine: K = %d", K);
     /* a token's d outputs over several blocks when there are few tokens (decode) */
     unsigned split = T >= 64 ? 1u : (unsigned)((d + 255) / 256);
-    k_moe_combine<<<dim3((unsigned)T, split), 256, 0, ctx->stream>>>(eo, idx, plan, T, K, E, d, shared, out);
+    (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)T, split), 256, 0, k_moe_combine, eo, idx, plan, T, K, E, d, shared, out);
     MK_CU_LAUNCHED(err, "cuda: moe_combine launch");
     return MK_OK;
 }

@@ -84,7 +84,9 @@ typedef struct {
     int gemv_warps_per_sm; /* resident warps the GEMV launch plan aims at per SM (default 16;
                             * MINKE_CUDA_GEMV_WPS overrides it at context creation) */
     int gemv_max_splits;   /* blocks per 16-row slab along k, 1..16 (default 1: measured best) */
-    int gemv_pdl;          /* 1: launch GEMVs with programmatic dependent launch (default 1) */
+    int gemv_pdl;          /* 1: launch the GEMVs and the decode path's small kernels with
+                            * programmatic dependent launch (default 1; MINKE_CUDA_PDL=0 turns it
+                            * off at context creation) */
     int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 2;
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
     int bf16_from_f32;     /* 1: bf16 GEMVs of at most MK_CUDA_BF16_F32_MAX_N outputs round the fp32

@@ -45,7 +45,7 @@ __device__ __forceinline__ void act_quant_block(const float (&v)[4], int w, int 
 
 __global__ void k_act_quant(const float *__restrict__ x, int m, int k, int perm,
                             uint8_t *__restrict__ q, float *__restrict__ sa) {
-    mk_d_pdl_launch_dependents(); /* the GEMV after this may start streaming its weights */
+    MK_PDL_ENTER(); /* the GEMV after this may start streaming its weights */
     int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     int nb = (k + 127) >> 7;
@@ -106,7 +106,7 @@ extern "C" int mk_cuda_swiglu_quant(mk_cuda_ctx *ctx, const float *g, const floa
 }
 
 __global__ void k_to_bf16(const float *__restrict__ x, size_t n, __nv_bfloat16 *__restrict__ y) {
-    mk_d_pdl_launch_dependents();
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] = __float2bfloat16_rn(x[i]);
@@ -116,7 +116,7 @@ __global__ void k_to_bf16(const float *__restrict__ x, size_t n, __nv_bfloat16 *
  * block), so |xh| <= 2^15 and every bf16 value down to 2^-23 of amax is exact in f16. */
 __global__ void k_f16_prep(const float *__restrict__ x, int m, int k, __half *__restrict__ xh,
                            float *__restrict__ sx) {
-    mk_d_pdl_launch_dependents();
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     int nb = (k + 127) >> 7;
@@ -165,7 +165,7 @@ int mk_cuda_quant_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, int per
     if (perm && k % 8) return mk_fail(err, MK_EINVAL, "cuda: act_quant: permuted layout needs k %% 8 == 0 (k = %d)", k);
     size_t warps = (size_t)m * ((k + 127) / 128);
     unsigned blocks = (unsigned)((warps + 7) / 8);
-    k_act_quant<<<blocks, 256, 0, ctx->stream>>>(x, m, k, perm, q, sa);
+    (void)mk_cuda_launch_pdl(ctx, blocks, 256, 0, k_act_quant, x, m, k, perm, q, sa);
     MK_CU_LAUNCHED(err, "cuda: act_quant launch");
     return MK_OK;
 }
@@ -174,14 +174,14 @@ int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint
                             mk_err *err) {
     if (m <= 0 || k <= 0) return MK_OK;
     size_t warps = (size_t)m * ((k + 127) / 128);
-    k_f16_prep<<<(unsigned)((warps + 7) / 8), 256, 0, ctx->stream>>>(x, m, k, (__half *)xh, sx);
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps + 7) / 8), 256, 0, k_f16_prep, x, m, k, (__half *)xh, sx);
     MK_CU_LAUNCHED(err, "cuda: f16_prep launch");
     return MK_OK;
 }
 
 int mk_cuda_to_bf16_launch(mk_cuda_ctx *ctx, const float *x, size_t n, uint16_t *y, mk_err *err) {
     if (!n) return MK_OK;
-    k_to_bf16<<<grid_for(n, 256), 256, 0, ctx->stream>>>(x, n, (__nv_bfloat16 *)y);
+    (void)mk_cuda_launch_pdl(ctx, grid_for(n, 256), 256, 0, k_to_bf16, x, n, (__nv_bfloat16 *)y);
     MK_CU_LAUNCHED(err, "cuda: to_bf16 launch");
     return MK_OK;
 }
@@ -193,7 +193,15 @@ int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err)
     return MK_OK;
 }
 
+/* The public op is launched without programmatic dependent launch: the routed experts' GEMV that
+ * follows it reads its plan (written two kernels before) before waiting, which is safe only if
+ * this kernel started after the plan was complete. */
 extern "C" int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm,
                                  uint8_t *q, float *sa, mk_err *err) {
-    return mk_cuda_quant_launch(ctx, x, m, k, perm, q, sa, err);
+    if (m <= 0 || k <= 0) return MK_OK;
+    if (perm && k % 8) return mk_fail(err, MK_EINVAL, "cuda: act_quant: permuted layout needs k %% 8 == 0 (k = %d)", k);
+    size_t warps = (size_t)m * ((k + 127) / 128);
+    k_act_quant<<<(unsigned)((warps + 7) / 8), 256, 0, ctx->stream>>>(x, m, k, perm, q, sa);
+    MK_CU_LAUNCHED(err, "cuda: act_quant launch");
+    return MK_OK;
 }

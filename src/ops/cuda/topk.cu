@@ -25,6 +25,7 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
                                      const float *__restrict__ iq, const float *__restrict__ iw,
                                      mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
                                      float *__restrict__ sc) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)R * n_cap) return;
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
                                                                const float *__restrict__ iw, mk_cuda_paged ikv,
                                                                int R, int IH, int ID, int n_cap,
                                                                float *__restrict__ sc) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ float e[IDX_MAXH];
     const int r = blockIdx.y, j = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
@@ -91,6 +93,7 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
 __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
                                    const float *__restrict__ sc, int n_cap, int sel_cap,
                                    int32_t *__restrict__ sel) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int r = blockIdx.x;
     const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
     int t = r - P.row0, n_all = (P.start + P.T) / 4, k = P.k_sel;
@@ -120,15 +123,15 @@ extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *piece
     size_t below = ctx->tune.index_block_pairs ? (size_t)ctx->tune.index_block_pairs
                                                : (size_t)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 32;
     if (warps < below && IH <= IDX_MAXH && R <= 65535) {
-        k_index_scores_multi_hb<<<dim3((unsigned)n_cap, (unsigned)R), 256, 0, ctx->stream>>>(pieces, np, stride, iq, iw,
+        (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)n_cap, (unsigned)R), 256, 0, k_index_scores_multi_hb, pieces, np, stride, iq, iw,
                                                                                            ikv, R, IH, ID, n_cap, sc);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi (heads over warps) launch");
     } else {
-        k_index_scores_multi<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(pieces, np, stride, iq, iw,
+        (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps * 32 + 255) / 256), 256, 0, k_index_scores_multi, pieces, np, stride, iq, iw,
                                                                                          ikv, R, IH, ID, n_cap, sc);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi launch");
     }
-    k_index_topk_multi<<<R, 256, 0, ctx->stream>>>(pieces, np, stride, sc, n_cap, sel_cap, sel);
+    (void)mk_cuda_launch_pdl(ctx, R, 256, 0, k_index_topk_multi, pieces, np, stride, sc, n_cap, sel_cap, sel);
     MK_CU_LAUNCHED(err, "cuda: index_topk_multi launch");
     return MK_OK;
 }
