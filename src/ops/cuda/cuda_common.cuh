@@ -348,21 +348,27 @@ int mk_cuda_gemm_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
 int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m,
                              float *y, int round, mk_err *err);
 
-/* RMSNorm of the row xr of d values into yr (may alias) by the whole block, as mk_rmsnorm: squares
- * summed in double (thread-strided, warp trees, warps in order), outputs rounded to bf16. The
- * bits depend on blockDim.x: launch with mk_cuda_rmsnorm_threads(d). */
-__device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const uint16_t *__restrict__ w, float eps, float *yr) {
+/* RMSNorm's 1 / sqrt(mean + eps) from each thread's sum of squares ss (double): warp trees, the
+ * warps in order, by the whole block (every thread gets the same value). */
+__device__ __forceinline__ float mk_d_rms_scale(double ss, int d, float eps) {
     __shared__ double part[32];
-    double ss = 0.0;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = mk_d_warp_sum_d(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
     double tot = 0.0;
     for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
     float var = (float)(tot / d);
-    float rs = 1.0f / sqrtf(__fadd_rn(var, eps));
+    return 1.0f / sqrtf(__fadd_rn(var, eps));
+}
+
+/* RMSNorm of the row xr of d values into yr (may alias) by the whole block, as mk_rmsnorm: squares
+ * summed in double (thread-strided, warp trees, warps in order), outputs rounded to bf16. The
+ * bits depend on blockDim.x: launch with mk_cuda_rmsnorm_threads(d). */
+__device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const uint16_t *__restrict__ w, float eps, float *yr) {
+    double ss = 0.0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    const float rs = mk_d_rms_scale(ss, d, eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float v = __fmul_rn(xr[i], rs);
         if (w) v = __fmul_rn(mk_d_bf16(w[i]), v);

@@ -144,11 +144,8 @@ extern "C" int mk_cuda_quant_sim(mk_cuda_ctx *ctx, const float *x, int rows, int
 
 /* ---- per-head q normalisation in bf16 arithmetic (dsv4.c q_rms_bf16) ------------------------ */
 
-__global__ void k_head_rms_bf16(float *q, int n_vec, int D, float eps) {
-    int v = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    int lane = threadIdx.x & 31;
-    if (v >= n_vec) return;
-    float *x = q + (size_t)v * D;
+/* The vector x of D values normalized in place by one warp (dsv4.c q_rms_bf16). */
+__device__ __forceinline__ void head_rms_vec(float *x, int D, float eps, int lane) {
     float ss = 0.0f;
     for (int i = lane; i < D; i += 32) ss += mk_d_bf16r(__fmul_rn(x[i], x[i]));
     ss = mk_d_warp_sum(ss);
@@ -156,6 +153,12 @@ __global__ void k_head_rms_bf16(float *q, int n_vec, int D, float eps) {
     float var = mk_d_bf16r(__fadd_rn(mean, eps));
     float r = mk_d_bf16r(__fdiv_rn(1.0f, sqrtf(var)));
     for (int i = lane; i < D; i += 32) x[i] = mk_d_bf16r(__fmul_rn(x[i], r));
+}
+
+__global__ void k_head_rms_bf16(float *q, int n_vec, int D, float eps) {
+    int v = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    if (v >= n_vec) return;
+    head_rms_vec(q + (size_t)v * D, D, eps, threadIdx.x & 31);
 }
 
 /* k_head_rms_bf16 then RoPE of each vector's last rd values at its row's position (vecs_per_pos
@@ -167,13 +170,7 @@ __global__ void k_head_rms_rope(float *q, int n_vec, int D, float eps, int rd, c
     int lane = threadIdx.x & 31;
     if (v >= n_vec) return;
     float *x = q + (size_t)v * D;
-    float ss = 0.0f;
-    for (int i = lane; i < D; i += 32) ss += mk_d_bf16r(__fmul_rn(x[i], x[i]));
-    ss = mk_d_warp_sum(ss);
-    float mean = mk_d_bf16r(__fdiv_rn(ss, (float)D));
-    float var = mk_d_bf16r(__fadd_rn(mean, eps));
-    float r = mk_d_bf16r(__fdiv_rn(1.0f, sqrtf(var)));
-    for (int i = lane; i < D; i += 32) x[i] = mk_d_bf16r(__fmul_rn(x[i], r));
+    head_rms_vec(x, D, eps, lane);
     __syncwarp();
     const int pos = pos_of[v / vpp];
     if (pos < 0 || pos >= max_pos) return; /* checked by the caller */

@@ -72,21 +72,10 @@ static gemv_plan plan_for(const mk_cuda_ctx *ctx, int slabs, int units) {
 static int gemv_units(const mk_wmat *W) { return W->kind == MK_W_BF16 ? W->k / 32 : W->k / 128; }
 
 /* Launches a GEMV kernel on the context's stream, with programmatic dependent launch unless the
- * tuning turns it off (the kernels call mk_d_pdl_wait before reading activations). */
+ * tuning turns it off (the kernels touch only weights before mk_d_pdl_wait). */
 template <typename... P, typename... A>
-static cudaError_t gemv_launch(mk_cuda_ctx *ctx, dim3 grid, int threads, void (*kern)(P...),
-                               A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = ctx->stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = ctx->tune.gemv_pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kern, args...);
+static cudaError_t gemv_launch(mk_cuda_ctx *ctx, dim3 grid, int threads, void (*kern)(P...), A... args) {
+    return mk_cuda_launch_pdl(ctx, grid, dim3(threads), 0, kern, args...);
 }
 
 int mk_cuda_gemv_splits(const mk_cuda_ctx *ctx, const mk_wmat *W) {

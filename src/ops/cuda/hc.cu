@@ -71,7 +71,6 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         hc_collapse_block(ht, hc, d, pre, y);
         return;
     }
-    __shared__ double part[32];
     float v[4];
     double ss = 0.0;
 #pragma unroll
@@ -85,13 +84,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
             ss += (double)v[j] * v[j];
         }
     }
-    ss = mk_d_warp_sum_d(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    double tot = 0.0;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
-    float var = (float)(tot / d);
-    float rs = 1.0f / sqrtf(__fadd_rn(var, neps));
+    const float rs = mk_d_rms_scale(ss, d, neps);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int k = threadIdx.x + j * blockDim.x;

@@ -159,15 +159,21 @@ static unsigned grid_for(size_t n, int threads) {
     return (unsigned)(b ? b : 1);
 }
 
-int mk_cuda_quant_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
-                         float *sa, mk_err *err) {
+static int act_quant_launch(mk_cuda_ctx *ctx, int pdl, const float *x, int m, int k, int perm, uint8_t *q, float *sa,
+                            mk_err *err) {
     if (m <= 0 || k <= 0) return MK_OK;
     if (perm && k % 8) return mk_fail(err, MK_EINVAL, "cuda: act_quant: permuted layout needs k %% 8 == 0 (k = %d)", k);
     size_t warps = (size_t)m * ((k + 127) / 128);
     unsigned blocks = (unsigned)((warps + 7) / 8);
-    (void)mk_cuda_launch_pdl(ctx, blocks, 256, 0, k_act_quant, x, m, k, perm, q, sa);
+    if (pdl) (void)mk_cuda_launch_pdl(ctx, blocks, 256, 0, k_act_quant, x, m, k, perm, q, sa);
+    else k_act_quant<<<blocks, 256, 0, ctx->stream>>>(x, m, k, perm, q, sa);
     MK_CU_LAUNCHED(err, "cuda: act_quant launch");
     return MK_OK;
+}
+
+int mk_cuda_quant_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
+                         float *sa, mk_err *err) {
+    return act_quant_launch(ctx, 1, x, m, k, perm, q, sa, err);
 }
 
 int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint16_t *xh, float *sx,
@@ -198,10 +204,5 @@ int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err)
  * this kernel started after the plan was complete. */
 extern "C" int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm,
                                  uint8_t *q, float *sa, mk_err *err) {
-    if (m <= 0 || k <= 0) return MK_OK;
-    if (perm && k % 8) return mk_fail(err, MK_EINVAL, "cuda: act_quant: permuted layout needs k %% 8 == 0 (k = %d)", k);
-    size_t warps = (size_t)m * ((k + 127) / 128);
-    k_act_quant<<<(unsigned)((warps + 7) / 8), 256, 0, ctx->stream>>>(x, m, k, perm, q, sa);
-    MK_CU_LAUNCHED(err, "cuda: act_quant launch");
-    return MK_OK;
+    return act_quant_launch(ctx, 0, x, m, k, perm, q, sa, err);
 }
