@@ -124,7 +124,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     if (getenv("MINKE_CUDA_PDL")) ctx->tune.gemv_pdl = atoi(getenv("MINKE_CUDA_PDL")) != 0;
     ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
-    ctx->tune.bf16_from_f32 = 1;
+    ctx->tune.bf16_from_f32 = 0; /* H200, decode step: 1.379 ms with, 1.361 without (same run) */
     if (getenv("MINKE_CUDA_BF16_F32")) ctx->tune.bf16_from_f32 = atoi(getenv("MINKE_CUDA_BF16_F32")) != 0;
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));

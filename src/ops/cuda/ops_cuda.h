@@ -92,8 +92,9 @@ typedef struct {
     int bf16_from_f32;     /* 1: bf16 GEMVs of at most MK_CUDA_BF16_F32_MAX_N outputs round the fp32
                             * activations themselves instead of a separate conversion launch (every
                             * block converts its x: worth it only for small matrices; H200: the
-                            * 129280-row head took 363 instead of 262 us) (default 1;
-                            * MINKE_CUDA_BF16_F32=0 turns it off at context creation; same bits) */
+                            * 129280-row head took 363 instead of 262 us; up to 16384 rows the step
+                            * was not faster either) (default 0; MINKE_CUDA_BF16_F32=1 at context
+                            * creation; same bits) */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
