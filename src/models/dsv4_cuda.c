@@ -480,8 +480,8 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
             size_t b = mk_cuda_linear_grouped_scratch(g->ctx, &L->wo_a, c->o_groups, (int)Tm);
             if (b > lb) lb = b;
         }
-        const mk_wmat *pairs[][2] = {{&L->wq_a, &L->wkv}, {&L->sh1, &L->sh3}}; /* launched together */
-        for (int i = 0; i < 2; i++) {
+        const mk_wmat *pairs[][2] = {{&L->wq_a, &L->wkv}, {&L->sh1, &L->sh3}, {&L->wq_b, &L->idx_wq_b}}; /* together */
+        for (int i = 0; i < 3; i++) {
             if (!pairs[i][0]->w || !pairs[i][1]->w) continue;
             size_t b = mk_cuda_linear_pair_scratch(g->ctx, pairs[i][0], pairs[i][1], (int)Tm);
             if (b > lb) lb = b;
@@ -811,13 +811,6 @@ static int lin_f(gcall *C, int flags, const mk_wmat *W, const float *x, int m, f
                              C->w->lin_bytes, err);
 }
 
-/* Whether a linear of B may reuse the input A's linear just prepared in the scratch (REUSE_X):
- * the same activation preparation (kind) over the same width. */
-static int same_prep(const mk_wmat *A, const mk_wmat *B) {
-    return A->kind == B->kind && A->k == B->k &&
-           (A->kind == MK_W_FP8 || A->kind == MK_W_FP4 || A->kind == MK_W_BF16);
-}
-
 static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
     return lin_f(C, 0, W, x, m, y, round, err);
 }
@@ -1017,9 +1010,11 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
                             w->lin_bytes, err));
     TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
-    TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
-    if (r == 4) TRY(lin_f(C, same_prep(&L->wq_b, &L->idx_wq_b) ? MK_CUDA_LIN_REUSE_X : 0, &L->idx_wq_b, w->qr, R, w->iq, 1,
-                          err));
+    if (r == 4)
+        TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin,
+                                w->lin_bytes, err));
+    else
+        TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
     TRY(mk_cuda_head_rms_rope(ctx, w->q, R * H, D, c->norm_eps, rd, L->rope, w->pos, H, err));
     TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
     TRY(mk_cuda_kv_norm_rope_q(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, rd, L->rope, w->pos, err));

@@ -361,43 +361,6 @@ static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, in
     free(x), free(ref), free(scr), free(ha1), free(ha2), free(hb1), free(hb2);
 }
 
-/* The bf16 GEMV rounding fp32 activations itself (tuning bf16_from_f32) = a separate conversion
- * launch then the GEMV, bit for bit. */
-static void test_bf16_from_f32(int n, int k, int m) {
-    mk_wmat Wh, Wd;
-    make_weights(&Wh, MK_W_BF16, n, k);
-    float *x = xmalloc(sizeof(float) * m * k);
-    fill_act(x, (size_t)m * k, 1.0f);
-    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
-    float *dx = dup_dev(x, sizeof(float) * m * k), *y1 = poisoned_dev(sizeof(float) * m * n),
-          *y2 = poisoned_dev(sizeof(float) * m * n);
-    size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
-    void *ds = poisoned_dev(sb);
-    mk_cuda_tuning def, t;
-    mk_cuda_ctx_get_tuning(ctx, &def);
-    t = def;
-    t.bf16_from_f32 = 0;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, y1, 1, ds, sb, &err_));
-    t.bf16_from_f32 = 1;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, y2, 1, ds, sb, &err_));
-    mk_cuda_ctx_set_tuning(ctx, &def);
-    float *a = xmalloc(sizeof(float) * m * n), *b = xmalloc(sizeof(float) * m * n);
-    fetch(a, y1, sizeof(float) * m * n), fetch(b, y2, sizeof(float) * m * n);
-    int same = !memcmp(a, b, sizeof(float) * m * n);
-    char shape[64];
-    snprintf(shape, sizeof shape, "n%d k%d m%d", n, k, m);
-    n_checks++;
-    if (!same) n_fail++;
-    printf("| %-40s | %-26s | = to_bf16 then the GEMV, bit for bit: %s |\n", "bf16 gemv from fp32 x", shape,
-           same ? "PASS" : "FAIL");
-    mk_cuda_wmat_free(ctx, &Wd);
-    void *dev[] = {dx, y1, y2, ds};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free((void *)Wh.w), free(x), free(a), free(b);
-}
-
 /* wo_a's grouped linear: G groups of [gn, k] in one launch = each group's own linear (bit for bit)
  * and the CPU's per-group mk_linear (bf16 outputs: norm 1e-2). */
 static void test_linear_grouped(int G, int gn, int k, int m) {
@@ -1217,9 +1180,7 @@ int main(int argc, char **argv) {
     test_linear_pair(MK_W_FP8, 1024, MK_W_FP8, 512, 4096, 20); /* chunks of 8 */
     test_linear_pair(MK_W_FP8, 4096, MK_W_FP8, 512, 1024, 1);  /* plans differ: two launches */
     test_linear_pair(MK_W_FP8, 512, MK_W_BF16, 256, 1024, 3);  /* kinds differ */
-    test_linear_pair(MK_W_BF16, 512, MK_W_BF16, 256, 4096, 3); /* the second reuses the bf16 x the first's GEMV left */
-    test_bf16_from_f32(256, 4096, 1);
-    test_bf16_from_f32(2048, 4096, 20);
+    test_linear_pair(MK_W_BF16, 512, MK_W_BF16, 256, 4096, 3); /* bf16: the second reuses the first's converted x */
     test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
     test_linear_grouped(4, 256, 512, 11);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */

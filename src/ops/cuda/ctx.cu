@@ -124,8 +124,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     if (getenv("MINKE_CUDA_PDL")) ctx->tune.gemv_pdl = atoi(getenv("MINKE_CUDA_PDL")) != 0;
     ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
-    ctx->tune.bf16_from_f32 = 0; /* H200, decode step: 1.379 ms with, 1.361 without (same run) */
-    if (getenv("MINKE_CUDA_BF16_F32")) ctx->tune.bf16_from_f32 = atoi(getenv("MINKE_CUDA_BF16_F32")) != 0;
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -256,7 +254,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
-    ctx->tune.bf16_from_f32 = ctx->tune.bf16_from_f32 != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

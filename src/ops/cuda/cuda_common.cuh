@@ -329,10 +329,6 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
                      float *y, int round, float *ws, mk_err *err);
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err);
-/* The bf16 GEMV from fp32 activations xf (rounded to bf16 in the kernel, the same bits as
- * to_bf16 + mk_cuda_gemv_bf16), which it also leaves in xb [m, k] for reuse. */
-int mk_cuda_gemv_bf16_f32(mk_cuda_ctx *ctx, const mk_wmat *W, const float *xf, uint16_t *xb, int m, float *y,
-                          int round, float *ws, mk_err *err);
 /* dq with G > 1: W [G gn, k] block-diagonal over G groups, xh / sx rows of G k (x's group i is
  * columns [i k, (i + 1) k)), y rows of G gn; each group computed as its own [gn, k] launch. */
 int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *xh, const float *sx, int m,

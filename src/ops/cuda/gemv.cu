@@ -587,22 +587,19 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
 
 /* ---- BF16 --------------------------------------------------------------------------------- */
 
-/* W bf16 [n, k], xb bf16 [m, k]; a step is 32 k (16 bytes per lane and row). XF: the activations
- * come as fp32 xf and are rounded to bf16 here (__float2bfloat16_rn, as k_to_bf16), and the blocks
- * of slab 0 also store them into xb, so a later linear can reuse them (MK_CUDA_LIN_REUSE_X). */
-template <int U, bool XF>
+/* W bf16 [n, k], xb bf16 [m, k]; a step is 32 k (16 bytes per lane and row). */
+template <int U>
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict__ W,
                                                       const uint16_t *__restrict__ xb, int m, int n,
                                                       int k, int per, float *__restrict__ y,
                                                       int round, float *__restrict__ ws,
-                                                      unsigned *__restrict__ counters, const float *__restrict__ xf) {
+                                                      unsigned *__restrict__ counters) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
         xb += (size_t)c8 * k;
-        if (XF) xf += (size_t)c8 * k;
         y += (size_t)c8 * n;
         m = min(8, m - c8);
     }
@@ -629,22 +626,8 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict
         }
         mk_d_pdl_wait();
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (st + u < s1) {
-                if (!XF) {
-                    b[u] = xcol ? mk_d_ld16(xr + (size_t)(st + u) * 64) : make_uint4(0, 0, 0, 0);
-                } else if (xcol) {
-                    const size_t e = (size_t)g * k + (size_t)(st + u) * 32 + t * 8; /* this lane's 8 values */
-                    const float4 f0 = *(const float4 *)(xf + e), f1 = *(const float4 *)(xf + e + 4);
-                    __nv_bfloat162 p0 = __floats2bfloat162_rn(f0.x, f0.y), p1 = __floats2bfloat162_rn(f0.z, f0.w),
-                                   p2 = __floats2bfloat162_rn(f1.x, f1.y), p3 = __floats2bfloat162_rn(f1.z, f1.w);
-                    b[u] = make_uint4(*(uint32_t *)&p0, *(uint32_t *)&p1, *(uint32_t *)&p2, *(uint32_t *)&p3);
-                    if (blockIdx.y == 0) *(uint4 *)((uint16_t *)xb + e) = b[u];
-                } else {
-                    b[u] = make_uint4(0, 0, 0, 0);
-                }
-            }
-        }
+        for (int u = 0; u < U; u++)
+            if (st + u < s1) b[u] = xcol ? mk_d_ld16(xr + (size_t)(st + u) * 64) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (st + u < s1) {
@@ -665,11 +648,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict
 
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
-    return mk_cuda_gemv_bf16_f32(ctx, W, NULL, (uint16_t *)xb, m, y, round, ws, err);
-}
-
-int mk_cuda_gemv_bf16_f32(mk_cuda_ctx *ctx, const mk_wmat *W, const float *xf, uint16_t *xb, int m, float *y,
-                          int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
     if (m < 1 || n % 16 || n / 16 > 65535 || k % 32)
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 32 == 0 "
@@ -679,14 +657,9 @@ int mk_cuda_gemv_bf16_f32(mk_cuda_ctx *ctx, const mk_wmat *W, const float *xf, u
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
     dim3 grid((m + 7) / 8, n / 16, p.splits);
-    if (xf)
-        MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8, true>, (const uint16_t *)W->w, (const uint16_t *)xb,
-                              m, n, k, p.per, y, round, ws, ctx->counters, xf),
-                  err, "cuda: bf16 gemv launch");
-    else
-        MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8, false>, (const uint16_t *)W->w,
-                              (const uint16_t *)xb, m, n, k, p.per, y, round, ws, ctx->counters, (const float *)NULL),
-                  err, "cuda: bf16 gemv launch");
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, (const uint16_t *)W->w, xb, m, n, k,
+                          p.per, y, round, ws, ctx->counters),
+              err, "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
 }

@@ -135,8 +135,6 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
     const int n = W->n, k = W->k, nb = (k + 127) / 128;
     const int reuse = flags & MK_CUDA_LIN_REUSE_X;
     const int quantized = W->kind == MK_W_FP8 || W->kind == MK_W_FP4;
-    const int xf32 = W->kind == MK_W_BF16 && !reuse && ctx->tune.bf16_from_f32 &&
-                     W->n <= MK_CUDA_BF16_F32_MAX_N; /* GEMV path only */
     int st;
 
     mk_cuda_kernel kk = resolve(ctx, kern, W, m, flags);
@@ -163,8 +161,7 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else if (kern == MK_CUDA_K_AUTO)
                 mk_cuda_note(ctx, NOTE_CHUNKS, "a linear with more than 8 rows runs the gemv in chunks of 8");
         }
-        /* bf16: the GEMV rounds fp32 x itself (and leaves xb for a reuse), unless tuned off */
-        if (!reuse && !xf32) {
+        if (!reuse) {
             if (quantized) st = mk_cuda_quant_launch(ctx, x, m, k, W->kind == MK_W_FP4, xq, sa, err);
             else if (W->kind == MK_W_FP8_DQ) st = mk_cuda_f16_prep_launch(ctx, x, m, k, xb, sa, err);
             else st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * k, xb, err);
@@ -181,8 +178,7 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else if (W->kind == MK_W_FP8_DQ)
                 st = mk_cuda_gemv_dq(ctx, W, 1, xb + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
             else
-                st = mk_cuda_gemv_bf16_f32(ctx, W, xf32 ? x + (size_t)r0 * k : NULL, xb + (size_t)r0 * k, mm, yr,
-                                           round_bf16, ws, err);
+                st = mk_cuda_gemv_bf16(ctx, W, xb + (size_t)r0 * k, mm, yr, round_bf16, ws, err);
             if (st) return st;
         }
         return MK_OK;

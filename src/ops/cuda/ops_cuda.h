@@ -89,16 +89,9 @@ typedef struct {
                             * off at context creation) */
     int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 2;
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
-    int bf16_from_f32;     /* 1: bf16 GEMVs of at most MK_CUDA_BF16_F32_MAX_N outputs round the fp32
-                            * activations themselves instead of a separate conversion launch (every
-                            * block converts its x: worth it only for small matrices; H200: the
-                            * 129280-row head took 363 instead of 262 us; up to 16384 rows the step
-                            * was not faster either) (default 0; MINKE_CUDA_BF16_F32=1 at context
-                            * creation; same bits) */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
-#define MK_CUDA_BF16_F32_MAX_N 16384
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
 
