@@ -480,8 +480,10 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
             size_t b = mk_cuda_linear_grouped_scratch(g->ctx, &L->wo_a, c->o_groups, (int)Tm);
             if (b > lb) lb = b;
         }
-        const mk_wmat *pairs[][2] = {{&L->wq_a, &L->wkv}, {&L->sh1, &L->sh3}, {&L->wq_b, &L->idx_wq_b}}; /* together */
-        for (int i = 0; i < 3; i++) {
+        const mk_wmat *pairs[][2] = {{&L->wq_a, &L->wkv},         {&L->sh1, &L->sh3},
+                                     {&L->wq_b, &L->idx_wq_b},    {&L->cmp.wkv, &L->cmp.wgate},
+                                     {&L->idx_cmp.wkv, &L->idx_cmp.wgate}}; /* together */
+        for (int i = 0; i < 5; i++) {
             if (!pairs[i][0]->w || !pairs[i][1]->w) continue;
             size_t b = mk_cuda_linear_pair_scratch(g->ctx, pairs[i][0], pairs[i][1], (int)Tm);
             if (b > lb) lb = b;
@@ -887,8 +889,9 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
     const int r = Cm->ratio, D = Cm->D, W2 = Cm->coff * D, ov = Cm->coff == 2, bt = DSV4_BLOCK_TOKENS;
-    TRY(lin(C, &Cm->wkv, x, C->R, w->ckvp, 0, err));
-    TRY(lin(C, &Cm->wgate, x, C->R, w->cscp, 0, err));
+    /* wkv and wgate on the same x: its preparation (bf16 conversion) done once for both */
+    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Cm->wkv, &Cm->wgate, x, C->R, w->ckvp, w->cscp, 0, w->lin,
+                            w->lin_bytes, err));
     /* every one-token piece's state slot in one launch; the rest per piece */
     const int nL = c->n_layers + c->n_mtp;
     TRY(mk_cuda_cmp_put_multi(ctx, w->apc + layer, C->np, nL, is_idx, w->ckvp, w->cscp, W2, Cm->ape, r, ov, err));
@@ -998,7 +1001,22 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     return MK_OK;
 }
 
-static int attention(gcall *C, int layer, const glayer *L, const float *x, float *out, mk_err *err) {
+/* Where the linear W keeps its quantized input in the work's linear scratch, as an act_quant
+ * output for the op that computes that input (0: W takes no quantized input). */
+static int lin_in_q(gcall *C, const mk_wmat *W, mk_cuda_actq *aq) {
+    mk_err e2 = {0};
+    return mk_cuda_linear_xq(C->ctx, W, C->R, C->w->lin, C->w->lin_bytes, &aq->q, &aq->sa, &aq->perm, &e2) == MK_OK;
+}
+
+/* Whether moe() runs the routed experts on the tensor cores from FP4-permuted activations in
+ * w->mxq / w->msa (then the op computing its input may write them: see moe()). */
+static int moe_fp4_mma(const dsv4_config *c, const glayer *L) {
+    const int I = c->moe_inter, d = c->dim;
+    return L->ekind == MK_W_FP4 && I % 128 == 0 && d % 128 == 0 && I % 16 == 0 && d % 16 == 0;
+}
+
+/* x_q: x was already quantized into wq_a's place in the linear scratch (lin_in_q). */
+static int attention(gcall *C, int layer, const glayer *L, const float *x, int x_q, float *out, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
@@ -1006,8 +1024,8 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     const int G = c->o_groups, Dg = HD / G, win = c->window, r = L->ratio, bt = DSV4_BLOCK_TOKENS;
     /* wq_a and wkv read x, wq_b and the indexer's wq_b read qr: each input is prepared (quantized)
      * once for both where the kinds agree */
-    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &L->wq_a, &L->wkv, x, R, w->qr, w->kv, 1, w->lin,
-                            w->lin_bytes, err));
+    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | (x_q ? MK_CUDA_LIN_REUSE_X : 0), &L->wq_a, &L->wkv, x, R,
+                            w->qr, w->kv, 1, w->lin, w->lin_bytes, err));
     TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
     if (r == 4)
@@ -1088,7 +1106,9 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, float
     return dumpv(C, out, R, c->dim, 0, err, "L%d.attn.out", layer);
 }
 
-static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out, mk_err *err) {
+/* x_q: x was already quantized (FP4-permuted) into w->mxq / w->msa (moe_fp4_mma, and sh1 takes
+ * a quantized input: lin_in_q). */
+static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, float *out, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
@@ -1111,10 +1131,20 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
     mark(C, "moe: gate, route");
     TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
     mark(C, "moe: plan");
-    if (L->ekind == MK_W_FP4 && I % 128 == 0 && d % 128 == 0 && I % 16 == 0 && d % 16 == 0) {
+    mk_cuda_actq shq = {0};
+    int sh_q = 0;
+    if (moe_fp4_mma(c, L)) {
         /* tensor cores: activations quantized once (the FP8 simulation's very bytes), w1 and w3
-         * results, the SwiGLU epilogue, then w2 by slot */
-        TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
+         * results, the SwiGLU epilogue, then w2 by slot. The expert GEMV reads the plan before it
+         * waits for the kernel before it, so a kernel must run between the plan and it: the
+         * activation quantization for the routed experts, or, when the op that made x already
+         * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
+        if (!x_q) {
+            TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
+        } else {
+            sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
+            TRY(mk_cuda_act_quant(ctx, x, T, d, shq.perm, shq.q, shq.sa, err));
+        }
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
                                  (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
                                  w->plan, T, K, E, w->act, w->actd, 0, err));
@@ -1140,8 +1170,8 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, float *out,
 shared:
     mark(C, "moe: routed experts");
     /* shared expert */
-    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &L->sh1, &L->sh3, x, T, w->sg, w->su, 1, w->lin,
-                            w->lin_bytes, err));
+    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | (sh_q ? MK_CUDA_LIN_REUSE_X : 0), &L->sh1, &L->sh3, x, T,
+                            w->sg, w->su, 1, w->lin, w->lin_bytes, err));
     { /* SwiGLU straight into sh2's quantized input where sh2 takes one */
         uint8_t *xq;
         float *sa;
@@ -1156,32 +1186,68 @@ shared:
     return MK_OK;
 }
 
-static int block(gcall *C, int layer, const glayer *L, float *h, mk_err *err) {
+/* The collapse that follows a block's last hc_post, done with it in one op (the hc_post kernel
+ * also reduces the split path's chunks of the row it writes; the same bits): the next layer's
+ * attention hc_pre (into w->x, w->post, w->comb, which that block then takes as done) or, when
+ * every row of the call is a logits row, the head's hc_head_norm (into w->xl, see head()). */
+typedef struct {
+    const float *fn, *scale, *base;
+    const uint16_t *norm;
+    int head;
+    const mk_wmat *wq_a; /* the next layer's first linear: its input quantized too (lin_in_q) */
+} gnext;
+
+static gnext next_attn(const glayer *L) {
+    return (gnext){L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm, 0, &L->wq_a};
+}
+
+/* One layer on h [T, hc, d]. pre_done: h's attention hc_pre is already in w->x / w->post /
+ * w->comb (the previous block's nx). nx: what to fuse into the last hc_post (NULL: nothing). */
+static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, const gnext *nx, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
     int hc = c->hc, d = c->dim, T = C->R;
-    TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
-                            c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb, err));
-    mark(C, "mHC pre/post, norms");
+    /* each hc_pre also quantizes its output for the linear that reads it where that one takes a
+     * quantized input: wq_a (into the linear scratch; the previous block's last op did it for this
+     * one when pre_done), the routed experts (w->mxq) */
+    mk_cuda_actq aqa, aqm = {w->mxq, w->msa, 1}, tmp;
+    const int attn_q = lin_in_q(C, &L->wq_a, &aqa), moe_q = moe_fp4_mma(c, L) && lin_in_q(C, &L->sh1, &tmp);
+    if (!pre_done) {
+        TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
+                                c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb,
+                                attn_q ? &aqa : NULL, err));
+        mark(C, "mHC pre/post, norms");
+    }
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.attn.in", layer));
-    TRY(attention(C, layer, L, w->x, w->sub, err));
-    TRY(mk_cuda_hc_post(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, err));
-    TRY(dumpv(C, w->h2, T, hc, d, err, "L%d.h_attn", layer));
-    TRY(mk_cuda_hc_pre_norm(ctx, w->h2, T, hc, d, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_iters,
-                            c->hc_eps, c->norm_eps, L->ffn_norm, c->norm_eps, w->x, w->post, w->comb, err));
+    TRY(attention(C, layer, L, w->x, attn_q, w->sub, err));
+    /* h2 = hc_post(sub, h), then the ffn hc_pre of h2 (post / comb read, then overwritten) */
+    TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, L->hc_ffn_fn, L->hc_ffn_scale,
+                                 L->hc_ffn_base, c->hc_iters, c->hc_eps, c->norm_eps, L->ffn_norm, c->norm_eps, w->x,
+                                 w->post, w->comb, moe_q ? &aqm : NULL, err));
     mark(C, "mHC pre/post, norms");
+    TRY(dumpv(C, w->h2, T, hc, d, err, "L%d.h_attn", layer));
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
-    TRY(moe(C, layer, L, w->x, w->sub, err));
+    TRY(moe(C, layer, L, w->x, moe_q, w->sub, err));
     TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
-    TRY(mk_cuda_hc_post(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, err));
+    if (!nx)
+        TRY(mk_cuda_hc_post(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, err));
+    else if (nx->head)
+        TRY(mk_cuda_hc_post_head_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
+                                      c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->xl, err));
+    else
+        TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
+                                     c->hc_iters, c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->x, w->post, w->comb,
+                                     nx->wq_a && lin_in_q(C, nx->wq_a, &tmp) ? &tmp : NULL, err));
     mark(C, "mHC pre/post, norms");
     return dumpv(C, h, T, hc, d, err, "L%d.h", layer);
 }
 
-/* Logits of the pieces that want them: their last rows of h gathered, then one head call. */
+/* Logits of the pieces that want them: their last rows of h gathered, then one head call.
+ * done: the last block already ran the head's collapse of every row into w->xl (every row is a
+ * logits row, in piece order: a decode step). */
 static int head(gcall *C, const float *h, const float *fn, const float *scale, const float *base,
-                const uint16_t *norm, mk_err *err) {
+                const uint16_t *norm, int done, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
@@ -1190,12 +1256,14 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
         if (!p->logits) continue;
-        TRY(mk_cuda_copy(ctx, w->hl + (size_t)n * row, h + (size_t)(p->row0 + p->T - 1) * row, F(row), err));
+        if (!done)
+            TRY(mk_cuda_copy(ctx, w->hl + (size_t)n * row, h + (size_t)(p->row0 + p->T - 1) * row, F(row), err));
         n++;
     }
     if (!n) return mk_cuda_ctx_sync(ctx, err);
-    TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm, c->norm_eps,
-                             w->xl, err));
+    if (!done)
+        TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
+                                 c->norm_eps, w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
     /* one copy per run of pieces whose host rows follow each other (the engine's are one array:
      * page-locked, mk_kvcache_host_floats), then one wait */
@@ -1310,8 +1378,17 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
         const dsv4_config *c = &g->m->cfg;
         if (prof_on()) C.t_mark = ph_now();
         rc = mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C.R, c->hc, c->dim, w->h, err);
-        for (int l = 0; l < c->n_layers && !rc; l++) rc = block(&C, l, &g->layers[l], w->h, err);
-        if (!rc) rc = head(&C, w->h, g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, err);
+        /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
+         * collapse when every row is a logits row (a decode step: one token per piece, each wanting
+         * logits) */
+        int head_fused = c->n_layers > 0;
+        for (int i = 0; i < np; i++) head_fused = head_fused && pc[i].T == 1 && pc[i].logits;
+        const gnext nx_head = {g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, 1, NULL};
+        for (int l = 0; l < c->n_layers && !rc; l++) {
+            const gnext nx = l + 1 < c->n_layers ? next_attn(&g->layers[l + 1]) : nx_head;
+            rc = block(&C, l, &g->layers[l], w->h, l > 0, l + 1 < c->n_layers || head_fused ? &nx : NULL, err);
+        }
+        if (!rc) rc = head(&C, w->h, g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, head_fused, err);
         mark(&C, "head, logits to the host");
         for (int i = 0; i < np; i++) {
             if (rc) {
@@ -1360,8 +1437,10 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     TRY(lin(&C, &L->e_proj, w->me, T, w->sub, 1, err));
     TRY(lin(&C, &L->h_proj, w->mhn, T * hc, w->mhp, 1, err));
     TRY(mk_cuda_add_bcast_bf16(ctx, w->mhp, w->sub, T * hc, hc, d, w->mh, err));
-    TRY(block(&C, c->n_layers, L, w->mh, err));
-    TRY(head(&C, w->mh, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, err));
+    /* one row (T == 1) is the logits row: the head's collapse runs with the block's last hc_post */
+    const gnext nx_head = {L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, 1, NULL};
+    TRY(block(&C, c->n_layers, L, w->mh, 0, T == 1 ? &nx_head : NULL, err));
+    TRY(head(&C, w->mh, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, T == 1, err));
     s->mtp_pos = start + T;
     return MK_OK;
 }

@@ -601,11 +601,36 @@ static void test_hc(int s, int hc, int d) {
         fetch(pa, dpost, sizeof(float) * s * hc);
         fetch(pa + s * hc, dcomb, sizeof(float) * s * hc * hc);
         CK(mk_cuda_memset(ctx, dx, 0xff, sizeof(float) * s * d, &err_));
-        CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost, dcomb, &err_));
+        /* with the activation quantization of the output (permuted layout): = mk_cuda_act_quant of it */
+        const size_t nq = (size_t)s * d, ns = (size_t)s * ((d + 127) / 128);
+        uint8_t *dq1 = poisoned_dev(nq), *dq2 = poisoned_dev(nq);
+        float *ds1 = poisoned_dev(sizeof(float) * ns), *ds2 = poisoned_dev(sizeof(float) * ns);
+        const mk_cuda_actq aq = {dq1, ds1, 1};
+        CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost, dcomb, &aq,
+                               &err_));
         fetch(b, dx, sizeof(float) * s * d);
         fetch(pb, dpost, sizeof(float) * s * hc);
         fetch(pb + s * hc, dcomb, sizeof(float) * s * hc * hc);
         int same = !memcmp(a, b, sizeof(float) * s * d) && !memcmp(pa, pb, sizeof(float) * s * (hc + hc * hc));
+        int qsame = 1;
+        for (int perm = 1; perm >= 0; perm--) {
+            if (!perm) { /* and the plain layout */
+                const mk_cuda_actq aq0 = {dq1, ds1, 0};
+                CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost, dcomb,
+                                       &aq0, &err_));
+            }
+            CK(mk_cuda_act_quant(ctx, dx, s, d, perm, dq2, ds2, &err_));
+            uint8_t *q1 = xmalloc(nq), *q2 = xmalloc(nq);
+            float *s1 = xmalloc(sizeof(float) * ns), *s2 = xmalloc(sizeof(float) * ns);
+            fetch(q1, dq1, nq), fetch(q2, dq2, nq), fetch(s1, ds1, sizeof(float) * ns), fetch(s2, ds2, sizeof(float) * ns);
+            qsame = qsame && !memcmp(q1, q2, nq) && !memcmp(s1, s2, sizeof(float) * ns);
+            free(q1), free(q2), free(s1), free(s2);
+        }
+        n_checks++;
+        if (!qsame) n_fail++;
+        printf("| %-40s | %-26s | its act_quant output = act_quant of x (both layouts), bit for bit: %s |\n",
+               "hc_pre_norm + act_quant", shape, qsame ? "PASS" : "FAIL");
+        mk_cuda_free(ctx, dq1), mk_cuda_free(ctx, dq2), mk_cuda_free(ctx, ds1), mk_cuda_free(ctx, ds2);
         CK(mk_cuda_hc_head(ctx, dh, s, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dx, &err_));
         CK(mk_cuda_rmsnorm(ctx, dx, s, d, dnw, 1e-6f, dx, &err_));
         fetch(a, dx, sizeof(float) * s * d);
@@ -625,6 +650,135 @@ static void test_hc(int s, int hc, int d) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free(h), free(fn), free(x), free(post), free(comb), free(gx), free(gpost), free(gcomb);
     free(sub), free(out), free(gout);
+}
+
+/* Device buffers of test_hc_post_pre: the inputs, then the outputs (poisoned before each run). */
+typedef struct {
+    int hc, d;
+    float *res, *sub, *post, *comb, *fn, *sc, *ba;
+    uint16_t *nw;
+    float *out, *x, *po, *co, *y;
+} hc_pp_dev;
+
+/* Tokens [t0, t0 + s) of the inputs: hc_post then hc_pre_norm of its output (mode 0), the fused
+ * op (1), or the fused op with post / comb overwritten in place (2, as the model calls it); then
+ * hc_post and hc_head_norm (mode 0) or the fused op (1, 2). To the host: out [s, hc, d], x [s, d],
+ * pc [s, hc + hc*hc] (post, then comb), y [s, d] and the head run's out oh [s, hc, d]. */
+static void hc_pp_run(const hc_pp_dev *D, int mode, int t0, int s, float *out, float *x, float *pc, float *y,
+                      float *oh) {
+    const int hc = D->hc, d = D->d;
+    const size_t n = (size_t)hc * d;
+    const float *res = D->res + (size_t)t0 * n, *sub = D->sub + (size_t)t0 * d;
+    const float *post = D->post + (size_t)t0 * hc, *comb = D->comb + (size_t)t0 * hc * hc;
+    CK(mk_cuda_memset(ctx, D->out, 0xff, sizeof(float) * s * n, &err_));
+    CK(mk_cuda_memset(ctx, D->x, 0xff, sizeof(float) * s * d, &err_));
+    CK(mk_cuda_memset(ctx, D->po, 0xff, sizeof(float) * s * hc, &err_));
+    CK(mk_cuda_memset(ctx, D->co, 0xff, sizeof(float) * s * hc * hc, &err_));
+    CK(mk_cuda_memset(ctx, D->y, 0xff, sizeof(float) * s * d, &err_));
+    const float *pin = post, *cin = comb;
+    if (mode == 2) {
+        CK(mk_cuda_copy(ctx, D->po, post, sizeof(float) * s * hc, &err_));
+        CK(mk_cuda_copy(ctx, D->co, comb, sizeof(float) * s * hc * hc, &err_));
+        pin = D->po, cin = D->co;
+    }
+    if (mode == 0) {
+        CK(mk_cuda_hc_post(ctx, sub, res, pin, cin, s, hc, d, D->out, &err_));
+        CK(mk_cuda_hc_pre_norm(ctx, D->out, s, hc, d, D->fn, D->sc, D->ba, 20, 1e-6f, 1e-6f, D->nw, 1e-6f, D->x, D->po,
+                               D->co, NULL, &err_));
+    } else {
+        CK(mk_cuda_hc_post_pre_norm(ctx, sub, res, pin, cin, s, hc, d, D->out, D->fn, D->sc, D->ba, 20, 1e-6f, 1e-6f,
+                                    D->nw, 1e-6f, D->x, D->po, D->co, NULL, &err_));
+    }
+    fetch(out, D->out, sizeof(float) * s * n);
+    fetch(x, D->x, sizeof(float) * s * d);
+    fetch(pc, D->po, sizeof(float) * s * hc);
+    fetch(pc + (size_t)s * hc, D->co, sizeof(float) * s * hc * hc);
+    /* the head: fn [hc, hc*d], scale [1], base [hc] (the first rows of the pre parameters) */
+    CK(mk_cuda_memset(ctx, D->out, 0xff, sizeof(float) * s * n, &err_));
+    if (mode == 0) {
+        CK(mk_cuda_hc_post(ctx, sub, res, post, comb, s, hc, d, D->out, &err_));
+        CK(mk_cuda_hc_head_norm(ctx, D->out, s, hc, d, D->fn, D->sc, D->ba, 1e-6f, 1e-6f, D->nw, 1e-6f, D->y, &err_));
+    } else {
+        CK(mk_cuda_hc_post_head_norm(ctx, sub, res, post, comb, s, hc, d, D->out, D->fn, D->sc, D->ba, 1e-6f, 1e-6f,
+                                     D->nw, 1e-6f, D->y, &err_));
+    }
+    fetch(y, D->y, sizeof(float) * s * d);
+    fetch(oh, D->out, sizeof(float) * s * n);
+}
+
+/* hc_post fused with the following hc_pre_norm / hc_head_norm (mk_cuda_hc_post_pre_norm /
+ * _head_norm): every output equals the two ops', bit for bit, also with post / comb overwritten
+ * in place; and a token alone gets the bits it gets in a call of s. */
+static void test_hc_post_pre(int s, int hc, int d) {
+    const int nmix = (2 + hc) * hc;
+    const size_t n = (size_t)hc * d, nh = (size_t)s * n, nx = (size_t)s * d, npc = (size_t)s * (hc + hc * hc);
+    float *res = xmalloc(sizeof(float) * nh), *sub = xmalloc(sizeof(float) * nx), *fn = xmalloc(sizeof(float) * nmix * n);
+    float *post = xmalloc(sizeof(float) * s * hc), *comb = xmalloc(sizeof(float) * s * hc * hc);
+    float scale[3] = {0.5f + rnd_u(), 0.5f + rnd_u(), 0.5f + rnd_u()}, base[64];
+    uint16_t *nw = xmalloc(sizeof(uint16_t) * d);
+    fill_act(res, nh, 1.0f);
+    fill_act(sub, nx, 1.0f);
+    for (int i = 0; i < s * hc; i++) post[i] = 2.0f * rnd_u();
+    for (int i = 0; i < s * hc * hc; i++) comb[i] = rnd_u() * (2.0f / hc);
+    for (size_t i = 0; i < (size_t)nmix * n; i++) fn[i] = rnd_n() * 0.01f;
+    for (int i = 0; i < nmix; i++) base[i] = rnd_n() * 0.5f;
+    for (int i = 0; i < d; i++) nw[i] = mk_f32_to_bf16(1.0f + 0.1f * rnd_n());
+    hc_pp_dev D = {.hc = hc, .d = d};
+    D.res = dup_dev(res, sizeof(float) * nh);
+    D.sub = dup_dev(sub, sizeof(float) * nx);
+    D.post = dup_dev(post, sizeof(float) * s * hc);
+    D.comb = dup_dev(comb, sizeof(float) * s * hc * hc);
+    D.fn = dup_dev(fn, sizeof(float) * nmix * n);
+    D.sc = dup_dev(scale, sizeof scale);
+    D.ba = dup_dev(base, sizeof(float) * nmix);
+    D.nw = dup_dev(nw, sizeof(uint16_t) * d);
+    D.out = poisoned_dev(sizeof(float) * nh);
+    D.x = poisoned_dev(sizeof(float) * nx);
+    D.po = poisoned_dev(sizeof(float) * s * hc);
+    D.co = poisoned_dev(sizeof(float) * s * hc * hc);
+    D.y = poisoned_dev(sizeof(float) * nx);
+    float *out[3], *x[3], *pc[3], *y[3], *oh[3];
+    for (int m = 0; m < 3; m++) {
+        out[m] = xmalloc(sizeof(float) * nh), x[m] = xmalloc(sizeof(float) * nx), pc[m] = xmalloc(sizeof(float) * npc);
+        y[m] = xmalloc(sizeof(float) * nx), oh[m] = xmalloc(sizeof(float) * nh);
+        hc_pp_run(&D, m, 0, s, out[m], x[m], pc[m], y[m], oh[m]);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "s%d hc%d d%d", s, hc, d);
+    int same = 1, same_head = 1;
+    for (int m = 1; m < 3; m++) {
+        same = same && !memcmp(out[m], out[0], sizeof(float) * nh) && !memcmp(x[m], x[0], sizeof(float) * nx) &&
+               !memcmp(pc[m], pc[0], sizeof(float) * npc);
+        same_head = same_head && !memcmp(y[m], y[0], sizeof(float) * nx) && !memcmp(oh[m], out[0], sizeof(float) * nh);
+    }
+    same_head = same_head && !memcmp(oh[0], out[0], sizeof(float) * nh);
+    n_checks += 2;
+    n_fail += !same + !same_head;
+    printf("| %-40s | %-26s | = hc_post then hc_pre_norm (also in place), bit for bit: %s |\n", "hc_post_pre_norm", shape,
+           same ? "PASS" : "FAIL");
+    printf("| %-40s | %-26s | = hc_post then hc_head_norm, bit for bit: %s |\n", "hc_post_head_norm", shape,
+           same_head ? "PASS" : "FAIL");
+
+    /* batch invariance: the last token alone (mode 1: the fused ops) = in the call of s */
+    if (s > 16) {
+        const int t1 = s - 1;
+        hc_pp_run(&D, 1, t1, 1, out[2], x[2], pc[2], y[2], oh[2]);
+        int inv = !memcmp(out[2], out[1] + (size_t)t1 * n, sizeof(float) * n) &&
+                  !memcmp(x[2], x[1] + (size_t)t1 * d, sizeof(float) * d) &&
+                  !memcmp(pc[2], pc[1] + (size_t)t1 * hc, sizeof(float) * hc) &&
+                  !memcmp(pc[2] + hc, pc[1] + (size_t)s * hc + (size_t)t1 * hc * hc, sizeof(float) * hc * hc) &&
+                  !memcmp(y[2], y[1] + (size_t)t1 * d, sizeof(float) * d) &&
+                  !memcmp(oh[2], oh[1] + (size_t)t1 * n, sizeof(float) * n);
+        n_checks++;
+        if (!inv) n_fail++;
+        printf("| %-40s | %-26s | token %d alone = in the call of %d, bit for bit: %s |\n",
+               "hc_post_pre_norm / _head_norm invariance", shape, t1, s, inv ? "PASS" : "FAIL");
+    }
+
+    void *dev[] = {D.res, D.sub, D.post, D.comb, D.fn, D.sc, D.ba, D.nw, D.out, D.x, D.po, D.co, D.y};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    for (int m = 0; m < 3; m++) free(out[m]), free(x[m]), free(pc[m]), free(y[m]), free(oh[m]);
+    free(res), free(sub), free(fn), free(post), free(comb), free(nw);
 }
 
 /* ---- sparse attention ------------------------------------------------------------------------- */
@@ -1220,6 +1374,10 @@ int main(int argc, char **argv) {
     test_hc(3, 4, 4096);
     test_hc(40, 4, 512);
     test_hc(20, 4, 4096);
+    test_hc_post_pre(1, 4, 4096);
+    test_hc_post_pre(3, 4, 4096);
+    test_hc_post_pre(20, 4, 4096);
+    test_hc_post_pre(40, 4, 512);
     {
         int ns[3] = {0, 300, 640};
         test_attn(64, 512, 3, ns, 1000);

@@ -11,6 +11,12 @@
  * one warp run the tiny 4x4 Sinkhorn in fp32 registers (an element each, sums gathered by
  * shuffles) with the CPU's operation order per element (only expf may differ from the host's libm
  * by an ulp), and the block collapses the streams with the CPU's unfused fp32 arithmetic. hc_post is elementwise and bit-identical to the CPU.
+ *
+ * hc_post followed by hc_pre / hc_head of its output (mk_cuda_hc_post_pre_norm / _head_norm, the
+ * model's post -> pre pairs) computes the hc_post in the split path's first kernel
+ * (k_hc_post_part): block (t, c) writes exactly chunk c of token t's row and sums the values it
+ * wrote with k_hc_mix_part's steps, so the row and the partials are those of the two kernels, bit
+ * for bit, in one launch fewer.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -19,22 +25,27 @@
 
 __device__ __forceinline__ float hc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Chunk c of S of the row (n values), block-wide: the mix dots and the sum of squares of the
- * chunk, thread-strided in double, warp trees, warps in order. Returns (to thread q <= HC_MAXMIX)
- * column q. */
-__device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float *__restrict__ fn, int nmix, int S,
-                               int c, double (*red)[HC_MAXMIX + 1]) {
-    const int chunk = (n + S - 1) / S, lo = c * chunk, hi = min(n, lo + chunk);
-    double acc[HC_MAXMIX + 1];
+/* The bounds [lo, hi) of chunk c of S of a row of n values (chunks of ceil(n / S); the last ones
+ * may be short or empty). */
+__device__ __forceinline__ void hc_chunk_bounds(int n, int S, int c, int *lo, int *hi) {
+    const int chunk = (n + S - 1) / S;
+    *lo = c * chunk;
+    *hi = min(n, *lo + chunk);
+}
+
+/* Row value v (at position i of the row of n values) into a thread's double accumulators: the mix
+ * dots with fn (q < nmix) and the sum of squares (acc[HC_MAXMIX]). */
+__device__ __forceinline__ void hc_acc_add(double *acc, double v, const float *__restrict__ fn, int nmix, int n,
+                                           int i) {
+    acc[HC_MAXMIX] += v * v;
 #pragma unroll
-    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        double v = ht[i];
-        acc[HC_MAXMIX] += v * v;
-#pragma unroll
-        for (int q = 0; q < HC_MAXMIX; q++)
-            if (q < nmix) acc[q] += v * (double)fn[(size_t)q * n + i];
-    }
+    for (int q = 0; q < HC_MAXMIX; q++)
+        if (q < nmix) acc[q] += v * (double)fn[(size_t)q * n + i];
+}
+
+/* The block's accumulators added up: warp trees, then the warps in order. Returns (to thread
+ * q <= HC_MAXMIX) column q. */
+__device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[HC_MAXMIX + 1]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) {
@@ -47,6 +58,21 @@ __device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float 
         for (int w = 0; w < nw; w++) a += red[w][threadIdx.x];
     __syncthreads(); /* red is reused by the next chunk */
     return a;
+}
+
+/* Chunk c of S of the row (n values), block-wide: the mix dots and the sum of squares of the
+ * chunk, thread-strided in double (thread i: lo + i, lo + i + blockDim.x, ...), warp trees, warps
+ * in order. Returns (to thread q <= HC_MAXMIX) column q. k_hc_post_part sums its chunk of hc_post
+ * outputs with the same steps (the same bits). */
+__device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float *__restrict__ fn, int nmix, int S,
+                               int c, double (*red)[HC_MAXMIX + 1]) {
+    int lo, hi;
+    hc_chunk_bounds(n, S, c, &lo, &hi);
+    double acc[HC_MAXMIX + 1];
+#pragma unroll
+    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) hc_acc_add(acc, ht[i], fn, nmix, n, i);
+    return hc_block_sum(acc, red);
 }
 
 /* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
@@ -64,9 +90,40 @@ __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, c
  * with k_rmsnorm's arithmetic in its order: valid only when blockDim.x is
  * mk_cuda_rmsnorm_threads(d) and d <= 4 blockDim.x (each thread then holds the same elements
  * k_rmsnorm's thread would, in the same order), which the callers check. */
+/* The normalized row also as mk_cuda_act_quant's output (quant.cu's act_quant_block, the same
+ * bits): thread i's values v[j] are elements i + 1024 j, so 128-block b is held by the 128
+ * threads of group (b % 8) for j = b / 8 (four warps): warp maxima of |v| through shared memory
+ * (a maximum is exact in any order), then each element's e4m3 byte at its (perm: permuted)
+ * position. Needs blockDim.x == 1024 and d % 128 == 0 (the callers check); all threads call it. */
+__device__ void hc_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q, float *__restrict__ sa) {
+    __shared__ float wmax[4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = threadIdx.x >> 7;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float a = mk_d_warp_max(threadIdx.x + j * 1024 < d ? fabsf(v[j]) : 0.0f);
+        if (lane == 0) wmax[j][warp] = a;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int k = threadIdx.x + j * 1024;
+        if (k >= d) continue;
+        float amax = fmaxf(fmaxf(wmax[j][4 * grp], wmax[j][4 * grp + 1]), fmaxf(wmax[j][4 * grp + 2], wmax[j][4 * grp + 3]));
+        amax = fmaxf(amax, 1e-4f);
+        const float sc = mk_d_pow2_ceil(__fmul_rn(amax, 1.0f / 448.0f));
+        float t = __fdiv_rn(v[j], sc);
+        t = fminf(fmaxf(t, -448.0f), 448.0f);
+        const int i = k & 127, e = i & 7;
+        const int pos = perm ? (k & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1)) : k;
+        q[pos] = (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
+        if (i == 0) sa[k >> 7] = sc;
+    }
+}
+
 template <bool NORM>
 __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, const float *pre,
-                                 const uint16_t *__restrict__ nw, float neps, float *__restrict__ y) {
+                                 const uint16_t *__restrict__ nw, float neps, float *__restrict__ y,
+                                 uint8_t *__restrict__ q = NULL, float *__restrict__ sq = NULL, int perm = 0) {
     if (!NORM) {
         hc_collapse_block(ht, hc, d, pre, y);
         return;
@@ -91,8 +148,18 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         if (k < d) {
             float o = __fmul_rn(v[j], rs);
             if (nw) o = __fmul_rn(mk_d_bf16(nw[k]), o);
-            y[k] = mk_d_bf16r(o);
+            y[k] = v[j] = mk_d_bf16r(o);
         }
+    }
+    if (q) hc_quant_row(v, d, perm, q, sq);
+}
+
+/* Thread q <= HC_MAXMIX stores column q of chunk c of token t: part[(t*S + c)*32 + q] (q < nmix: the
+ * mix dots, the sum of squares at 31). */
+__device__ __forceinline__ void hc_part_store(double *__restrict__ part, int t, int S, int c, double a) {
+    if (threadIdx.x <= HC_MAXMIX) {
+        const int q = threadIdx.x;
+        part[((size_t)t * S + c) * 32 + (q == HC_MAXMIX ? 31 : q)] = a;
     }
 }
 
@@ -104,11 +171,7 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ double red[8][HC_MAXMIX + 1];
     const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y;
-    double a = hc_chunk_sum(h + (size_t)t * n, n, fn, nmix, S, c, red);
-    if (threadIdx.x <= HC_MAXMIX) {
-        const int q = threadIdx.x;
-        part[((size_t)t * S + c) * 32 + (q == HC_MAXMIX ? 31 : q)] = a;
-    }
+    hc_part_store(part, t, S, c, hc_chunk_sum(h + (size_t)t * n, n, fn, nmix, S, c, red));
 }
 
 /* The Sinkhorn split of src/ops/cpu/hc.c on one warp, in registers: lane l < hc*hc owns element
@@ -162,7 +225,8 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     const float *__restrict__ base, int iters,
                                                     float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
                                                     float neps, float *__restrict__ x,
-                                                    float *__restrict__ post, float *__restrict__ comb) {
+                                                    float *__restrict__ post, float *__restrict__ comb,
+                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
@@ -185,7 +249,8 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
     }
     __syncthreads();
-    hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d);
+    hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, xq ? xq + (size_t)t * d : NULL,
+                           xq ? xsa + (size_t)t * (d >> 7) : NULL, perm);
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
@@ -221,6 +286,16 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
     hc_collapse_norm<NORM>(h + (size_t)t * n, hc, d, pre, nw, neps, y + (size_t)t * d);
 }
 
+/* hc_post's element (j, k) of one token, before the bf16 rounding: post[j] * x[k] +
+ * sum_i comb[i][j] * res[i][k] in the CPU's order (xt, rt, pt, ct: the token's rows). */
+__device__ __forceinline__ float hc_post_elem(const float *__restrict__ xt, const float *__restrict__ rt,
+                                              const float *__restrict__ pt, const float *__restrict__ ct, int hc,
+                                              int d, int j, int k) {
+    float acc = __fmul_rn(pt[j], xt[k]);
+    for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(ct[i * hc + j], rt[(size_t)i * d + k]));
+    return acc;
+}
+
 /* out[t][j][k] = bf16(post[j] * x[k] + sum_i comb[i][j] * res[i][k]), one thread per output. */
 __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__ res,
                           const float *__restrict__ post, const float *__restrict__ comb, int s,
@@ -232,11 +307,39 @@ __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__
     int t = (int)(id / per_tok);
     int j = (int)((id - (size_t)t * per_tok) / d);
     int k = (int)(id - (size_t)t * per_tok - (size_t)j * d);
-    const float *rt = res + (size_t)t * per_tok;
-    const float *ct = comb + (size_t)t * hc * hc;
-    float acc = __fmul_rn(post[(size_t)t * hc + j], x[(size_t)t * d + k]);
-    for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(ct[i * hc + j], rt[(size_t)i * d + k]));
-    out[id] = mk_d_bf16r(acc);
+    out[id] = mk_d_bf16r(hc_post_elem(x + (size_t)t * d, res + (size_t)t * per_tok, post + (size_t)t * hc,
+                                      comb + (size_t)t * hc * hc, hc, d, j, k));
+}
+
+/* hc_post fused with the following hc_pre / hc_head's split part 1 (k_hc_mix_part) of its output:
+ * block (t, c) computes and stores exactly the outputs of chunk c of token t's row, each thread
+ * the elements hc_chunk_sum's thread reads, in the same order, and sums the values it stored
+ * (bf16-rounded) into part like k_hc_mix_part: both outputs are those of k_hc_post then
+ * k_hc_mix_part, bit for bit. A block needs no other block's outputs (no grid-wide sync). Reads
+ * post / comb and writes neither (the finishing kernel, launched after it, may overwrite them). */
+__global__ void __launch_bounds__(256) k_hc_post_part(const float *__restrict__ x, const float *__restrict__ res,
+                                                      const float *__restrict__ post,
+                                                      const float *__restrict__ comb, int hc, int d,
+                                                      float *__restrict__ out, const float *__restrict__ fn,
+                                                      int nmix, double *__restrict__ part) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    __shared__ double red[8][HC_MAXMIX + 1];
+    const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y, n = hc * d;
+    const float *xt = x + (size_t)t * d, *rt = res + (size_t)t * n, *pt = post + (size_t)t * hc,
+                *ct = comb + (size_t)t * hc * hc;
+    float *ot = out + (size_t)t * n;
+    int lo, hi;
+    hc_chunk_bounds(n, S, c, &lo, &hi);
+    double acc[HC_MAXMIX + 1];
+#pragma unroll
+    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const int j = i / d, k = i - j * d;
+        const float o = mk_d_bf16r(hc_post_elem(xt, rt, pt, ct, hc, d, j, k));
+        ot[i] = o;
+        hc_acc_add(acc, o, fn, nmix, n, i);
+    }
+    hc_part_store(part, t, S, c, hc_block_sum(acc, red));
 }
 
 static int hc_check(int s, int hc, int d, mk_err *err) {
@@ -248,28 +351,64 @@ static int hc_check(int s, int hc, int d, mk_err *err) {
 /* Whether the finishing kernels (1024 threads) can run the RMSNorm of their row themselves. */
 static int hc_fuse_norm(int d) { return mk_cuda_rmsnorm_threads(d) == 1024 && d <= 4 * 1024; }
 
-static int hc_pre_any(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn, const float *scale,
-                      const float *base, int iters, float hc_eps, float norm_eps, int norm, const uint16_t *nw,
-                      float neps, float *x, float *post, float *comb, mk_err *err) {
+/* The hc_post that writes the row a split path then reads (the fused ops): out [s, hc, d] =
+ * hc_post(x, res, post, comb). */
+typedef struct {
+    const float *x, *res, *post, *comb;
+    float *out;
+} hc_post_in;
+
+/* Split path, part 1 for tokens [t0, t0 + ns) into ctx->hc_partial: k_hc_mix_part over h, or,
+ * with pin, k_hc_post_part writing pin->out (= h) as it goes. */
+static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int t0, int ns, int hc, int d,
+                    const float *fn, int nmix, const char *what, mk_err *err) {
+    const dim3 grid((unsigned)ns, MK_CUDA_HC_SPLIT);
+    const size_t n = (size_t)hc * d;
+    if (pin)
+        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_post_part, pin->x + (size_t)t0 * d, pin->res + t0 * n,
+                                 pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc, d,
+                                 pin->out + t0 * n, fn, nmix, ctx->hc_partial);
+    else
+        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial);
+    MK_CU_LAUNCHED(err, what);
+    return MK_OK;
+}
+
+/* hc_pre of h, or with pin of the hc_post it computes (h = pin->out). Token group g's finishing
+ * kernel writes post / comb rows of group g only, before group g+1's part 1 reads its own rows:
+ * pin->post / pin->comb may be post / comb. */
+static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int s, int hc, int d, const float *fn,
+                      const float *scale, const float *base, int iters, float hc_eps, float norm_eps, int norm,
+                      const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
+                      mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
+    if (aq && (!norm || !aq->q || !aq->sa))
+        return mk_fail(err, MK_EINVAL, "cuda: hc_pre: quantized output needs the normalized row and both buffers");
     const int fuse = norm && hc_fuse_norm(d), S = MK_CUDA_HC_SPLIT;
+    const int fq = aq && fuse && d % 128 == 0; /* the finishing kernel quantizes the row itself */
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)ns, S), 256, 0, k_hc_mix_part, ht, hc * d, fn, (2 + hc) * hc, ctx->hc_partial);
-        MK_CU_LAUNCHED(err, "cuda: hc_pre (split) launch");
+        st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
+        if (st) return st;
         if (fuse)
-            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps,
-                                                             norm_eps, nw, neps, x + (size_t)t0 * d,
-                                                             post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc);
+            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
+                                     iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
+                                     comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
+                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
         else
             (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
                                                               hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
-                                                              post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc);
+                                                              post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
+                                                              (uint8_t *)NULL, (float *)NULL, 0);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
-    if (norm && !fuse) return mk_cuda_rmsnorm(ctx, x, s, d, nw, neps, x, err);
+    if (norm && !fuse) {
+        st = mk_cuda_rmsnorm(ctx, x, s, d, nw, neps, x, err);
+        if (st) return st;
+    }
+    if (aq && !fq) return mk_cuda_act_quant(ctx, x, s, d, aq->perm, aq->q, aq->sa, err);
     return MK_OK;
 }
 
@@ -277,13 +416,26 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
                               const float *fn, const float *scale, const float *base, int iters,
                               float hc_eps, float norm_eps, float *x, float *post, float *comb,
                               mk_err *err) {
-    return hc_pre_any(ctx, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 0, NULL, 0.0f, x, post, comb, err);
+    return hc_pre_any(ctx, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 0, NULL, 0.0f, x, post, comb,
+                      NULL, err);
 }
 
 extern "C" int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                                    const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
-                                   const uint16_t *nw, float neps, float *x, float *post, float *comb, mk_err *err) {
-    return hc_pre_any(ctx, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, x, post, comb, err);
+                                   const uint16_t *nw, float neps, float *x, float *post, float *comb,
+                                   const mk_cuda_actq *aq, mk_err *err) {
+    return hc_pre_any(ctx, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, x, post, comb, aq,
+                      err);
+}
+
+extern "C" int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
+                                        const float *comb, int s, int hc, int d, float *out, const float *fn,
+                                        const float *scale, const float *base, int iters, float hc_eps,
+                                        float norm_eps, const uint16_t *nw, float neps, float *xo, float *post_o,
+                                        float *comb_o, const mk_cuda_actq *aq, mk_err *err) {
+    const hc_post_in pin = {x, res, post, comb, out};
+    return hc_pre_any(ctx, &pin, out, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, xo, post_o,
+                      comb_o, aq, err);
 }
 
 extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res,
@@ -297,17 +449,18 @@ extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *re
     return MK_OK;
 }
 
-static int hc_head_any(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn, const float *scale,
-                       const float *base, float hc_eps, float norm_eps, int norm, const uint16_t *nw, float neps,
-                       float *y, mk_err *err) {
+/* hc_head of h, or with pin of the hc_post it computes (h = pin->out). */
+static int hc_head_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int s, int hc, int d, const float *fn,
+                       const float *scale, const float *base, float hc_eps, float norm_eps, int norm,
+                       const uint16_t *nw, float neps, float *y, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
     const int fuse = norm && hc_fuse_norm(d), S = MK_CUDA_HC_SPLIT;
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)ns, S), 256, 0, k_hc_mix_part, ht, hc * d, fn, hc, ctx->hc_partial);
-        MK_CU_LAUNCHED(err, "cuda: hc_head (split) launch");
+        st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, hc, "cuda: hc_head (split) launch", err);
+        if (st) return st;
         if (fuse)
             (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_head_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
                                                               norm_eps, nw, neps, y + (size_t)t0 * d);
@@ -323,11 +476,19 @@ static int hc_head_any(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, c
 extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,
                                const float *fn, const float *scale, const float *base,
                                float hc_eps, float norm_eps, float *y, mk_err *err) {
-    return hc_head_any(ctx, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 0, NULL, 0.0f, y, err);
+    return hc_head_any(ctx, NULL, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 0, NULL, 0.0f, y, err);
 }
 
 extern "C" int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                                     const float *scale, const float *base, float hc_eps, float norm_eps,
                                     const uint16_t *nw, float neps, float *y, mk_err *err) {
-    return hc_head_any(ctx, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, err);
+    return hc_head_any(ctx, NULL, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, err);
+}
+
+extern "C" int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
+                                         const float *comb, int s, int hc, int d, float *out, const float *fn,
+                                         const float *scale, const float *base, float hc_eps, float norm_eps,
+                                         const uint16_t *nw, float neps, float *y, mk_err *err) {
+    const hc_post_in pin = {x, res, post, comb, out};
+    return hc_head_any(ctx, &pin, out, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, err);
 }

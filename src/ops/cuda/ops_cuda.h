@@ -228,14 +228,37 @@ int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res, const fl
 int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                     const float *scale, const float *base, float hc_eps, float norm_eps, float *y,
                     mk_err *err);
+/* The activation quantization of a normalized row for the next linear: mk_cuda_act_quant's output
+ * (e4m3 bytes q [s, d], block scales sa [s, d / 128], perm: the FP4 kernels' permuted layout). */
+typedef struct {
+    uint8_t *q;
+    float *sa;
+    int perm;
+} mk_cuda_actq;
 /* hc_pre / hc_head followed by mk_cuda_rmsnorm(x, nw, neps) of their output, in place: the same
- * bits, in one kernel fewer where the finishing kernel can run the norm itself (d = 4096). */
+ * bits, in one kernel fewer where the finishing kernel can run the norm itself (d = 4096). With
+ * aq (or NULL), hc_pre_norm also writes mk_cuda_act_quant(x) there, the same bits, in the same
+ * kernel where it runs the norm (d % 128 == 0), else one more launch. */
 int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                         const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
-                        const uint16_t *nw, float neps, float *x, float *post, float *comb, mk_err *err);
+                        const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
+                        mk_err *err);
 int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                          const float *scale, const float *base, float hc_eps, float norm_eps,
                          const uint16_t *nw, float neps, float *y, mk_err *err);
+/* mk_cuda_hc_post(x, res, post, comb -> out) followed by mk_cuda_hc_pre_norm / mk_cuda_hc_head_norm
+ * of out: the same bits in all outputs (out, xo / post_o / comb_o, y), one kernel fewer (the
+ * hc_post kernel also reduces the split path's chunks of the row it writes). post_o / comb_o may
+ * be post / comb (each token's are read before they are overwritten); out may not alias res or x. */
+int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
+                             const float *comb, int s, int hc, int d, float *out, const float *fn,
+                             const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
+                             const uint16_t *nw, float neps, float *xo, float *post_o, float *comb_o,
+                             const mk_cuda_actq *aq, mk_err *err);
+int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
+                              const float *comb, int s, int hc, int d, float *out, const float *fn,
+                              const float *scale, const float *base, float hc_eps, float norm_eps,
+                              const uint16_t *nw, float neps, float *y, mk_err *err);
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
