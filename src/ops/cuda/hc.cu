@@ -179,37 +179,66 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
  * shuffles and add them in the CPU's order (0 + C[i][0] + C[i][1] + ...), so every element sees
  * exactly the operations, in the same order, that the one-thread version applies (the same bits;
  * only expf may differ from the host's libm by an ulp). Lanes < hc also write pre and post. mix
- * is in shared memory (written before a __syncwarp). All 32 lanes of the warp must call it. */
-__device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restrict__ scale,
-                                 const float *__restrict__ base, int iters, float hc_eps, float *pre,
-                                 float *__restrict__ post_t, float *__restrict__ comb_t) {
+ * is in shared memory (written before a __syncwarp). All 32 lanes of the warp must call it.
+ * The 39 dependent steps (20 iterations) are the finishing kernel's critical path, so hc is a
+ * template parameter: the loops unroll, a step's hc shuffles are issued together, and the chain
+ * per step is one shuffle latency, hc adds and the division (it was ~14 us per call with hc at
+ * run time: index arithmetic and loop control inside every step). */
+template <int HC>
+__device__ void hc_sinkhorn_warp_t(const float *mix, const float *__restrict__ scale, const float *__restrict__ base,
+                                   int iters, float hc_eps, float *pre, float *__restrict__ post_t,
+                                   float *__restrict__ comb_t) {
     const unsigned all = 0xffffffffu;
-    const int l = threadIdx.x & 31, act = l < hc * hc, i = act ? l / hc : 0, j = act ? l - i * hc : 0;
-    if (l < hc) {
+    const int l = threadIdx.x & 31, act = l < HC * HC, i = act ? l / HC : 0, j = act ? l % HC : 0;
+    if (l < HC) {
         pre[l] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[l], scale[0]), base[l])), hc_eps);
-        post_t[l] = 2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[hc + l], scale[1]), base[hc + l]));
+        post_t[l] = 2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[HC + l], scale[1]), base[HC + l]));
     }
-    float c = act ? __fadd_rn(__fmul_rn(mix[2 * hc + l], scale[2]), base[2 * hc + l]) : 0.0f;
+    float c = act ? __fadd_rn(__fmul_rn(mix[2 * HC + l], scale[2]), base[2 * HC + l]) : 0.0f;
+    float v[HC];
+#pragma unroll
+    for (int q = 0; q < HC; q++) v[q] = __shfl_sync(all, c, i * HC + q);
     float mx = -INFINITY;
-    for (int q = 0; q < hc; q++) {
-        float v = __shfl_sync(all, c, i * hc + q);
-        if (v > mx) mx = v;
-    }
+#pragma unroll
+    for (int q = 0; q < HC; q++)
+        if (v[q] > mx) mx = v[q];
     c = expf(c - mx);
+#pragma unroll
+    for (int q = 0; q < HC; q++) v[q] = __shfl_sync(all, c, i * HC + q);
     float sum = 0.0f;
-    for (int q = 0; q < hc; q++) sum = __fadd_rn(sum, __shfl_sync(all, c, i * hc + q));
+#pragma unroll
+    for (int q = 0; q < HC; q++) sum = __fadd_rn(sum, v[q]);
     c = __fadd_rn(__fdiv_rn(c, sum), hc_eps);
     for (int it = 0; it < iters; it++) {
         if (it > 0) { /* row step (skipped on the first pass) */
+#pragma unroll
+            for (int q = 0; q < HC; q++) v[q] = __shfl_sync(all, c, i * HC + q);
             float rs = 0.0f;
-            for (int q = 0; q < hc; q++) rs = __fadd_rn(rs, __shfl_sync(all, c, i * hc + q));
+#pragma unroll
+            for (int q = 0; q < HC; q++) rs = __fadd_rn(rs, v[q]);
             c = __fdiv_rn(c, __fadd_rn(rs, hc_eps));
         }
-        float cs = 0.0f; /* column step */
-        for (int q = 0; q < hc; q++) cs = __fadd_rn(cs, __shfl_sync(all, c, q * hc + j));
+#pragma unroll
+        for (int q = 0; q < HC; q++) v[q] = __shfl_sync(all, c, q * HC + j); /* column step */
+        float cs = 0.0f;
+#pragma unroll
+        for (int q = 0; q < HC; q++) cs = __fadd_rn(cs, v[q]);
         c = __fdiv_rn(c, __fadd_rn(cs, hc_eps));
     }
     if (act) comb_t[l] = c;
+}
+
+/* hc_sinkhorn_warp_t for hc = 1..HC_MAX (hc_check bounds it). */
+__device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restrict__ scale,
+                                 const float *__restrict__ base, int iters, float hc_eps, float *pre,
+                                 float *__restrict__ post_t, float *__restrict__ comb_t) {
+    static_assert(HC_MAX == 4, "hc_sinkhorn_warp dispatches hc = 1..4");
+    switch (hc) {
+    case 4: hc_sinkhorn_warp_t<4>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
+    case 3: hc_sinkhorn_warp_t<3>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
+    case 2: hc_sinkhorn_warp_t<2>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
+    default: hc_sinkhorn_warp_t<1>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
+    }
 }
 
 /* Split path, part 2: one block per token adds the chunks in order, then the mixes, the Sinkhorn
