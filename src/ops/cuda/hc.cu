@@ -16,7 +16,9 @@
  * model's post -> pre pairs) computes the hc_post in the split path's first kernel
  * (k_hc_post_part): block (t, c) writes exactly chunk c of token t's row and sums the values it
  * wrote with k_hc_mix_part's steps, so the row and the partials are those of the two kernels, bit
- * for bit, in one launch fewer.
+ * for bit, in one launch fewer. The finishing kernel can also write the activation quantization of
+ * its normalized row for the next linear (mk_cuda_actq: act_quant's bytes and scales), one more
+ * launch fewer.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -120,10 +122,35 @@ __device__ void hc_quant_row(const float (&v)[4], int d, int perm, uint8_t *__re
     }
 }
 
+/* What the fused-norm collapse (hc_collapse_norm<true>) needs of a thread's four elements
+ * k = threadIdx.x + j blockDim.x, loaded at the finishing kernels' start so that the loads overlap
+ * the serial part (the chunk sums, the Sinkhorn) instead of following it: the streams' values
+ * hv[j][i] (after the wait for the previous kernel) and the norm weights (constant: before it). */
+struct hc_row_vals {
+    float hv[4][HC_MAX];
+    float w[4];
+};
+__device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+        r.w[j] = nw && k < d ? mk_d_bf16(nw[k]) : 1.0f;
+    }
+}
+__device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+#pragma unroll
+        for (int i = 0; i < HC_MAX; i++) r.hv[j][i] = k < d && i < hc ? ht[(size_t)i * d + k] : 0.0f;
+    }
+}
+
 template <bool NORM>
 __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, const float *pre,
                                  const uint16_t *__restrict__ nw, float neps, float *__restrict__ y,
-                                 uint8_t *__restrict__ q = NULL, float *__restrict__ sq = NULL, int perm = 0) {
+                                 const hc_row_vals &rv, uint8_t *__restrict__ q = NULL, float *__restrict__ sq = NULL,
+                                 int perm = 0) {
     if (!NORM) {
         hc_collapse_block(ht, hc, d, pre, y);
         return;
@@ -136,7 +163,9 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         v[j] = 0.0f;
         if (k < d) {
             float acc = 0.0f;
-            for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(pre[i], ht[(size_t)i * d + k]));
+#pragma unroll
+            for (int i = 0; i < HC_MAX; i++)
+                if (i < hc) acc = __fadd_rn(acc, __fmul_rn(pre[i], rv.hv[j][i]));
             v[j] = mk_d_bf16r(acc);
             ss += (double)v[j] * v[j];
         }
@@ -147,7 +176,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         const int k = threadIdx.x + j * blockDim.x;
         if (k < d) {
             float o = __fmul_rn(v[j], rs);
-            if (nw) o = __fmul_rn(mk_d_bf16(nw[k]), o);
+            if (nw) o = __fmul_rn(rv.w[j], o);
             y[k] = v[j] = mk_d_bf16r(o);
         }
     }
@@ -256,13 +285,18 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb,
                                                     uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    /* launched with programmatic dependent launch: only the norm weights are read before the wait */
+    mk_d_pdl_launch_dependents();
+    hc_row_vals rv;
+    if (NORM) hc_row_weights(nw, d, rv);
+    mk_d_pdl_wait();
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
     const int t = blockIdx.x, nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
     const double *pt = part + (size_t)t * S * 32;
+    if (NORM) hc_row_load(ht, hc, d, rv);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one lane each */
@@ -278,7 +312,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
     }
     __syncthreads();
-    hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, xq ? xq + (size_t)t * d : NULL,
+    hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
                            xq ? xsa + (size_t)t * (d >> 7) : NULL, perm);
 }
 
@@ -291,11 +325,16 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
                                                      const float *__restrict__ base, float hc_eps,
                                                      float norm_eps, const uint16_t *__restrict__ nw, float neps,
                                                      float *__restrict__ y) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    /* launched with programmatic dependent launch: only the norm weights are read before the wait */
+    mk_d_pdl_launch_dependents();
+    hc_row_vals rv;
+    if (NORM) hc_row_weights(nw, d, rv);
+    mk_d_pdl_wait();
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
     const int t = blockIdx.x, n = hc * d;
     const double *pt = part + (size_t)t * S * 32;
+    if (NORM) hc_row_load(h + (size_t)t * n, hc, d, rv);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -312,7 +351,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
         }
     }
     __syncthreads();
-    hc_collapse_norm<NORM>(h + (size_t)t * n, hc, d, pre, nw, neps, y + (size_t)t * d);
+    hc_collapse_norm<NORM>(h + (size_t)t * n, hc, d, pre, nw, neps, y + (size_t)t * d, rv);
 }
 
 /* hc_post's element (j, k) of one token, before the bf16 rounding: post[j] * x[k] +
