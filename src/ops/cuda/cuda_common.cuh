@@ -171,6 +171,23 @@ __device__ __forceinline__ float mk_d_pow2_ceil(float x) {
     return ldexpf(1.0f, e);
 }
 
+/* The arithmetic of act_quant (the reference's FP8 activation quantization per 128-block; quant.cu's
+ * kernels and hc.cu's fused-norm output share it, so their bytes agree): the block scale from the
+ * block's max |x|, an element's e4m3 byte, and where element i of a row is stored (perm: within
+ * each 8-chunk the order (0,2,4,6,1,3,5,7) in which the FP4 GEMV widens packed nibbles). */
+__device__ __forceinline__ float mk_d_act_scale(float amax) {
+    return mk_d_pow2_ceil(__fmul_rn(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
+}
+__device__ __forceinline__ uint8_t mk_d_act_byte(float v, float s) {
+    float t = __fdiv_rn(v, s);
+    t = fminf(fmaxf(t, -448.0f), 448.0f);
+    return (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
+}
+__device__ __forceinline__ int mk_d_act_pos(int i, int perm) {
+    const int e = i & 7;
+    return perm ? (i & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1)) : i;
+}
+
 /* Eight packed e2m1 nibbles (low nibble = even element) -> two words of four e4m3 bytes each:
  * `ev` holds elements 0,2,4,6 and `od` elements 1,3,5,7. The byte s.ee.m -> s000.ee.m00 is an
  * e4m3 whose value is the e2m1 value times 2^-6 exactly (ee = 0, the e2m1 half, lands on the

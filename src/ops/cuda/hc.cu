@@ -110,15 +110,10 @@ __device__ void hc_quant_row(const float (&v)[4], int d, int perm, uint8_t *__re
     for (int j = 0; j < 4; j++) {
         const int k = threadIdx.x + j * 1024;
         if (k >= d) continue;
-        float amax = fmaxf(fmaxf(wmax[j][4 * grp], wmax[j][4 * grp + 1]), fmaxf(wmax[j][4 * grp + 2], wmax[j][4 * grp + 3]));
-        amax = fmaxf(amax, 1e-4f);
-        const float sc = mk_d_pow2_ceil(__fmul_rn(amax, 1.0f / 448.0f));
-        float t = __fdiv_rn(v[j], sc);
-        t = fminf(fmaxf(t, -448.0f), 448.0f);
-        const int i = k & 127, e = i & 7;
-        const int pos = perm ? (k & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1)) : k;
-        q[pos] = (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
-        if (i == 0) sa[k >> 7] = sc;
+        const float sc = mk_d_act_scale(fmaxf(fmaxf(wmax[j][4 * grp], wmax[j][4 * grp + 1]),
+                                              fmaxf(wmax[j][4 * grp + 2], wmax[j][4 * grp + 3])));
+        q[mk_d_act_pos(k, perm)] = mk_d_act_byte(v[j], sc);
+        if ((k & 127) == 0) sa[k >> 7] = sc;
     }
 }
 

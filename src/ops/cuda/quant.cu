@@ -22,23 +22,13 @@ __device__ __forceinline__ void act_quant_block(const float (&v)[4], int w, int 
     float amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(v[j]));
-    amax = mk_d_warp_max(amax);
-    amax = fmaxf(amax, 1e-4f);
-    float s = mk_d_pow2_ceil(__fmul_rn(amax, 1.0f / 448.0f));
+    const float s = mk_d_act_scale(mk_d_warp_max(amax));
     uint8_t *qr = q + (size_t)r * k + base;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int i = lane * 4 + j;
         if (i >= w) continue;
-        float t = __fdiv_rn(v[j], s);
-        t = fminf(fmaxf(t, -448.0f), 448.0f);
-        uint8_t byte = (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
-        int pos = i;
-        if (perm) { /* within the 8-chunk: even e -> e/2, odd e -> 4 + e/2 */
-            int e = i & 7;
-            pos = (i & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1));
-        }
-        qr[pos] = byte;
+        qr[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], s);
     }
     if (lane == 0) sa[(size_t)r * nb + b] = s;
 }
