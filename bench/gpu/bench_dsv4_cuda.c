@@ -15,6 +15,7 @@
  * Usage: bench_dsv4_cuda DIR [prompt_len=16] [decode_steps=64] [out.md] [batches=64,256]
  *        [prefill_len=2048]
  * No CUDA graph capture: positions and cache sizes are kernel arguments chosen on the host.
+ * MINKE_CUDA_TRACE_PREFILL=FILE: the same for one more run of the prefill (after the timed one).
  * MINKE_CUDA_PROFILE=1: phase tables of each section (synchronized, so the timings of that run
  * are not the benchmark's).
  */
@@ -48,19 +49,13 @@ static int cmp_trace(const void *a, const void *b) {
     return x > y ? -1 : x < y;
 }
 
-static int trace_step(mk_cuda_ctx *ctx, dsv4_cuda_seq *s, int32_t *toks, int at, int vocab, float *logits,
-                      const char *path) {
-    enum { CAP = 8192 };
+/* Writes the trace recorded since mk_cuda_trace_start (wall: the host time of the traced call). */
+static int trace_report(mk_cuda_ctx *ctx, const char *title, double wall, const char *path) {
+    enum { CAP = 16384 };
     static const char *names[CAP];
     static float us[CAP], qd[CAP], dn[CAP];
     static trace_row rows[CAP];
     mk_err err = {0};
-    double a = now();
-    if (mk_cuda_trace_start(ctx, &err) || dsv4_cuda_forward(s, &toks[at], 1, logits, &err)) {
-        fprintf(stderr, "trace: %s\n", err.msg);
-        return 1;
-    }
-    double wall = now() - a;
     int n = mk_cuda_trace_stop(ctx, CAP, names, us, qd, dn, &err);
     if (n < 0) {
         fprintf(stderr, "trace: %s\n", err.msg);
@@ -81,13 +76,23 @@ static int trace_step(mk_cuda_ctx *ctx, dsv4_cuda_seq *s, int32_t *toks, int at,
     }
     if (f) fclose(f);
     qsort(rows, (size_t)nr, sizeof rows[0], cmp_trace);
-    printf("\n## one traced decode step (MINKE_CUDA_TRACE): %d launches, %.1f us on the GPU, %.1f us wall; "
+    printf("\n## %s (MINKE_CUDA_TRACE): %d launches, %.1f us on the GPU, %.1f us wall; "
            "the host queued the last launch at %.1f us; %d launches finished < 20 us after being queued\n\n"
            "| launch | count | us | %% |\n| --- | --- | --- | --- |\n",
-           n, tot, wall * 1e6, n ? qd[n - 1] : 0.0f, starved);
+           title, n, tot, wall * 1e6, n ? qd[n - 1] : 0.0f, starved);
     for (int j = 0; j < nr; j++)
         printf("| %s | %d | %.1f | %.1f |\n", rows[j].name, rows[j].n, rows[j].us, 100.0 * rows[j].us / tot);
     return 0;
+}
+
+static int trace_step(mk_cuda_ctx *ctx, dsv4_cuda_seq *s, int32_t *toks, int at, float *logits, const char *path) {
+    mk_err err = {0};
+    double a = now();
+    if (mk_cuda_trace_start(ctx, &err) || dsv4_cuda_forward(s, &toks[at], 1, logits, &err)) {
+        fprintf(stderr, "trace: %s\n", err.msg);
+        return 1;
+    }
+    return trace_report(ctx, "one traced decode step", now() - a, path);
 }
 
 static int cmpd(const void *a, const void *b) {
@@ -223,7 +228,7 @@ int main(int argc, char **argv) {
         toks[P + i + 1] = argmax(logits, c->vocab);
     }
     dsv4_cuda_profile_report(stdout, "batch-1 prefill + decode");
-    if (getenv("MINKE_CUDA_TRACE") && trace_step(ctx, s, toks, P + N, c->vocab, logits, getenv("MINKE_CUDA_TRACE")))
+    if (getenv("MINKE_CUDA_TRACE") && trace_step(ctx, s, toks, P + N, logits, getenv("MINKE_CUDA_TRACE")))
         return 1;
     /* the first 3 steps are warm-up */
     int nt = N - 3;
@@ -321,6 +326,16 @@ int main(int argc, char **argv) {
             tp = now() - a;
         }
         dsv4_cuda_profile_report(stdout, "prefill (two runs)");
+        const char *tp_path = getenv("MINKE_CUDA_TRACE_PREFILL");
+        if (!rc && tp_path) { /* a third run, traced launch by launch */
+            rc = dsv4_cuda_seq_reset(ps[0], &err);
+            double a = now();
+            if (!rc) rc = mk_cuda_trace_start(ctx, &err);
+            if (!rc) rc = dsv4_cuda_forward_batch(w, ps, tk, cnt, lg, 1, &err);
+            char title[64];
+            snprintf(title, sizeof title, "one traced prefill of %d tokens", PF);
+            if (!rc && trace_report(ctx, title, now() - a, tp_path)) rc = 1;
+        }
         if (!rc) {
             n = snprintf(line, sizeof line, "| prefill, 1 prompt | %d | %.2f | %.0f | %.1f | %.1f%% |\n", PF, tp * 1e3,
                          PF / tp, fl * PF / tp / 1e12, tflops > 0 ? 100.0 * fl * PF / tp / 1e12 / tflops : 0.0);

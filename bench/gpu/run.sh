@@ -15,7 +15,8 @@
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
 # batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
 # (batch-1 decode again under each tuning variable -> variants.txt), DSV4_TRACE=1 (one decode step with
-# an event after every launch: trace.txt in launch order, trace.md by launch name). Without libjansson-dev there, a static copy carried in .kit/
+# an event after every launch: trace.txt in launch order, trace.md by launch name; the same for a 2048-token
+# prefill: trace_prefill.txt / .md). Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
 cd "$(dirname "$0")/../.."
@@ -153,6 +154,10 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         MINKE_CUDA_TRACE="$OUT/trace.txt" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
             sed -n '/one traced decode step/,$p' > "$OUT/trace.md"
         head -40 "$OUT/trace.md"
+        stamp "kernel trace of one 2048-token prefill (MINKE_CUDA_TRACE_PREFILL)"
+        MINKE_CUDA_TRACE_PREFILL="$OUT/trace_prefill.txt" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 8 /dev/null 0 2048 2>&1 |
+            sed -n '/one traced prefill/,$p' > "$OUT/trace_prefill.md"
+        head -40 "$OUT/trace_prefill.md"
     fi
     if [ "${DSV4_NCU:-0}" = 1 ]; then
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)

@@ -899,6 +899,33 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     mk_cuda_free(ctx, dv3a);
     fetch(act, dact, sizeof(float) * TK * I);
     fetch(eo, deo, sizeof(float) * TK * d);
+    int staged_same = 1; /* several slots per expert: the staged kernel = the unstaged one, bit for bit */
+    if (T > 1) {
+        mk_cuda_tuning def, tu;
+        mk_cuda_ctx_get_tuning(ctx, &def);
+        tu = def;
+        tu.moe_staged = !def.moe_staged;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        float *b1 = poisoned_dev(sizeof(float) * TK * I), *b3 = poisoned_dev(sizeof(float) * TK * I);
+        float *bo = poisoned_dev(sizeof(float) * TK * d);
+        CK(mk_cuda_act_quant(ctx, dx, T, d, 1, dq, dsa, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0],
+                                (const void *const *)dtw[1], (const uint8_t *const *)dts[1], I, d, dq, dsa, 1, dplan, T,
+                                K, E, b1, b3, 0, &err_));
+        CK(mk_cuda_act_quant(ctx, dact, TK, I, 1, dq, dsa, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[2], (const uint8_t *const *)dts[2], NULL, NULL, d, I, dq,
+                                dsa, 0, dplan, T, K, E, bo, NULL, 1, &err_));
+        mk_cuda_ctx_set_tuning(ctx, &def);
+        float *h = xmalloc(sizeof(float) * TK * (I > d ? I : d));
+        fetch(h, b1, sizeof(float) * TK * I);
+        staged_same = !memcmp(h, v1, sizeof(float) * TK * I);
+        fetch(h, b3, sizeof(float) * TK * I);
+        staged_same = staged_same && !memcmp(h, v3, sizeof(float) * TK * I);
+        fetch(h, bo, sizeof(float) * TK * d);
+        staged_same = staged_same && !memcmp(h, eo, sizeof(float) * TK * d);
+        free(h);
+        mk_cuda_free(ctx, b1), mk_cuda_free(ctx, b3), mk_cuda_free(ctx, bo);
+    }
     /* the slot of each (token, expert) from the plan; references per slot */
     int G = TK < E ? TK : E, ng = plan[0];
     const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
@@ -945,6 +972,12 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         n_fail++;
         printf("| %-40s | %-26s | plan does not cover every (token, expert) once in token order: FAIL |\n", "moe plan",
                shape);
+    }
+    if (T > 1) {
+        n_checks++;
+        if (!staged_same) n_fail++;
+        printf("| %-40s | %-26s | staged (weights once per block) = unstaged, bit for bit: %s |\n",
+               "moe fp4 mma staged", shape, staged_same ? "ok" : "FAIL");
     }
     for (int e = 0; e < E; e++) {
         mk_cuda_wmat_free(ctx, &D1[e]), mk_cuda_wmat_free(ctx, &D3[e]), mk_cuda_wmat_free(ctx, &D2[e]);
@@ -1339,6 +1372,7 @@ int main(int argc, char **argv) {
     test_linear_grouped(4, 256, 512, 11);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);
+    if (!quick) test_moe_fp4(40, 6, 16, 4096, 2048); /* 15 slots per expert: two chunks, both buffers */
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
     test_moe_fp4(3, 2, 64, 1024, 512);  /* fewer slots than experts */
     {

@@ -124,6 +124,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     if (getenv("MINKE_CUDA_PDL")) ctx->tune.gemv_pdl = atoi(getenv("MINKE_CUDA_PDL")) != 0;
     ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
+    ctx->tune.moe_staged = 1;
+    if (getenv("MINKE_CUDA_MOE_STAGED")) ctx->tune.moe_staged = atoi(getenv("MINKE_CUDA_MOE_STAGED")) != 0;
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -253,6 +255,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.gemv_max_splits > 16) ctx->tune.gemv_max_splits = 16;
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
+    ctx->tune.moe_staged = ctx->tune.moe_staged != 0;
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
 }
 

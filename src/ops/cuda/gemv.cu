@@ -556,6 +556,151 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     }
 }
 
+/* The same per-output arithmetic as k_moe_gemv_fp4<4, 1, 1> (the k split over the warps, each
+ * warp's 128-blocks in order through fp4_mma_step<4>, the warps summed in warp order), for groups of
+ * several chunks of slots (prefill, large batches): a warp's weights (its `per` <= PMAX 128-blocks of
+ * the slab's 16 rows, with their scales) are loaded into registers once per block instead of once
+ * per chunk of 8 slots, and each chunk's activation rows and block scales are copied into shared
+ * memory by cp.async while the chunk before is computed (two buffers), so a chunk costs its MMAs
+ * and not a chain of memory latencies. Bit for bit the kernel above (same sums in the same order).
+ * Dynamic shared memory: the slab's 16 weight rows (k/2 + 16 bytes each, padded against bank
+ * conflicts), 2 x 8 x k activation bytes, 2 x 8 x k/128 floats (~100 KB at k = 4096). */
+__global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__restrict__ Wt,
+                                                           const uint8_t *const *__restrict__ St,
+                                                           const void *const *__restrict__ Wt3,
+                                                           const uint8_t *const *__restrict__ St3,
+                                                           const uint8_t *__restrict__ xq,
+                                                           const float *__restrict__ sa, int n, int k, int per,
+                                                           const int32_t *__restrict__ plan, int TK, int E,
+                                                           int by_token, float *__restrict__ y,
+                                                           float *__restrict__ y3, int round) {
+    extern __shared__ __align__(16) uint8_t moe_dsm[];
+    __shared__ float red[GEMV_MAXW * 32 * 8];
+    __shared__ float tile[8 * 16];
+    mk_d_pdl_launch_dependents();
+    if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
+    const int G = TK < E ? TK : E, grp = blockIdx.y;
+    if (grp >= plan[0]) { /* the plan is two kernels old, as for k_moe_gemv_fp4 */
+        mk_d_pdl_wait();
+        return;
+    }
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
+    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x, nthr = blockDim.x;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, nsb = k >> 5;
+    const size_t rowb = (size_t)k >> 1;
+    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
+    const int n0 = blockIdx.x * 16;
+    const int rs = (k >> 1) + 16;                   /* weight row stride in shared memory (padded) */
+    uint8_t *wsm = moe_dsm;                         /* [16][rs] the slab's FP4 rows */
+    uint8_t *xs = moe_dsm + (size_t)16 * rs;        /* [2][8][k] activation bytes */
+    float *ss = (float *)(xs + (size_t)16 * k);     /* [2][8][nb] activation block scales */
+    { /* the slab's weights into shared memory (they do not depend on the previous kernel) */
+        const int wp = k >> 5; /* 16-byte pieces per row */
+        for (int i = tid; i < 16 * wp; i += nthr) {
+            const int r = i / wp, c = i - r * wp;
+            mk_d_cp_async16(wsm + (size_t)r * rs + (size_t)c * 16, W + (size_t)(n0 + r) * rowb + (size_t)c * 16, 16);
+        }
+        mk_d_cp_async_commit();
+    }
+    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb + 2 * (t & 1), *s1p = s0p + (size_t)8 * nsb;
+    mk_d_pdl_wait();
+    const int pieces = k >> 4; /* 16-byte pieces per row */
+    auto stage = [&](int buf, int c0) {
+        const int m = min(8, c_hi - c0);
+        for (int i = tid; i < m * pieces; i += nthr) {
+            const int r = i / pieces, c = i - r * pieces, slot = c0 + r;
+            const int row = by_token ? stok[slot] : slot;
+            mk_d_cp_async16(xs + ((size_t)buf * 8 + r) * k + (size_t)c * 16, xq + (size_t)row * k + (size_t)c * 16, 16);
+        }
+        for (int i = tid; i < m * nb; i += nthr) {
+            const int r = i / nb, c = i - r * nb, slot = c0 + r;
+            const int row = by_token ? stok[slot] : slot;
+            mk_d_cp_async4(ss + ((size_t)buf * 8 + r) * nb + c, sa + (size_t)row * nb + c, 4);
+        }
+    };
+    stage(0, c_lo);
+    mk_d_cp_async_commit();
+    const bool diag = (g & 3) == t;
+    int buf = 0;
+    for (int c0 = c_lo; c0 < c_hi; c0 += 8, buf ^= 1) {
+        if (c0 + 8 < c_hi) stage(buf ^ 1, c0 + 8);
+        mk_d_cp_async_commit();
+        mk_d_cp_async_wait<1>();
+        __syncthreads();
+        const int m = min(8, c_hi - c0);
+        float acc[4][4];
+#pragma unroll
+        for (int p = 0; p < 4; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
+#pragma unroll 1
+        for (int kb = kb0; kb < kb1; kb++) {
+            { /* fp4_mma_step<4>, with the weights and each pair's activations read from shared memory */
+                const uint4 a0 = *(const uint4 *)(wsm + (size_t)g * rs + (size_t)kb * 64 + t * 16);
+                const uint4 a1 = *(const uint4 *)(wsm + (size_t)(g + 8) * rs + (size_t)kb * 64 + t * 16);
+                uint32_t e0[4], o0[4], e1[4], o1[4];
+                mk_d_fp4x8_to_e4m3(a0.x, e0[0], o0[0]);
+                mk_d_fp4x8_to_e4m3(a0.y, e0[1], o0[1]);
+                mk_d_fp4x8_to_e4m3(a0.z, e0[2], o0[2]);
+                mk_d_fp4x8_to_e4m3(a0.w, e0[3], o0[3]);
+                mk_d_fp4x8_to_e4m3(a1.x, e1[0], o1[0]);
+                mk_d_fp4x8_to_e4m3(a1.y, e1[1], o1[1]);
+                mk_d_fp4x8_to_e4m3(a1.z, e1[2], o1[2]);
+                mk_d_fp4x8_to_e4m3(a1.w, e1[3], o1[3]);
+                const uint32_t sg = *(const uint16_t *)(s0p + 4 * kb), sg8 = *(const uint16_t *)(s1p + 4 * kb);
+                const float sb00 = 64.0f * mk_d_e8m0(sg & 0xff), sb01 = 64.0f * mk_d_e8m0(sg >> 8);
+                const float sb10 = 64.0f * mk_d_e8m0(sg8 & 0xff), sb11 = 64.0f * mk_d_e8m0(sg8 >> 8);
+#pragma unroll
+                for (int p = 0; p < 4; p++) {
+                    const int b = 2 * p + (g >> 2), bc = 2 * p + (t >> 1);
+                    uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+                    if (diag && b < m) {
+                        const uint8_t *xp = xs + ((size_t)buf * 8 + b) * k + (size_t)kb * 128 + 32 * t;
+                        x0 = *(const uint4 *)xp;
+                        x1 = *(const uint4 *)(xp + 16);
+                    }
+                    const float sv = bc < m ? ss[((size_t)buf * 8 + bc) * nb + kb] : 0.0f;
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mk_d_mma_e4m3(c, e0[0], e1[0], o0[0], o1[0], x0.x, x0.y);
+                    mk_d_mma_e4m3(c, e0[1], e1[1], o0[1], o1[1], x0.z, x0.w);
+                    mk_d_mma_e4m3(c, e0[2], e1[2], o0[2], o1[2], x1.x, x1.y);
+                    mk_d_mma_e4m3(c, e0[3], e1[3], o0[3], o1[3], x1.z, x1.w);
+                    acc[p][0] = fmaf(c[0], sv * sb00, acc[p][0]);
+                    acc[p][1] = fmaf(c[1], sv * sb01, acc[p][1]);
+                    acc[p][2] = fmaf(c[2], sv * sb10, acc[p][2]);
+                    acc[p][3] = fmaf(c[3], sv * sb11, acc[p][3]);
+                }
+            }
+        }
+        float r[8];
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            float lo = acc[p][0] + acc[p][1], hi = acc[p][2] + acc[p][3];
+            lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+            hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+            r[2 * p] = lo;
+            r[2 * p + 1] = hi;
+        }
+        gemv_reduce<8>(r, red);
+        if (warp == 0 && !(t & 1)) {
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const int bc = 2 * p + (t >> 1);
+                if (bc < m) tile[bc * 16 + g] = r[2 * p], tile[bc * 16 + g + 8] = r[2 * p + 1];
+            }
+        }
+        __syncthreads();
+        for (int i = tid; i < m * 16; i += nthr)
+            y[(size_t)(c0 + (i >> 4)) * n + n0 + (i & 15)] = gemv_out(tile[i], round);
+        __syncthreads();
+    }
+}
+
+static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory */
+    return (size_t)16 * ((size_t)k / 2 + 16) + (size_t)16 * k + sizeof(float) * 16 * (size_t)(k / 128);
+}
+
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                          const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                          const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err) {
@@ -576,6 +721,11 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     } else if (T == 1) { /* decode: a token names each expert once, so every group is one slot */
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
+    } else if (ctx->tune.moe_staged && staged_smem(k) <= ctx->caps.smem_optin) { /* several slots per expert */
+        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_STAGED, (const void *)k_moe_fp4_staged, staged_smem(k), err);
+        if (st) return st;
+        e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), staged_smem(k), k_moe_fp4_staged, W, S, W3, S3, xq, sa, n, k,
+                               per, plan, TK, E, by_token, y, y3, round);
     } else {
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);

@@ -89,6 +89,9 @@ typedef struct {
                             * off at context creation) */
     int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 2;
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
+    int moe_staged;        /* 1: FP4 experts with several slots per call run k_moe_fp4_staged (weights
+                            * loaded once per block, activations staged in shared memory; same bits
+                            * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
