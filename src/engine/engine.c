@@ -6,6 +6,12 @@
  * active list belong to the engine thread alone. The engine never holds e->mu while it runs a
  * forward pass, so submit and stats stay cheap during long steps. Lock order: e->mu before r->mu.
  *
+ * Sampling: a request whose step is plain greedy (mk_sampler_plain_greedy: no logprobs, bias,
+ * penalties or min_tokens mask) asks the model for the argmax instead of the logits
+ * (mk_batch_item.argmax); the GPU model computes it on the device and copies one int instead of
+ * the vocabulary's floats, and the sampler records it with mk_sampler_take (the same token
+ * mk_sampler_sample would pick). Every other step samples the logits on the host.
+ *
  * Memory: the KV cache, the logits rows and the step's item arrays are allocated at create. A
  * request's token buffer, block table and sampler are allocated when the engine takes it in and
  * freed when it leaves; its event ring starts at 32 entries and doubles only when the producer
@@ -67,6 +73,9 @@ struct mk_engine {
     mk_sched *sched;
     mk_ereq **slot;       /* [n_slots] owner of each slot */
     float *logits;        /* [max_num_seqs][vocab] */
+    int32_t *argmax;      /* [max_num_seqs]: plain greedy pieces' tokens, where the model picks them */
+    int model_argmax;     /* let the model pick plain greedy tokens (default; MINKE_MODEL_ARGMAX=0: off,
+                           * for A/B benchmarks) */
     mk_sched_item *items; /* [max_num_seqs] */
     mk_batch_item *bitems;
     mk_sreq **preempted;
@@ -304,10 +313,13 @@ static int step(mk_engine *e) {
                 pthread_mutex_unlock(&r->mu);
             }
         }
+        /* a plain greedy step (sampler.h) lets the model pick the token where the logits are */
+        int32_t *am = it->logits && e->model_argmax && mk_sampler_plain_greedy(r->smp) ? &e->argmax[i] : NULL;
         e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .fresh = fresh, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
                                        .n = it->n, .blocks = it->req->blocks, .n_blocks = it->req->n_blocks,
                                        .copy_from = it->copy_from, .copy_to = it->copy_to,
-                                       .logits = it->logits ? e->logits + (size_t)(nl++) * e->vocab : NULL};
+                                       .logits = it->logits ? e->logits + (size_t)(nl++) * e->vocab : NULL,
+                                       .argmax = am};
     }
     mk_err err = {0};
     mk_model_forward_batch(e->m, e->kv, e->bitems, n, &err);
@@ -326,7 +338,8 @@ static int step(mk_engine *e) {
         if (!it->logits) continue;
         ev_item ev = {.type = MK_EV_TOKEN};
         mk_err serr = {0};
-        if (mk_sampler_sample(r->smp, e->bitems[i].logits, &ev.tok, &serr)) {
+        if (e->bitems[i].argmax_done ? mk_sampler_take(r->smp, *e->bitems[i].argmax, &ev.tok, &serr)
+                                     : mk_sampler_sample(r->smp, e->bitems[i].logits, &ev.tok, &serr)) {
             finish(e, r, MK_EFIN_ERROR, serr.msg);
             continue;
         }
@@ -342,6 +355,7 @@ static int step(mk_engine *e) {
         push_ev(r, &ev);
         pthread_mutex_lock(&e->mu);
         e->st.generation_tokens_total++;
+        e->st.model_argmax_tokens += e->bitems[i].argmax_done != 0;
         pthread_mutex_unlock(&e->mu);
         if (mk_sampler_is_stop_token(r->smp, ev.tok.token)) finish(e, r, MK_EFIN_STOP, NULL);
         else if (r->n_gen >= r->max_tokens) finish(e, r, MK_EFIN_LENGTH, NULL);
@@ -420,10 +434,12 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     if ((rc = mk_sched_create(&so, mk_kvcache_pool(e->kv), &e->sched, err))) goto fail;
     e->slot = calloc((size_t)e->caps.n_slots, sizeof *e->slot);
     e->logits = mk_kvcache_host_floats(e->kv, (size_t)e->vocab * (size_t)o->max_num_seqs);
+    e->argmax = calloc((size_t)o->max_num_seqs, sizeof *e->argmax);
+    e->model_argmax = !(getenv("MINKE_MODEL_ARGMAX") && atoi(getenv("MINKE_MODEL_ARGMAX")) == 0);
     e->items = calloc((size_t)o->max_num_seqs, sizeof *e->items);
     e->bitems = calloc((size_t)o->max_num_seqs, sizeof *e->bitems);
     e->preempted = calloc((size_t)o->max_num_seqs, sizeof *e->preempted);
-    if (!e->slot || !e->logits || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
+    if (!e->slot || !e->logits || !e->argmax || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
     e->st.max_num_seqs = o->max_num_seqs;
     e->st.max_model_len = o->max_model_len;
     e->st.kv_blocks = e->caps.n_blocks;
@@ -456,6 +472,7 @@ void mk_engine_free(mk_engine *e) {
     mk_kvcache_host_free(e->kv, e->logits);
     mk_kvcache_free(e->kv);
     free(e->slot);
+    free(e->argmax);
     free(e->items);
     free(e->bitems);
     free(e->preempted);

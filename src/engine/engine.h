@@ -119,6 +119,8 @@ typedef struct {
     int live_handles;     /* mk_ereq objects not yet freed (engine or producer still holds them) */
     int max_num_seqs, max_model_len;
     uint64_t prompt_tokens_total, generation_tokens_total;
+    uint64_t model_argmax_tokens; /* generated tokens the model picked itself (plain greedy steps on
+                                   * the GPU: its argmax, no logits copied to the host) */
     uint64_t finished_total[MK_EFIN_ERROR + 1]; /* by mk_efinish */
     uint64_t steps;       /* engine steps run */
     uint64_t prefix_cache_queries, prefix_cache_hits; /* prompt tokens looked up / found */

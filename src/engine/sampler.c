@@ -578,6 +578,26 @@ int mk_sampler_candidates(mk_sampler *s, float *logits, int32_t *ids, float *pro
     return MK_OK;
 }
 
+int mk_sampler_plain_greedy(const mk_sampler *s) {
+    const mk_sampling_params *p = &s->p;
+    if (!(p->temperature < MK_SAMPLER_GREEDY_EPS) || s->want_lp || p->n_bias || s->counts) return 0;
+    /* process() masks the stop tokens while fewer than min_tokens were generated */
+    return !(s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0));
+}
+
+int mk_sampler_take(const mk_sampler *s, int32_t argmax, mk_sample_out *out, mk_err *err) {
+    out->token = -1;
+    out->logprob = 0;
+    out->n_top = 0;
+    if (!mk_sampler_plain_greedy(s))
+        return mk_fail(err, MK_EINVAL, "sampler: an argmax taken for a request that is not plain greedy");
+    if (argmax < 0) return mk_fail(err, MK_ERANGE, "sampler: every token is masked (all logits -inf)");
+    if (argmax >= s->vocab)
+        return mk_fail(err, MK_EINVAL, "sampler: argmax %d is outside the vocabulary [0, %d)", (int)argmax, s->vocab);
+    out->token = argmax;
+    return MK_OK;
+}
+
 void mk_sampler_accept(mk_sampler *s, int32_t token) {
     s->step++;
     s->n_generated++;

@@ -118,6 +118,19 @@ int mk_sampler_sample(mk_sampler *s, float *logits, mk_sample_out *out, mk_err *
 int mk_sampler_candidates(mk_sampler *s, float *logits, int32_t *ids, float *probs, int *n,
                           mk_err *err);
 
+/* 1 when the next mk_sampler_sample would return the plain argmax of the model's logits: greedy
+ * (temperature < 1e-5), no logprobs, no logit_bias, no penalties, and no stop token masked by
+ * min_tokens at this step. The engine then lets the model pick the token where the logits are
+ * (mk_batch_item.argmax: on the GPU, without copying the logits back), and records it with
+ * mk_sampler_take. */
+int mk_sampler_plain_greedy(const mk_sampler *s);
+
+/* The result mk_sampler_sample would give when the argmax of the sanitized logits (NaN as -inf,
+ * +inf as FLT_MAX, the lowest id on ties) is `argmax` (-1: every logit is -inf or NaN): out as
+ * mk_sampler_sample fills it (no logprobs), MK_ERANGE with the same message when argmax < 0,
+ * MK_EINVAL when the sampler is not plain greedy or argmax is not a token id. */
+int mk_sampler_take(const mk_sampler *s, int32_t argmax, mk_sample_out *out, mk_err *err);
+
 /* Records the token generated this step: output counts for the penalties, min_tokens progress and
  * the RNG counter. Ids outside the vocabulary only advance the step. */
 void mk_sampler_accept(mk_sampler *s, int32_t token);

@@ -93,6 +93,12 @@ typedef struct {
     int n_blocks;
     int copy_from, copy_to;  /* >= 0: copy block copy_from into blocks[copy_to] first (prefix hit) */
     float *logits;           /* [vocab] logits of the last token, or NULL */
+    int32_t *argmax;         /* with logits, may be non-NULL: the model may then write here the argmax
+                              * of those logits instead of filling them (NaN as -inf, +inf as FLT_MAX,
+                              * the lowest id on ties, -1 when every logit is -inf or NaN: the
+                              * sampler's greedy rule) and set argmax_done. The GPU model does (no
+                              * copy of the logits to the host); the CPU models fill logits. */
+    int argmax_done;         /* out: 1 when *argmax was written and logits were not */
     int status;              /* out: MK_OK, or why this piece failed (the others still ran) */
 } mk_batch_item;
 

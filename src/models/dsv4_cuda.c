@@ -353,6 +353,7 @@ struct dsv4_cuda_work {
     float *msa;                             /* and their scales */
     int32_t *gidx, *plan, *ids, *tok, *tbl, *pos; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] | pos [max_rows] */
     float *hl, *xl, *logits;                /* head: [max_pieces, hc, dim], [max_pieces, dim], [max_pieces, vocab] */
+    int32_t *am, *ham;                      /* argmax of the logits rows [max_pieces]: device, host */
     float *me, *mhn, *mhp, *mh;             /* MTP */
     void *lin;
     size_t lin_bytes;
@@ -449,6 +450,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->hl, F(P * hc * d));
     WA(w->xl, F(P * d));
     WA(w->logits, F(P * c->vocab));
+    WA(w->am, sizeof(int32_t) * P);
     if (w->with_mtp) {
         WA(w->me, F(Tm * d));
         WA(w->mhn, F(Th * d));
@@ -494,7 +496,8 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     w->lin_bytes = lb;
     rc = walloc(w, lb, &w->lin, err);
     w->hids = malloc(w->ids_bytes + apc_bytes);
-    if (!rc && !w->hids) rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    w->ham = malloc(sizeof(int32_t) * P);
+    if (!rc && (!w->hids || !w->ham)) rc = mk_fail(err, MK_ENOMEM, "out of memory");
     if (!rc) {
         w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
         w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
@@ -530,6 +533,7 @@ void dsv4_cuda_work_free(dsv4_cuda_work *w) {
     if (!w) return;
     dfree(w->g->ctx, &w->mem);
     free(w->hids);
+    free(w->ham);
     free(w->hh);
     free(w->hf);
     free(w->hi);
@@ -736,6 +740,7 @@ typedef struct {
     int T, start, row0, k_sel;
     const int32_t *dtbl; /* the block table on the device */
     float *logits;       /* host, or NULL */
+    int32_t *argmax;     /* host, or NULL: the argmax of the logits row instead of the row */
 } gpiece;
 
 /* One call's context: the scratch, the pieces, and the hooks (a single-piece call only). */
@@ -1265,15 +1270,22 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
         TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
                                  c->norm_eps, w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
-    /* one copy per run of pieces whose host rows follow each other (the engine's are one array:
-     * page-locked, mk_kvcache_host_floats), then one wait */
+    int any_am = 0;
+    for (int pi = 0; pi < C->np; pi++) any_am |= C->pc[pi].logits && C->pc[pi].argmax;
+    if (any_am) { /* greedy pieces: the argmax of every logits row, then only those ints to the host */
+        TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
+        TRY(mk_cuda_download_async(ctx, w->ham, w->am, sizeof(int32_t) * (size_t)n, err));
+    }
+    /* the other pieces' rows: one copy per run of pieces whose host rows follow each other (the
+     * engine's are one array: page-locked, mk_kvcache_host_floats), then one wait */
     int r0 = 0, run = 0;
     float *dst = NULL;
     n = 0;
     for (int pi = 0; pi <= C->np; pi++) {
-        float *l = pi < C->np ? C->pc[pi].logits : NULL;
-        if (pi < C->np && !l) continue;
-        if (run && l == dst + (size_t)run * c->vocab) {
+        const gpiece *p = pi < C->np ? &C->pc[pi] : NULL;
+        if (p && !p->logits) continue;
+        float *l = p && !p->argmax ? p->logits : NULL; /* a row to copy; NULL ends a run */
+        if (run && l && l == dst + (size_t)run * c->vocab && r0 + run == n) {
             run++;
         } else {
             if (run)
@@ -1281,9 +1293,17 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
                                            err));
             dst = l, r0 = n, run = l ? 1 : 0;
         }
-        if (l) n++;
+        if (p) n++;
     }
-    return mk_cuda_ctx_sync(ctx, err);
+    TRY(mk_cuda_ctx_sync(ctx, err));
+    n = 0;
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        if (!p->logits) continue;
+        if (p->argmax) *p->argmax = w->ham[n];
+        n++;
+    }
+    return MK_OK;
 }
 
 static int check_tokens(const dsv4_config *c, const int32_t *tokens, int T, int piece, mk_err *err) {
@@ -1315,7 +1335,7 @@ static void fill_apc(dsv4_cuda_work *w, const gpiece *p, int i, int l0, int l1) 
 
 /* Checks every piece, lays out the rows and uploads token ids and block tables (one copy). */
 static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
-                      const int *n, float *const *logits, int np, gpiece *pc, mk_err *err) {
+                      const int *n, float *const *logits, int32_t *const *argmax, int np, gpiece *pc, mk_err *err) {
     const dsv4_config *c = &w->g->m->cfg;
     memset(C, 0, sizeof *C);
     if (np < 1) return mk_fail(err, MK_EINVAL, "a batched call needs at least one piece");
@@ -1341,7 +1361,8 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
             return mk_fail(err, MK_ERANGE, "piece %d: position %d exceeds the scratch's length %d", i, s->pos + n[i],
                            w->max_len);
         TRY(check_tokens(c, tokens[i], n[i], i, err));
-        pc[i] = (gpiece){.s = s, .T = n[i], .start = s->pos, .row0 = R, .logits = logits ? logits[i] : NULL};
+        pc[i] = (gpiece){.s = s, .T = n[i], .start = s->pos, .row0 = R, .logits = logits ? logits[i] : NULL,
+                         .argmax = logits && logits[i] && argmax ? argmax[i] : NULL};
         R += n[i];
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
@@ -1369,10 +1390,15 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
 
 int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                             const int *n, float *const *logits, int np, mk_err *err) {
+    return dsv4_cuda_forward_batch_am(w, seqs, tokens, n, logits, NULL, np, err);
+}
+
+int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
+                               const int *n, float *const *logits, int32_t *const *argmax, int np, mk_err *err) {
     gpiece pcs[64], *pc = np <= 64 ? pcs : malloc(sizeof *pc * (size_t)np);
     if (!pc) return mk_fail(err, MK_ENOMEM, "out of memory");
     gcall C;
-    int rc = call_setup(&C, w, seqs, tokens, n, logits, np, pc, err);
+    int rc = call_setup(&C, w, seqs, tokens, n, logits, argmax, np, pc, err);
     if (!rc) {
         dsv4_cuda *g = w->g;
         const dsv4_config *c = &g->m->cfg;

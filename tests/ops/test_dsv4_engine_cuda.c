@@ -16,6 +16,10 @@
  *   (c) preemption: a pool of 6 blocks (room for 1.5 sequences of max_model_len 1024) and 4
  *       concurrent requests of 500-560 prompt tokens: preemptions happen (> 0) and every output
  *       equals the request alone;
+ *   (e) plain greedy requests (no logprobs: the GPU picks the token, mk_batch_item.argmax, and no
+ *       logits are copied) submitted with the (a) prompts, every other one, next to requests with
+ *       logprobs: the same tokens as (a)'s with logprobs, and the engine counts N/2 x 24 tokens
+ *       picked by the model;
  *   (d) GPU vs CPU: one greedy request (100 prompt tokens, 1 output token, 5 top logprobs) through
  *       a CPU engine and a GPU engine: the same first token, its logprob within 2e-2 (absolute),
  *       and every top-5 alternative the two lists share within 2e-2. Asserted on v4-tiny-wide, the
@@ -105,16 +109,21 @@ static int engine(mk_model *m, int max_num_seqs, size_t kv_bytes, int prefix_cac
     return 0;
 }
 
-static int submit(mk_engine *e, const int32_t *prompt, int n, int max_tokens, mk_ereq **r) {
+/* plain: greedy without logprobs (the model picks the token: mk_sampler_plain_greedy) */
+static int submit_as(mk_engine *e, const int32_t *prompt, int n, int max_tokens, int plain, mk_ereq **r) {
     static const int32_t no_eos = -1;
     mk_ereq_params p = {.prompt = prompt, .n_prompt = n, .eos_ids = &no_eos, .n_eos = 0, .max_tokens = max_tokens};
     mk_sampling_defaults(&p.sampling);
     p.sampling.temperature = 0;
-    p.sampling.logprobs = 1;
-    p.sampling.top_logprobs = TOP;
+    p.sampling.logprobs = !plain;
+    p.sampling.top_logprobs = plain ? 0 : TOP;
     mk_err err = {0};
     CHECK(!mk_engine_submit(e, &p, r, &err), "submit: %s", err.msg);
     return 0;
+}
+
+static int submit(mk_engine *e, const int32_t *prompt, int n, int max_tokens, mk_ereq **r) {
+    return submit_as(e, prompt, n, max_tokens, 0, r);
 }
 
 /* every event of r until its finish (which must be MK_EFIN_LENGTH); releases r */
@@ -222,6 +231,27 @@ static int check_batch(mk_model *gm, mk_engine *alone) {
         seq_same += eq;
     }
     printf("ok (a) batch invariance: 6 requests of 60-700 prompt tokens x %d tokens together = alone, bit for bit\n", GEN);
+    { /* (e) the same 6 together, every other one plain greedy (the GPU's argmax, no logits copied;
+       * the others' logits rows then do not follow each other on the device): the same tokens */
+        mk_engine_stats st;
+        if (engine(gm, 8, 0, 1, &e)) return -1;
+        for (int k = 0; k < N && !rc; k++) rc = submit_as(e, prompt[k], np[k], GEN, k % 2 == 0, &rq[k]);
+        for (int k = 0; k < N && !rc; k++) rc = drain(rq[k], &got[k]);
+        mk_engine_stats_get(e, &st);
+        mk_engine_free(e);
+        if (rc) return -1;
+        for (int k = 0; k < N; k++) {
+            if (k % 2 && same(&got[k], &want[k], "request with logprobs next to plain greedy ones", k)) return -1;
+            for (int i = 0; i < GEN; i++)
+                CHECK(got[k].tok[i] == want[k].tok[i], "plain greedy request %d: token %d is %d, %d with logprobs", k, i,
+                      got[k].tok[i], want[k].tok[i]);
+        }
+        const int expect = ENGINE_TEST_DEVICE == MK_DEVICE_CUDA ? N / 2 * GEN : 0; /* the CPU fills logits */
+        CHECK(st.model_argmax_tokens == (uint64_t)expect, "%llu tokens picked by the model, expected %d",
+              (unsigned long long)st.model_argmax_tokens, expect);
+        printf("ok (e) plain greedy requests (the model's argmax: %llu tokens) next to requests with logprobs: the same "
+               "tokens as with logprobs alone\n", (unsigned long long)st.model_argmax_tokens);
+    }
     printf("   info: engine alone vs a standalone GPU mk_seq (prompt in one call): %d of %d requests with the same %d "
            "tokens; max |logprob difference| where tokens agree %.3g\n", seq_same, N, GEN, seq_dlp);
     return 0;

@@ -431,6 +431,49 @@ static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
     free(x), free(yref), free(y), free(w);
 }
 
+/* argmax of logits rows = the sampler's greedy rule (src/engine/sampler.c: NaN as -inf, +inf as
+ * FLT_MAX, the lowest id on ties, -1 when all are -inf), on rows with ties far apart, +inf twice,
+ * NaNs, -0 / +0 ties, all -inf / NaN, and random ones. */
+static void test_argmax_rows(int n) {
+    enum { R = 9 };
+    float *x = xmalloc(sizeof(float) * R * (size_t)n);
+    fill_act(x, (size_t)R * n, 4.0f);
+    float *r;
+    r = x + 1 * (size_t)n, r[n - 1] = 50.0f, r[7] = 50.0f, r[n / 2] = 50.0f;              /* tie: lowest id */
+    r = x + 2 * (size_t)n, r[n - 2] = INFINITY, r[5] = INFINITY, r[3] = 3.4028235e38f; /* +inf = FLT_MAX */
+    r = x + 3 * (size_t)n;
+    for (int i = 0; i < n; i++) r[i] = i % 3 ? NAN : -INFINITY;
+    r = x + 4 * (size_t)n;
+    for (int i = 0; i < n; i++) r[i] = i % 2 ? -1.0f : NAN;
+    r[n - 3] = -0.0f, r[n - 5] = 0.0f;                                                  /* -0 ties +0 */
+    r = x + 5 * (size_t)n;
+    for (int i = 0; i < n; i++) r[i] = -INFINITY;
+    r[n - 1] = -1e30f;
+    r = x + 6 * (size_t)n, r[0] = NAN, r[1] = 100.0f;
+    int32_t want[R], got[R];
+    for (int k = 0; k < R; k++) {
+        const float *q = x + (size_t)k * n;
+        int32_t am = -1;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            float v = isnan(q[i]) ? -INFINITY : q[i] == INFINITY ? 3.4028235e38f : q[i];
+            if (v > mx) mx = v, am = i;
+        }
+        want[k] = am;
+    }
+    float *dx = dup_dev(x, sizeof(float) * R * (size_t)n);
+    int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
+    CK(mk_cuda_argmax_rows(ctx, dx, R, n, dout, &err_));
+    fetch(got, dout, sizeof got);
+    int ok = !memcmp(got, want, sizeof got);
+    n_checks++;
+    if (!ok) n_fail++;
+    printf("| %-40s | %-26d | %s (row 1: %d / %d, row 3: %d / %d) |\n", "argmax rows (greedy rule)", n,
+           ok ? "equal to the sampler's rule" : "FAIL", got[1], want[1], got[3], want[3]);
+    mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dout);
+    free(x);
+}
+
 /* The attention's fused row ops = the unfused sequence, bit for bit: head_rms_rope = head_rms_bf16
  * then rope_at (H heads a row), kv_norm_rope_q = rmsnorm, rope_at, quant_sim(64) of the nope part. */
 static void test_qkv_fused(int R, int H, int D, int rd) {
@@ -1394,6 +1437,8 @@ int main(int argc, char **argv) {
     test_swiglu_quant(6, 2048, 1, 1);
     test_swiglu_quant(5, 200, 1, 0);
     test_swiglu_quant(3, 384, 0, 1);
+    test_argmax_rows(129280);
+    test_argmax_rows(1000);
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);

@@ -214,6 +214,83 @@ Test(sampler, same_step_same_token) {
 
 /* ---- greedy -------------------------------------------------------------------------------- */
 
+/* mk_sampler_plain_greedy says when a step is the raw argmax, and mk_sampler_take then gives what
+ * mk_sampler_sample gives: on logits with ties, +inf, NaN and all-masked rows, for every setting
+ * that keeps the step plain; any setting that processes the logits makes it not plain. */
+Test(sampler, plain_greedy_take_equals_sample) {
+    const int V = 7;
+    const float rows[4][7] = {{1, 3, -INFINITY, 3, NAN, 2, 0},
+                              {INFINITY, 5, INFINITY, NAN, 1, 2, 3},
+                              {-0.0f, 0.0f, -1, -2, NAN, -INFINITY, -3},
+                              {-INFINITY, NAN, -INFINITY, NAN, -INFINITY, -INFINITY, NAN}};
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0;
+    p.top_k = 3; /* filters do not matter to greedy */
+    p.top_p = 0.5f;
+    const int32_t eos = 6;
+    mk_sampler *s = make(&p, V, &eos, 1, NULL, 0);
+    cr_assert(mk_sampler_plain_greedy(s));
+    for (int r = 0; r < 4; r++) {
+        /* the argmax as the model computes it (batch.h: NaN = -inf, +inf = FLT_MAX, lowest id) */
+        int32_t am = -1;
+        float best = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            float v = isnan(rows[r][i]) ? -INFINITY : rows[r][i] == INFINITY ? 3.4028235e38f : rows[r][i];
+            if (v > best) best = v, am = i;
+        }
+        float l[7];
+        memcpy(l, rows[r], sizeof l);
+        mk_sample_out a, b;
+        mk_err e1 = {0}, e2 = {0};
+        int r1 = mk_sampler_sample(s, l, &a, &e1), r2 = mk_sampler_take(s, am, &b, &e2);
+        cr_assert_eq(r1, r2, "row %d: sample %d, take %d", r, r1, r2);
+        if (r1) {
+            cr_assert_str_eq(e1.msg, e2.msg);
+            continue;
+        }
+        cr_assert_eq(a.token, b.token, "row %d: sample %d, take %d", r, a.token, b.token);
+        cr_assert_eq(b.n_top, 0);
+        cr_assert_eq(b.logprob, 0.0f);
+    }
+    mk_err err = {0};
+    mk_sample_out o;
+    cr_assert_eq(mk_sampler_take(s, V, &o, &err), MK_EINVAL);
+    mk_sampler_free(s);
+
+    /* min_tokens masks the stop tokens until reached: plain only afterwards (or without stop ids) */
+    p.min_tokens = 2;
+    s = make(&p, V, &eos, 1, NULL, 0);
+    cr_assert(!mk_sampler_plain_greedy(s));
+    cr_assert_eq(mk_sampler_take(s, 1, &o, &err), MK_EINVAL);
+    mk_sampler_accept(s, 1);
+    cr_assert(!mk_sampler_plain_greedy(s));
+    mk_sampler_accept(s, 1);
+    cr_assert(mk_sampler_plain_greedy(s));
+    mk_sampler_free(s);
+    s = make(&p, V, NULL, 0, NULL, 0);
+    cr_assert(mk_sampler_plain_greedy(s), "min_tokens without any stop token masks nothing");
+    mk_sampler_free(s);
+    p.min_tokens = 0;
+
+    /* every processing step makes the step not plain */
+    const int32_t bid = 2;
+    const float bval = 1;
+    for (int c = 0; c < 6; c++) {
+        mk_sampling_params q = p;
+        if (c == 0) q.temperature = 0.5f;
+        if (c == 1) q.logprobs = 1;
+        if (c == 2) q.top_logprobs = 2;
+        if (c == 3) q.bias_ids = &bid, q.bias_vals = &bval, q.n_bias = 1;
+        if (c == 4) q.repetition_penalty = 1.1f;
+        if (c == 5) q.presence_penalty = 0.5f;
+        s = make(&q, V, &eos, 1, NULL, 0);
+        cr_assert(!mk_sampler_plain_greedy(s), "setting %d", c);
+        mk_sampler_free(s);
+    }
+}
+
+
 /* Greedy: the argmax of the processed logits, the lowest id among equal maxima; NaN never wins. */
 Test(sampler, greedy_lowest_id_on_ties) {
     mk_sampling_params p;

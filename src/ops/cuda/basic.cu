@@ -1,5 +1,6 @@
 /* basic.cu — RMSNorm, interleaved RoPE (tables from mk_rope_table_init, YaRN included) and the
- * Sylvester Hadamard transform on the GPU; twins of src/ops/cpu/basic.c.
+ * Sylvester Hadamard transform on the GPU; twins of src/ops/cpu/basic.c. And the argmax of logits
+ * rows with the sampler's greedy rule (src/engine/sampler.c), for greedy requests on the GPU.
  *
  * RMSNorm sums squares in double like the CPU op (so the fp32 mean almost always agrees to the
  * last bit), then rounds each output to bf16. RoPE and Hadamard perform exactly the CPU's fp32
@@ -7,6 +8,9 @@
  * they are bit-identical to the CPU.
  */
 #include "ops/cuda/cuda_common.cuh"
+
+#include <float.h>
+#include <limits.h>
 
 /* One block per row. y may alias x: each thread reads its elements again before writing them. */
 __global__ void __launch_bounds__(1024) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
@@ -124,5 +128,58 @@ extern "C" int mk_cuda_hadamard(mk_cuda_ctx *ctx, float *x, int rows, int n, flo
         return mk_fail(err, MK_EINVAL, "cuda: hadamard: n = %d (a power of two up to 8192)", n);
     (void)mk_cuda_launch_pdl(ctx, rows, 256, sizeof(float) * n, k_hadamard, x, n, scale);
     MK_CU_LAUNCHED(err, "cuda: hadamard launch");
+    return MK_OK;
+}
+
+/* ---- argmax of logits rows ------------------------------------------------------------------ */
+
+/* The sampler's greedy rule: NaN counts as -inf, +inf as FLT_MAX, the largest value wins, the
+ * lowest id among equal values; -1 when every value is -inf (or NaN). A candidate (v, i) beats
+ * (bv, bi) when v > bv, or v == bv and i < bi; -inf values never become candidates. */
+__device__ __forceinline__ void am_better(float v, int i, float &bv, int &bi) {
+    if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
+}
+
+/* One block of 1024 threads per row. */
+__global__ void __launch_bounds__(1024) k_argmax_rows(const float *__restrict__ x, int n, int32_t *__restrict__ out) {
+    MK_PDL_ENTER();
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float *r = x + (size_t)blockIdx.x * n;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = r[i];
+        if (isnan(v)) continue;
+        if (v == INFINITY) v = FLT_MAX;
+        if (v > -INFINITY) am_better(v, i, bv, bi);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_better(ov, oi, bv, bi);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < nw ? sv[lane] : -INFINITY;
+        bi = lane < nw ? si[lane] : INT_MAX;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            am_better(ov, oi, bv, bi);
+        }
+        if (lane == 0) out[blockIdx.x] = bi == INT_MAX ? -1 : bi;
+    }
+}
+
+extern "C" int mk_cuda_argmax_rows(mk_cuda_ctx *ctx, const float *x, int rows, int n, int32_t *out, mk_err *err) {
+    if (rows <= 0) return MK_OK;
+    if (n <= 0) return mk_fail(err, MK_EINVAL, "cuda: argmax: rows of %d values", n);
+    (void)mk_cuda_launch_pdl(ctx, rows, 1024, 0, k_argmax_rows, x, n, out);
+    MK_CU_LAUNCHED(err, "cuda: argmax launch");
     return MK_OK;
 }

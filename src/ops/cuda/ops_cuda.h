@@ -199,6 +199,9 @@ int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, 
 
 /* ---- norms, rope, hadamard ---------------------------------------------------------------- */
 
+/* out[r] = the argmax of row r of x [rows, n] with the sampler's greedy rule (NaN as -inf, +inf as
+ * FLT_MAX, the lowest index among equal maxima; -1 when every value is -inf or NaN). */
+int mk_cuda_argmax_rows(mk_cuda_ctx *ctx, const float *x, int rows, int n, int32_t *out, mk_err *err);
 /* mk_rmsnorm over rows [rows, d]; w bf16 [d] (device) or NULL. y may alias x. */
 int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,
                     float eps, float *y, mk_err *err);
