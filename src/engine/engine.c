@@ -10,7 +10,9 @@
  * penalties or min_tokens mask) asks the model for the argmax instead of the logits
  * (mk_batch_item.argmax); the GPU model computes it on the device and copies one int instead of
  * the vocabulary's floats, and the sampler records it with mk_sampler_take (the same token
- * mk_sampler_sample would pick). Every other step samples the logits on the host.
+ * mk_sampler_sample would pick). Every other step samples the logits on the host, the step's
+ * requests in parallel on the engine's sampling pool (samplers are independent; a request's
+ * token does not depend on the others or on the thread), then the results are applied in order.
  *
  * Memory: the KV cache, the logits rows and the step's item arrays are allocated at create. A
  * request's token buffer, block table and sampler are allocated when the engine takes it in and
@@ -18,6 +20,7 @@
  * falls behind.
  */
 #include "engine/engine.h"
+#include "base/threads.h"
 #include "engine/sched.h"
 #include "models/batch.h"
 
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 double mk_now(void) {
     struct timespec ts;
@@ -74,6 +78,11 @@ struct mk_engine {
     mk_ereq **slot;       /* [n_slots] owner of each slot */
     float *logits;        /* [max_num_seqs][vocab] */
     int32_t *argmax;      /* [max_num_seqs]: plain greedy pieces' tokens, where the model picks them */
+    mk_pool *spool;       /* the step's host sampling, a request per task (NULL: one thread) */
+    int *sidx;            /* [max_num_seqs] items sampled on the host this step */
+    mk_sample_out *sout;  /* [max_num_seqs] their results, */
+    int *src;             /* status */
+    mk_err *serr;         /* and messages */
     int model_argmax;     /* let the model pick plain greedy tokens (default; MINKE_MODEL_ARGMAX=0: off,
                            * for A/B benchmarks) */
     mk_sched_item *items; /* [max_num_seqs] */
@@ -278,6 +287,15 @@ static int free_slot(mk_engine *e) {
     return -1;
 }
 
+/* Host sampling of item e->sidx[j] (a task of the sampling pool: one request's sampler each). */
+static void sample_task(void *ctx, int j, int tid) {
+    (void)tid;
+    mk_engine *e = ctx;
+    const int i = e->sidx[j];
+    mk_ereq *r = e->items[i].req->owner;
+    e->src[i] = mk_sampler_sample(r->smp, e->bitems[i].logits, &e->sout[i], &e->serr[i]);
+}
+
 /* One engine step: cancellations, the scheduler's plan, one batched forward, sampling. */
 static int step(mk_engine *e) {
     double now = mk_now();
@@ -328,6 +346,20 @@ static int step(mk_engine *e) {
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     pthread_mutex_unlock(&e->mu);
+    /* the tokens: the model's argmax, or the sampler on the host (in parallel), then in order */
+    int ns = 0;
+    for (int i = 0; i < n; i++) {
+        if (e->bitems[i].status || !e->items[i].logits) continue;
+        e->serr[i].msg[0] = 0;
+        if (e->bitems[i].argmax_done)
+            e->src[i] = mk_sampler_take(((mk_ereq *)e->items[i].req->owner)->smp, *e->bitems[i].argmax, &e->sout[i],
+                                        &e->serr[i]);
+        else
+            e->sidx[ns++] = i;
+    }
+    if (ns > 1 && e->spool) mk_pool_run(e->spool, ns, sample_task, e);
+    else
+        for (int j = 0; j < ns; j++) sample_task(e, j, 0);
     for (int i = 0; i < n; i++) {
         mk_sched_item *it = &e->items[i];
         mk_ereq *r = it->req->owner;
@@ -336,11 +368,9 @@ static int step(mk_engine *e) {
             continue;
         }
         if (!it->logits) continue;
-        ev_item ev = {.type = MK_EV_TOKEN};
-        mk_err serr = {0};
-        if (e->bitems[i].argmax_done ? mk_sampler_take(r->smp, *e->bitems[i].argmax, &ev.tok, &serr)
-                                     : mk_sampler_sample(r->smp, e->bitems[i].logits, &ev.tok, &serr)) {
-            finish(e, r, MK_EFIN_ERROR, serr.msg);
+        ev_item ev = {.type = MK_EV_TOKEN, .tok = e->sout[i]};
+        if (e->src[i]) {
+            finish(e, r, MK_EFIN_ERROR, e->serr[i].msg);
             continue;
         }
         mk_sampler_accept(r->smp, ev.tok.token);
@@ -436,10 +466,20 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->logits = mk_kvcache_host_floats(e->kv, (size_t)e->vocab * (size_t)o->max_num_seqs);
     e->argmax = calloc((size_t)o->max_num_seqs, sizeof *e->argmax);
     e->model_argmax = !(getenv("MINKE_MODEL_ARGMAX") && atoi(getenv("MINKE_MODEL_ARGMAX")) == 0);
+    e->sidx = calloc((size_t)o->max_num_seqs, sizeof *e->sidx);
+    e->sout = calloc((size_t)o->max_num_seqs, sizeof *e->sout);
+    e->src = calloc((size_t)o->max_num_seqs, sizeof *e->src);
+    e->serr = calloc((size_t)o->max_num_seqs, sizeof *e->serr);
+    if (o->max_num_seqs > 1) { /* a vocabulary-wide sampling step costs 0.2-3 ms on one core */
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        int nt = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
+        if (nt > o->max_num_seqs) nt = o->max_num_seqs;
+        if (nt > 1) e->spool = mk_pool_create(nt); /* NULL (out of memory): sampled on one thread */
+    }
     e->items = calloc((size_t)o->max_num_seqs, sizeof *e->items);
     e->bitems = calloc((size_t)o->max_num_seqs, sizeof *e->bitems);
     e->preempted = calloc((size_t)o->max_num_seqs, sizeof *e->preempted);
-    if (!e->slot || !e->logits || !e->argmax || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
+    if (!e->slot || !e->logits || !e->argmax || !e->sidx || !e->sout || !e->src || !e->serr || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
     e->st.max_num_seqs = o->max_num_seqs;
     e->st.max_model_len = o->max_model_len;
     e->st.kv_blocks = e->caps.n_blocks;
@@ -473,6 +513,11 @@ void mk_engine_free(mk_engine *e) {
     mk_kvcache_free(e->kv);
     free(e->slot);
     free(e->argmax);
+    mk_pool_free(e->spool);
+    free(e->sidx);
+    free(e->sout);
+    free(e->src);
+    free(e->serr);
     free(e->items);
     free(e->bitems);
     free(e->preempted);

@@ -116,6 +116,7 @@ Test(engine, interleaved_equals_alone) {
     for (int k = 0; k < N; k++) gen += 6 + k, pr += 5 + 5 * k;
     cr_assert_eq(st.generation_tokens_total, gen);
     cr_assert_eq(st.prompt_tokens_total, pr);
+    cr_assert_eq(st.model_argmax_tokens, 0, "the CPU model fills logits; the host samples every token");
     mk_engine_free(e);
     mk_model_free(m);
 }

@@ -4,7 +4,8 @@
  * A block serves one query token and a group of HG heads, so each gathered row is read once
  * per group rather than once per head; HG shrinks when there are too few tokens to fill the GPU
  * (each head's arithmetic is the same whatever its group). Rows are processed in chunks of 256 with the CPU's online
- * softmax: scores of the chunk (a warp per row, lanes over D), the chunk maximum, rescaling of the
+ * softmax: scores of the chunk (a warp per 4 rows, lanes over D, a reduce-scatter over the lanes:
+ * one shuffle per (row, head) pair instead of five), the chunk maximum, rescaling of the
  * running output and denominator when the maximum grows, probabilities rounded to bf16 before the
  * PV product (the reference's acc_s_cast), the sink only in the denominator. The PV product runs
  * with a thread per output element and fmaf in row order, which is what the CPU's AVX2 axpy does,
@@ -15,6 +16,38 @@
 #define ATT_CHUNK 256
 #define ATT_THREADS 256
 #define ATT_MAXD 1024
+
+/* Sum over the warp's 32 lanes of each of a lane's NP values (NP a power of two <= 32): halving
+ * exchanges (lane bit 4 picks which half of the values a lane keeps, then bit 3, ...), NP - 1
+ * shuffles in all, then plain butterfly steps over the lanes that share an index. Returns the total
+ * of value *idx (-1 in lanes that should not write: the lanes sharing an index hold the same sum).
+ * A fixed order, whatever the rows and the row count. */
+/* One halving exchange over lane bit o: values [0, H) of lanes with the bit clear and [H, 2H) of
+ * lanes with it set stay (summed with the partner's), as v[0, H). */
+template <int H, int NP>
+__device__ __forceinline__ void score_halve(float (&v)[NP], int lane, int o) {
+    const bool upper = lane & o;
+#pragma unroll
+    for (int i = 0; i < H; i++) {
+        const float send = upper ? v[i] : v[i + H], keep = upper ? v[i + H] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+}
+
+template <int NP>
+__device__ __forceinline__ float score_reduce(float (&v)[NP], int lane, int *idx) {
+    constexpr int LG = NP >= 32 ? 5 : NP >= 16 ? 4 : NP >= 8 ? 3 : NP >= 4 ? 2 : NP >= 2 ? 1 : 0;
+    if constexpr (NP >= 32) score_halve<16>(v, lane, 16);
+    if constexpr (NP >= 16) score_halve<8>(v, lane, 16 >> (LG - 4));
+    if constexpr (NP >= 8) score_halve<4>(v, lane, 16 >> (LG - 3));
+    if constexpr (NP >= 4) score_halve<2>(v, lane, 16 >> (LG - 2));
+    if constexpr (NP >= 2) score_halve<1>(v, lane, 16 >> (LG - 1));
+    float t = v[0];
+#pragma unroll
+    for (int o = 16 >> LG; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    *idx = (lane & ((32 >> LG) - 1)) ? -1 : lane >> (5 - LG);
+    return t;
+}
 
 template <int HG>
 __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__restrict__ q, int H,
@@ -47,22 +80,29 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
         const int nb = min(ATT_CHUNK, n - b0);
         for (int j = tid; j < nb; j += ATT_THREADS) rp[j] = rows[r0 + b0 + j];
         __syncthreads();
-        /* scores: a warp per row */
-        for (int j = warp; j < nb; j += ATT_THREADS / 32) {
-            const float *kv = rp[j];
-            float s[HG];
+        /* scores: a warp per 4 rows, lanes over D; the 4 x HG partial sums of a lane are added
+         * over the warp by a reduce-scatter (score_reduce), not a butterfly per (row, head) */
+        for (int j0 = warp * 4; j0 < nb; j0 += ATT_THREADS / 32 * 4) {
+            const float *kv[4];
 #pragma unroll
-            for (int h = 0; h < HG; h++) s[h] = 0.0f;
+            for (int r = 0; r < 4; r++) kv[r] = rp[j0 + r < nb ? j0 + r : j0];
+            float s[4 * HG];
+#pragma unroll
+            for (int i = 0; i < 4 * HG; i++) s[i] = 0.0f;
             for (int d = lane; d < D; d += 32) {
-                float v = kv[d];
+                float v[4];
 #pragma unroll
-                for (int h = 0; h < HG; h++) s[h] = fmaf(qs[h * D + d], v, s[h]);
-            }
+                for (int r = 0; r < 4; r++) v[r] = kv[r][d];
 #pragma unroll
-            for (int h = 0; h < HG; h++) {
-                float v = mk_d_warp_sum(s[h]);
-                if (lane == 0) sc[h][j] = __fmul_rn(v, scale);
+                for (int h = 0; h < HG; h++) {
+                    const float qv = qs[h * D + d];
+#pragma unroll
+                    for (int r = 0; r < 4; r++) s[r * HG + h] = fmaf(qv, v[r], s[r * HG + h]);
+                }
             }
+            int pi;
+            const float tot = score_reduce<4 * HG>(s, lane, &pi);
+            if (pi >= 0 && j0 + pi / HG < nb) sc[pi % HG][j0 + pi / HG] = __fmul_rn(tot, scale);
         }
         __syncthreads();
         /* per head (a warp each): chunk max, new running max, probabilities, denominator */

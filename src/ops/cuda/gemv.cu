@@ -575,8 +575,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
                                                            int by_token, float *__restrict__ y,
                                                            float *__restrict__ y3, int round) {
     extern __shared__ __align__(16) uint8_t moe_dsm[];
-    __shared__ float red[GEMV_MAXW * 32 * 8];
-    __shared__ float tile[8 * 16];
+    __shared__ float red2[2][GEMV_MAXW][16][8]; /* [chunk parity][warp][lane g, t / 2][r] */
     mk_d_pdl_launch_dependents();
     if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
     const int G = TK < E ? TK : E, grp = blockIdx.y;
@@ -624,12 +623,27 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
     stage(0, c_lo);
     mk_d_cp_async_commit();
     const bool diag = (g & 3) == t;
+    (void)nthr;
     int buf = 0;
+    /* One barrier per chunk: at chunk i's barrier its activations have landed and every warp is done
+     * with chunk i - 1, whose warp partials (red[(i - 1) & 1], even-t lanes only) are then summed
+     * in warp order, as gemv_reduce does, while chunk i + 1's activations are copied. */
+    auto finish = [&](int pc0, int pbuf) {
+        const int pm = min(8, c_hi - pc0);
+        if (tid < pm * 16) { /* output (slot bc, row): lane (g = row & 7, t = 2 (bc & 1)), r[2 (bc / 2) + row / 8] */
+            const int bc = tid >> 4, row = tid & 15;
+            const int li = (row & 7) * 2 + (bc & 1), ri = 2 * (bc >> 1) + (row >> 3);
+            float v = red2[pbuf][0][li][ri];
+            for (int w = 1; w < GEMV_MAXW; w++) v += red2[pbuf][w][li][ri];
+            y[(size_t)(pc0 + bc) * n + n0 + row] = gemv_out(v, round);
+        }
+    };
     for (int c0 = c_lo; c0 < c_hi; c0 += 8, buf ^= 1) {
+        mk_d_cp_async_wait<0>();
+        __syncthreads();
         if (c0 + 8 < c_hi) stage(buf ^ 1, c0 + 8);
         mk_d_cp_async_commit();
-        mk_d_cp_async_wait<1>();
-        __syncthreads();
+        if (c0 > c_lo) finish(c0 - 8, buf ^ 1);
         const int m = min(8, c_hi - c0);
         float acc[4][4];
 #pragma unroll
@@ -673,28 +687,16 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
                 }
             }
         }
-        float r[8];
 #pragma unroll
         for (int p = 0; p < 4; p++) {
             float lo = acc[p][0] + acc[p][1], hi = acc[p][2] + acc[p][3];
             lo += __shfl_xor_sync(0xffffffffu, lo, 1);
             hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-            r[2 * p] = lo;
-            r[2 * p + 1] = hi;
+            if (!(t & 1)) red2[buf][warp][g * 2 + (t >> 1)][2 * p] = lo, red2[buf][warp][g * 2 + (t >> 1)][2 * p + 1] = hi;
         }
-        gemv_reduce<8>(r, red);
-        if (warp == 0 && !(t & 1)) {
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-                const int bc = 2 * p + (t >> 1);
-                if (bc < m) tile[bc * 16 + g] = r[2 * p], tile[bc * 16 + g + 8] = r[2 * p + 1];
-            }
-        }
-        __syncthreads();
-        for (int i = tid; i < m * 16; i += nthr)
-            y[(size_t)(c0 + (i >> 4)) * n + n0 + (i & 15)] = gemv_out(tile[i], round);
-        __syncthreads();
     }
+    __syncthreads();
+    finish(c_hi - 1 - (c_hi - 1 - c_lo) % 8, buf ^ 1);
 }
 
 static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory */
