@@ -607,17 +607,18 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
     const uint8_t *s0p = S + (size_t)(n0 + g) * nsb + 2 * (t & 1), *s1p = s0p + (size_t)8 * nsb;
     mk_d_pdl_wait();
     const int pieces = k >> 4; /* 16-byte pieces per row */
-    auto stage = [&](int buf, int c0) {
+    auto stage = [&](int buf, int c0) { /* the chunk's row ids first (independent loads), then the copies */
         const int m = min(8, c_hi - c0);
-        for (int i = tid; i < m * pieces; i += nthr) {
-            const int r = i / pieces, c = i - r * pieces, slot = c0 + r;
-            const int row = by_token ? stok[slot] : slot;
-            mk_d_cp_async16(xs + ((size_t)buf * 8 + r) * k + (size_t)c * 16, xq + (size_t)row * k + (size_t)c * 16, 16);
-        }
-        for (int i = tid; i < m * nb; i += nthr) {
-            const int r = i / nb, c = i - r * nb, slot = c0 + r;
-            const int row = by_token ? stok[slot] : slot;
-            mk_d_cp_async4(ss + ((size_t)buf * 8 + r) * nb + c, sa + (size_t)row * nb + c, 4);
+        int rows[8];
+#pragma unroll
+        for (int r = 0; r < 8; r++) rows[r] = r < m ? (by_token ? stok[c0 + r] : c0 + r) : 0;
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            if (r >= m) break;
+            for (int c = tid; c < pieces; c += nthr)
+                mk_d_cp_async16(xs + ((size_t)buf * 8 + r) * k + (size_t)c * 16, xq + (size_t)rows[r] * k + (size_t)c * 16, 16);
+            for (int c = tid; c < nb; c += nthr)
+                mk_d_cp_async4(ss + ((size_t)buf * 8 + r) * nb + c, sa + (size_t)rows[r] * nb + c, 4);
         }
     };
     stage(0, c_lo);
