@@ -134,6 +134,8 @@ static int up_cmp(dsv4_cuda *g, const dsv4_compressor *h, gcmp *d, mk_err *err) 
     return MK_OK;
 }
 
+static int moe_fp4_mma(const dsv4_config *c, const glayer *L);
+
 static int up_layer(dsv4_cuda *g, const dsv4_layer *L, glayer *G, int is_mtp, mk_err *err) {
     const dsv4_config *c = &g->m->cfg;
     int d = c->dim, hc = c->hc, nmix = (2 + hc) * hc;
@@ -172,6 +174,7 @@ static int up_layer(dsv4_cuda *g, const dsv4_layer *L, glayer *G, int is_mtp, mk
     G->ekind = L->experts[0].w1.kind;
     if (G->ekind != MK_W_BF16 && G->ekind != MK_W_FP8 && G->ekind != MK_W_FP4)
         return mk_fail(err, MK_ENOTSUP, "cuda: routed experts of weight kind %d are not supported", G->ekind);
+    const int lane_order = moe_fp4_mma(c, G); /* moe() runs mk_cuda_moe_gemv_fp4 on these */
     const void **tw = calloc((size_t)E * 6, sizeof(void *));
     if (!tw) return mk_fail(err, MK_ENOMEM, "out of memory");
     int rc = MK_OK;
@@ -185,6 +188,7 @@ static int up_layer(dsv4_cuda *g, const dsv4_layer *L, glayer *G, int is_mtp, mk
                 break;
             }
             rc = upw(g, hw[i], &dw, err);
+            if (!rc && lane_order) rc = mk_cuda_fp4_lane_order(g->ctx, &dw, err); /* the tensor-core path's order */
             tw[(size_t)i * E + e] = dw.w;
             tw[(size_t)(3 + i) * E + e] = dw.scale;
         }

@@ -881,9 +881,24 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         CK(mk_cuda_wmat_upload(ctx, &W1[e], &D1[e], &err_));
         CK(mk_cuda_wmat_upload(ctx, &W3[e], &D3[e], &err_));
         CK(mk_cuda_wmat_upload(ctx, &W2[e], &D2[e], &err_));
+        CK(mk_cuda_fp4_lane_order(ctx, &D1[e], &err_)); /* the order mk_cuda_moe_gemv_fp4 reads */
+        CK(mk_cuda_fp4_lane_order(ctx, &D3[e], &err_));
+        CK(mk_cuda_fp4_lane_order(ctx, &D2[e], &err_));
         tw[0][e] = D1[e].w, ts[0][e] = D1[e].scale;
         tw[1][e] = D3[e].w, ts[1][e] = D3[e].scale;
         tw[2][e] = D2[e].w, ts[2][e] = D2[e].scale;
+    }
+    int lane_ok = 1; /* lane order: word j of 32-block q of each 128-block moves to word q of 16-byte group j */
+    {
+        size_t nbytes = (size_t)I * d / 2;
+        uint8_t *got = xmalloc(nbytes);
+        const uint8_t *w = W1[0].w;
+        fetch(got, D1[0].w, nbytes);
+        for (size_t b = 0; b < nbytes / 64 && lane_ok; b++)
+            for (int q = 0; q < 4; q++)
+                for (int j = 0; j < 4; j++)
+                    lane_ok = lane_ok && !memcmp(got + b * 64 + 16 * j + 4 * q, w + b * 64 + 16 * q + 4 * j, 4);
+        free(got);
     }
     void *dtw[3], *dts[3];
     for (int j = 0; j < 3; j++) dtw[j] = dup_dev(tw[j], sizeof(void *) * E), dts[j] = dup_dev(ts[j], sizeof(void *) * E);
@@ -1016,6 +1031,43 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         printf("| %-40s | %-26s | plan does not cover every (token, expert) once in token order: FAIL |\n", "moe plan",
                shape);
     }
+    int alone_same = 1; /* token 0 alone (the decode kernel, one slot per expert) = its slots in this call */
+    if (T > 1) {
+        size_t pn1 = mk_cuda_moe_plan_ints(1, K, E);
+        int32_t *di1 = dup_dev(idx, sizeof(int32_t) * K), *dp1 = poisoned_dev(sizeof(int32_t) * pn1);
+        float *dg1 = dup_dev(gw, sizeof(float) * K), *ds1 = poisoned_dev(sizeof(float) * K);
+        uint8_t *dq1 = poisoned_dev((size_t)d);
+        float *dsa1 = poisoned_dev(sizeof(float) * (d / 128 + 1));
+        float *da1 = poisoned_dev(sizeof(float) * K * I), *db1 = poisoned_dev(sizeof(float) * K * I);
+        CK(mk_cuda_moe_plan(ctx, di1, dg1, 1, K, E, dp1, ds1, &err_));
+        CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq1, dsa1, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0],
+                                (const void *const *)dtw[1], (const uint8_t *const *)dts[1], I, d, dq1, dsa1, 1, dp1, 1,
+                                K, E, da1, db1, 0, &err_));
+        int32_t *p1 = xmalloc(sizeof(int32_t) * pn1);
+        float *a1 = xmalloc(sizeof(float) * K * I);
+        fetch(p1, dp1, sizeof(int32_t) * pn1);
+        fetch(a1, da1, sizeof(float) * K * I);
+        const int G1 = K < E ? K : E;
+        for (int g1 = 0; g1 < p1[0] && alone_same; g1++) {
+            const int e = p1[1 + g1], s1 = p1[1 + G1 + g1];
+            int s = -1;
+            for (int j = 0; j < TK; j++)
+                if (stok[j] == 0 && sexp[j] == e) s = j;
+            alone_same = s >= 0 && !memcmp(a1 + (size_t)s1 * I, v1 + (size_t)s * I, sizeof(float) * I);
+        }
+        free(p1), free(a1);
+        void *dv[] = {di1, dp1, dg1, ds1, dq1, dsa1, da1, db1};
+        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+        n_checks++;
+        if (!alone_same) n_fail++;
+        printf("| %-40s | %-26s | token 0 alone (one slot per expert) = its slots here, w1 bit for bit: %s |\n",
+               "moe fp4 mma batch invariance", shape, alone_same ? "ok" : "FAIL");
+    }
+    n_checks++;
+    if (!lane_ok) n_fail++;
+    printf("| %-40s | %-26s | the uploaded bytes = the host's 4 x 4 word transpose per 128-block: %s |\n",
+           "fp4 lane order", shape, lane_ok ? "ok" : "FAIL");
     if (T > 1) {
         n_checks++;
         if (!staged_same) n_fail++;

@@ -427,14 +427,72 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
 }
 
 /* ---- grouped FP4 expert GEMV (MoE) ------------------------------------------------------------
- * k_gemv_fp4 for the routed experts: block (slab, group) computes 16 output rows of the group's
- * expert for every slot of the group, in chunks of up to 2 NP slots (activation rows picked through
- * the plan: the slot's token row, or the slot's own row), the k range split over the block's
- * warps and summed in warp order. With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2.
- * Launched with programmatic dependent launch: the plan is read at once (it was written two
- * kernels before), the block's weight rows are prefetched into L2, then it waits for the previous
- * kernel before reading activations. y [slot, n] fp32 (round: bf16). */
-template <int NP, int U, int SL>
+ * The routed experts' FP4 weights are uploaded in lane order (mk_cuda_fp4_lane_order: in each
+ * row's 64-byte 128-block, the 4 x 4 matrix of 4-byte words [32-block q][word j] is transposed, so
+ * the 16 bytes lane t loads are word t of each of the four 32-blocks). Then one m16n8k32 MMA sums
+ * exactly one 32-block: lane (g, t) supplies its 8 elements of block q for rows g and g + 8 (A) and
+ * the matching 8 activation bytes of token column g (B; in the quantizer's permuted layout they are
+ * 8 contiguous bytes at 32 q + 8 t of the 128-block), so C holds 16 rows x 8 tokens of block q's
+ * partial, which is scaled by its e8m0 weight scale and the token's activation block scale into
+ * fp32 accumulators: acc = fmaf(c, sa * sw, acc) per (128-block, 32-block) in order. Every kernel
+ * below runs exactly that per output (the k range split over the block's 8 warps, each warp's
+ * blocks in order, the warps summed in warp order), so a slot's result does not depend on how many
+ * slots its expert has in the call: decode (one slot per expert) and prefill / batches agree bit
+ * for bit. Compared with a block-diagonal B (2 tokens per MMA), 8 tokens share each MMA, each
+ * widening of the nibbles and each weight load. */
+
+/* One 128-block: a0 / a1 the lane's 16 weight bytes of rows g / g + 8 (lane order), sw0 / sw1 their
+ * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
+ * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
+ * x columns 2t, 2t + 1 as the MMA's C fragment. */
+__device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
+                                          const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
+        const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
+        uint32_t e0, o0, e1, o1;
+        mk_d_fp4x8_to_e4m3(w0, e0, o0);
+        mk_d_fp4x8_to_e4m3(w1, e1, o1);
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
+        /* 64 undoes the 2^-6 of the widened nibbles; every factor is a power of two (exact) */
+        const float s0 = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1 = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
+        acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
+        acc[1] = fmaf(c[1], sa1 * s0, acc[1]);
+        acc[2] = fmaf(c[2], sa0 * s1, acc[2]);
+        acc[3] = fmaf(c[3], sa1 * s1, acc[3]);
+    }
+}
+
+/* In-place lane order of FP4 rows [n, k/2 bytes] (k % 128 == 0): a thread per 64-byte block. */
+__global__ void k_fp4_lane_order(uint32_t *__restrict__ w, size_t nblocks) {
+    const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (b >= nblocks) return;
+    uint4 *p = (uint4 *)(w + b * 16);
+    uint4 v[4] = {p[0], p[1], p[2], p[3]}; /* v[q]: 32-block q's words 0..3 */
+    p[0] = make_uint4(v[0].x, v[1].x, v[2].x, v[3].x);
+    p[1] = make_uint4(v[0].y, v[1].y, v[2].y, v[3].y);
+    p[2] = make_uint4(v[0].z, v[1].z, v[2].z, v[3].z);
+    p[3] = make_uint4(v[0].w, v[1].w, v[2].w, v[3].w);
+}
+
+extern "C" int mk_cuda_fp4_lane_order(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *err) {
+    if (dev->kind != MK_W_FP4 || dev->k % 128 || dev->n <= 0)
+        return mk_fail(err, MK_EINVAL, "cuda: fp4 lane order: needs FP4 weights with k %% 128 == 0 (kind %d, k %d)",
+                       (int)dev->kind, dev->k);
+    const size_t nblocks = (size_t)dev->n * (size_t)(dev->k / 128);
+    k_fp4_lane_order<<<(unsigned)((nblocks + 255) / 256), 256, 0, ctx->stream>>>((uint32_t *)dev->w, nblocks);
+    MK_CU_LAUNCHED(err, "cuda: fp4 lane order launch");
+    return MK_OK;
+}
+
+/* Block (slab group, expert group, matrix): SL 16-row slabs of the group's expert for every slot of
+ * the group, in chunks of up to 8 slots (token columns: the slot's token row, or the slot's own row).
+ * With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2. Launched with programmatic dependent
+ * launch: the plan is read at once (it was written two kernels before), the block's weight rows are
+ * prefetched into L2, then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
+template <int U, int SL>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -444,9 +502,8 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round) {
-    __shared__ float red[GEMV_MAXW * 32 * 2 * NP * SL];
+    __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
-    __shared__ int xrow[8];
     mk_d_pdl_launch_dependents();
     if (blockIdx.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
     const int G = TK < E ? TK : E, grp = blockIdx.y;
@@ -476,23 +533,23 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
         const int nq = (blockIdx.x * SL + q) * 16;
         w0[q] = W + (size_t)(nq + g) * rowb + t * 16;
         w1[q] = w0[q] + 8 * rowb;
-        s0p[q] = S + (size_t)(nq + g) * nsb + 2 * (t & 1);
+        s0p[q] = S + (size_t)(nq + g) * nsb;
         s1p[q] = s0p[q] + (size_t)8 * nsb;
     }
-    const bool diag = (g & 3) == t;
-    for (int c0 = c_lo; c0 < c_hi; c0 += 2 * NP) {
-        const int m = min(2 * NP, c_hi - c0);
-        if (threadIdx.x < m) xrow[threadIdx.x] = by_token ? stok[c0 + threadIdx.x] : c0 + threadIdx.x;
-        __syncthreads();
-        float acc[SL][NP][4];
+    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
+        const int m = min(8, c_hi - c0);
+        const int xr = g < m ? (by_token ? stok[c0 + g] : c0 + g) : 0; /* the lane's token column */
+        const int r0 = 2 * t < m ? (by_token ? stok[c0 + 2 * t] : c0 + 2 * t) : -1;
+        const int r1 = 2 * t + 1 < m ? (by_token ? stok[c0 + 2 * t + 1] : c0 + 2 * t + 1) : -1;
+        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
+        float acc[SL][4];
 #pragma unroll
-        for (int q = 0; q < SL; q++)
-#pragma unroll
-            for (int p = 0; p < NP; p++) acc[q][p][0] = acc[q][p][1] = acc[q][p][2] = acc[q][p][3] = 0.0f;
+        for (int q = 0; q < SL; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
         for (int kb = kb0; kb < kb1; kb += U) {
-            uint4 a[SL][U][2], xv[U][NP][2];
-            uint32_t sg[SL][U], sg8[SL][U];
-            float sav[U][NP];
+            uint4 a[SL][U][2];
+            uint32_t sw[SL][U][2];
+            uint2 x[U][4];
+            float s0[U], s1[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (kb + u < kb1) {
@@ -500,52 +557,37 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                     for (int q = 0; q < SL; q++) {
                         a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
                         a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
-                        sg[q][u] = *(const uint16_t *)(s0p[q] + 4 * (kb + u));
-                        sg8[q][u] = *(const uint16_t *)(s1p[q] + 4 * (kb + u));
+                        sw[q][u][0] = *(const uint32_t *)(s0p[q] + 4 * (kb + u));
+                        sw[q][u][1] = *(const uint32_t *)(s1p[q] + 4 * (kb + u));
                     }
 #pragma unroll
-                    for (int p = 0; p < NP; p++) {
-                        int b = 2 * p + (g >> 2);
-                        if (diag && b < m) {
-                            const uint8_t *xp = xq + (size_t)xrow[b] * k + (size_t)(kb + u) * 128 + 32 * t;
-                            xv[u][p][0] = mk_d_ld16(xp);
-                            xv[u][p][1] = mk_d_ld16(xp + 16);
-                        } else {
-                            xv[u][p][0] = xv[u][p][1] = make_uint4(0, 0, 0, 0);
-                        }
-                        int bc = 2 * p + (t >> 1);
-                        sav[u][p] = bc < m ? sa[(size_t)xrow[bc] * nb + kb + u] : 0.0f;
-                    }
+                    for (int j = 0; j < 4; j++)
+                        x[u][j] = g < m ? *(const uint2 *)(xp + (size_t)(kb + u) * 128 + 32 * j) : make_uint2(0, 0);
+                    s0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
+                    s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (kb + u < kb1) {
 #pragma unroll
-                    for (int q = 0; q < SL; q++) fp4_mma_step<NP>(a[q][u], sg[q][u], sg8[q][u], xv[u], sav[u], acc[q]);
+                    for (int q = 0; q < SL; q++) fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
                 }
             }
         }
-        float r[SL * 2 * NP];
+        float r[SL * 4];
 #pragma unroll
         for (int q = 0; q < SL; q++)
 #pragma unroll
-            for (int p = 0; p < NP; p++) {
-                float lo = acc[q][p][0] + acc[q][p][1], hi = acc[q][p][2] + acc[q][p][3];
-                lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-                hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-                r[q * 2 * NP + 2 * p] = lo;
-                r[q * 2 * NP + 2 * p + 1] = hi;
+            for (int i = 0; i < 4; i++) r[q * 4 + i] = acc[q][i];
+        gemv_reduce<SL * 4>(r, red);
+        if (warp == 0) {
+#pragma unroll
+            for (int q = 0; q < SL; q++) {
+                const int c0c = 2 * t, c1c = 2 * t + 1;
+                if (c0c < m) tile[q][c0c * 16 + g] = r[q * 4 + 0], tile[q][c0c * 16 + g + 8] = r[q * 4 + 2];
+                if (c1c < m) tile[q][c1c * 16 + g] = r[q * 4 + 1], tile[q][c1c * 16 + g + 8] = r[q * 4 + 3];
             }
-        gemv_reduce<SL * 2 * NP>(r, red);
-        if (warp == 0 && !(t & 1)) {
-#pragma unroll
-            for (int q = 0; q < SL; q++)
-#pragma unroll
-                for (int p = 0; p < NP; p++) {
-                    int bc = 2 * p + (t >> 1);
-                    if (bc < m) tile[q][bc * 16 + g] = r[q * 2 * NP + 2 * p], tile[q][bc * 16 + g + 8] = r[q * 2 * NP + 2 * p + 1];
-                }
         }
         __syncthreads();
         for (int i = threadIdx.x; i < SL * m * 16; i += nthr) {
@@ -556,15 +598,16 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     }
 }
 
-/* The same per-output arithmetic as k_moe_gemv_fp4<4, 1, 1> (the k split over the warps, each
- * warp's 128-blocks in order through fp4_mma_step<4>, the warps summed in warp order), for groups of
- * several chunks of slots (prefill, large batches): a warp's weights (its `per` <= PMAX 128-blocks of
- * the slab's 16 rows, with their scales) are loaded into registers once per block instead of once
- * per chunk of 8 slots, and each chunk's activation rows and block scales are copied into shared
- * memory by cp.async while the chunk before is computed (two buffers), so a chunk costs its MMAs
- * and not a chain of memory latencies. Bit for bit the kernel above (same sums in the same order).
- * Dynamic shared memory: the slab's 16 weight rows (k/2 + 16 bytes each, padded against bank
- * conflicts), 2 x 8 x k activation bytes, 2 x 8 x k/128 floats (~100 KB at k = 4096). */
+/* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
+ * the slab's weights (16 rows, lane order) are copied into shared memory once per block instead of
+ * being loaded once per chunk of 8 slots, and each chunk's activation rows and block scales are
+ * copied into shared memory by cp.async while the chunk before is computed (two buffers), with one
+ * barrier per chunk: at chunk i's barrier its activations have landed and every warp is done with
+ * chunk i - 1, whose warp partials (red2[(i - 1) & 1]) are then summed in warp order, as
+ * gemv_reduce does. Bit for bit k_moe_gemv_fp4 (same sums in the same order).
+ * Dynamic shared memory (staged_smem): the slab's 16 weight rows (k/2 + 64 bytes each), 2 x 8
+ * activation rows (k + 32 bytes each; the pads spread the lanes' loads over the banks), 2 x 8 x
+ * k/128 floats (~101 KB at k = 4096). */
 __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__restrict__ Wt,
                                                            const uint8_t *const *__restrict__ St,
                                                            const void *const *__restrict__ Wt3,
@@ -575,7 +618,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
                                                            int by_token, float *__restrict__ y,
                                                            float *__restrict__ y3, int round) {
     extern __shared__ __align__(16) uint8_t moe_dsm[];
-    __shared__ float red2[2][GEMV_MAXW][16][8]; /* [chunk parity][warp][lane g, t / 2][r] */
+    __shared__ float red2[2][GEMV_MAXW][32][4]; /* [chunk parity][warp][lane][C fragment] */
     mk_d_pdl_launch_dependents();
     if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
     const int G = TK < E ? TK : E, grp = blockIdx.y;
@@ -592,10 +635,10 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
     const size_t rowb = (size_t)k >> 1;
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
     const int n0 = blockIdx.x * 16;
-    const int rs = (k >> 1) + 16;                   /* weight row stride in shared memory (padded) */
-    uint8_t *wsm = moe_dsm;                         /* [16][rs] the slab's FP4 rows */
-    uint8_t *xs = moe_dsm + (size_t)16 * rs;        /* [2][8][k] activation bytes */
-    float *ss = (float *)(xs + (size_t)16 * k);     /* [2][8][nb] activation block scales */
+    const int rs = (k >> 1) + 64, xs_k = k + 32;       /* padded row strides in shared memory */
+    uint8_t *wsm = moe_dsm;                            /* [16][rs] the slab's FP4 rows */
+    uint8_t *xs = moe_dsm + (size_t)16 * rs;           /* [2][8][xs_k] activation bytes */
+    float *ss = (float *)(xs + (size_t)16 * xs_k);     /* [2][8][nb] activation block scales */
     { /* the slab's weights into shared memory (they do not depend on the previous kernel) */
         const int wp = k >> 5; /* 16-byte pieces per row */
         for (int i = tid; i < 16 * wp; i += nthr) {
@@ -604,9 +647,9 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
         }
         mk_d_cp_async_commit();
     }
-    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb + 2 * (t & 1), *s1p = s0p + (size_t)8 * nsb;
+    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb, *s1p = s0p + (size_t)8 * nsb;
     mk_d_pdl_wait();
-    const int pieces = k >> 4; /* 16-byte pieces per row */
+    const int pieces = k >> 4; /* 16-byte pieces per activation row */
     auto stage = [&](int buf, int c0) { /* the chunk's row ids first (independent loads), then the copies */
         const int m = min(8, c_hi - c0);
         int rows[8];
@@ -616,29 +659,25 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
         for (int r = 0; r < 8; r++) {
             if (r >= m) break;
             for (int c = tid; c < pieces; c += nthr)
-                mk_d_cp_async16(xs + ((size_t)buf * 8 + r) * k + (size_t)c * 16, xq + (size_t)rows[r] * k + (size_t)c * 16, 16);
+                mk_d_cp_async16(xs + ((size_t)buf * 8 + r) * xs_k + (size_t)c * 16, xq + (size_t)rows[r] * k + (size_t)c * 16,
+                                16);
             for (int c = tid; c < nb; c += nthr)
                 mk_d_cp_async4(ss + ((size_t)buf * 8 + r) * nb + c, sa + (size_t)rows[r] * nb + c, 4);
         }
     };
     stage(0, c_lo);
     mk_d_cp_async_commit();
-    const bool diag = (g & 3) == t;
-    (void)nthr;
-    int buf = 0;
-    /* One barrier per chunk: at chunk i's barrier its activations have landed and every warp is done
-     * with chunk i - 1, whose warp partials (red[(i - 1) & 1], even-t lanes only) are then summed
-     * in warp order, as gemv_reduce does, while chunk i + 1's activations are copied. */
-    auto finish = [&](int pc0, int pbuf) {
+    auto finish = [&](int pc0, int pbuf) { /* output (slot col, row): lane (g = row & 7, t = col / 2) */
         const int pm = min(8, c_hi - pc0);
-        if (tid < pm * 16) { /* output (slot bc, row): lane (g = row & 7, t = 2 (bc & 1)), r[2 (bc / 2) + row / 8] */
-            const int bc = tid >> 4, row = tid & 15;
-            const int li = (row & 7) * 2 + (bc & 1), ri = 2 * (bc >> 1) + (row >> 3);
+        if (tid < pm * 16) {
+            const int col = tid >> 4, row = tid & 15;
+            const int li = (row & 7) * 4 + (col >> 1), ri = (row >> 3) * 2 + (col & 1);
             float v = red2[pbuf][0][li][ri];
             for (int w = 1; w < GEMV_MAXW; w++) v += red2[pbuf][w][li][ri];
-            y[(size_t)(pc0 + bc) * n + n0 + row] = gemv_out(v, round);
+            y[(size_t)(pc0 + col) * n + n0 + row] = gemv_out(v, round);
         }
     };
+    int buf = 0;
     for (int c0 = c_lo; c0 < c_hi; c0 += 8, buf ^= 1) {
         mk_d_cp_async_wait<0>();
         __syncthreads();
@@ -646,62 +685,29 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
         mk_d_cp_async_commit();
         if (c0 > c_lo) finish(c0 - 8, buf ^ 1);
         const int m = min(8, c_hi - c0);
-        float acc[4][4];
-#pragma unroll
-        for (int p = 0; p < 4; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
+        const uint8_t *xp = xs + ((size_t)buf * 8 + (g < m ? g : 0)) * xs_k + 8 * t;
+        const float *sp0 = 2 * t < m ? ss + ((size_t)buf * 8 + 2 * t) * nb : NULL;
+        const float *sp1 = 2 * t + 1 < m ? ss + ((size_t)buf * 8 + 2 * t + 1) * nb : NULL;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 1
         for (int kb = kb0; kb < kb1; kb++) {
-            { /* fp4_mma_step<4>, with the weights and each pair's activations read from shared memory */
-                const uint4 a0 = *(const uint4 *)(wsm + (size_t)g * rs + (size_t)kb * 64 + t * 16);
-                const uint4 a1 = *(const uint4 *)(wsm + (size_t)(g + 8) * rs + (size_t)kb * 64 + t * 16);
-                uint32_t e0[4], o0[4], e1[4], o1[4];
-                mk_d_fp4x8_to_e4m3(a0.x, e0[0], o0[0]);
-                mk_d_fp4x8_to_e4m3(a0.y, e0[1], o0[1]);
-                mk_d_fp4x8_to_e4m3(a0.z, e0[2], o0[2]);
-                mk_d_fp4x8_to_e4m3(a0.w, e0[3], o0[3]);
-                mk_d_fp4x8_to_e4m3(a1.x, e1[0], o1[0]);
-                mk_d_fp4x8_to_e4m3(a1.y, e1[1], o1[1]);
-                mk_d_fp4x8_to_e4m3(a1.z, e1[2], o1[2]);
-                mk_d_fp4x8_to_e4m3(a1.w, e1[3], o1[3]);
-                const uint32_t sg = *(const uint16_t *)(s0p + 4 * kb), sg8 = *(const uint16_t *)(s1p + 4 * kb);
-                const float sb00 = 64.0f * mk_d_e8m0(sg & 0xff), sb01 = 64.0f * mk_d_e8m0(sg >> 8);
-                const float sb10 = 64.0f * mk_d_e8m0(sg8 & 0xff), sb11 = 64.0f * mk_d_e8m0(sg8 >> 8);
+            const uint4 a0 = *(const uint4 *)(wsm + (size_t)g * rs + (size_t)kb * 64 + t * 16);
+            const uint4 a1 = *(const uint4 *)(wsm + (size_t)(g + 8) * rs + (size_t)kb * 64 + t * 16);
+            const uint32_t sw0 = *(const uint32_t *)(s0p + 4 * kb), sw1 = *(const uint32_t *)(s1p + 4 * kb);
+            uint2 x[4];
 #pragma unroll
-                for (int p = 0; p < 4; p++) {
-                    const int b = 2 * p + (g >> 2), bc = 2 * p + (t >> 1);
-                    uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
-                    if (diag && b < m) {
-                        const uint8_t *xp = xs + ((size_t)buf * 8 + b) * k + (size_t)kb * 128 + 32 * t;
-                        x0 = *(const uint4 *)xp;
-                        x1 = *(const uint4 *)(xp + 16);
-                    }
-                    const float sv = bc < m ? ss[((size_t)buf * 8 + bc) * nb + kb] : 0.0f;
-                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mk_d_mma_e4m3(c, e0[0], e1[0], o0[0], o1[0], x0.x, x0.y);
-                    mk_d_mma_e4m3(c, e0[1], e1[1], o0[1], o1[1], x0.z, x0.w);
-                    mk_d_mma_e4m3(c, e0[2], e1[2], o0[2], o1[2], x1.x, x1.y);
-                    mk_d_mma_e4m3(c, e0[3], e1[3], o0[3], o1[3], x1.z, x1.w);
-                    acc[p][0] = fmaf(c[0], sv * sb00, acc[p][0]);
-                    acc[p][1] = fmaf(c[1], sv * sb01, acc[p][1]);
-                    acc[p][2] = fmaf(c[2], sv * sb10, acc[p][2]);
-                    acc[p][3] = fmaf(c[3], sv * sb11, acc[p][3]);
-                }
-            }
+            for (int j = 0; j < 4; j++) x[j] = g < m ? *(const uint2 *)(xp + (size_t)kb * 128 + 32 * j) : make_uint2(0, 0);
+            fp4l_step(a0, a1, sw0, sw1, x, sp0 ? sp0[kb] : 0.0f, sp1 ? sp1[kb] : 0.0f, acc);
         }
 #pragma unroll
-        for (int p = 0; p < 4; p++) {
-            float lo = acc[p][0] + acc[p][1], hi = acc[p][2] + acc[p][3];
-            lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-            hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-            if (!(t & 1)) red2[buf][warp][g * 2 + (t >> 1)][2 * p] = lo, red2[buf][warp][g * 2 + (t >> 1)][2 * p + 1] = hi;
-        }
+        for (int i = 0; i < 4; i++) red2[buf][warp][lane][i] = acc[i];
     }
     __syncthreads();
     finish(c_hi - 1 - (c_hi - 1 - c_lo) % 8, buf ^ 1);
 }
 
 static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory */
-    return (size_t)16 * ((size_t)k / 2 + 16) + (size_t)16 * k + sizeof(float) * 16 * (size_t)(k / 128);
+    return (size_t)16 * ((size_t)k / 2 + 64) + (size_t)16 * ((size_t)k + 32) + sizeof(float) * 16 * (size_t)(k / 128);
 }
 
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
@@ -719,18 +725,15 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     const int sl = ctx->tune.moe_slabs;
     if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
-    } else if (T == 1) { /* decode: a token names each expert once, so every group is one slot */
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round);
-    } else if (ctx->tune.moe_staged && staged_smem(k) <= ctx->caps.smem_optin) { /* several slots per expert */
+    } else if (T > 1 && ctx->tune.moe_staged && staged_smem(k) <= ctx->caps.smem_optin) { /* several slots per expert */
         int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_STAGED, (const void *)k_moe_fp4_staged, staged_smem(k), err);
         if (st) return st;
         e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), staged_smem(k), k_moe_fp4_staged, W, S, W3, S3, xq, sa, n, k,
                                per, plan, TK, E, by_token, y, y3, round);
     } else {
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");

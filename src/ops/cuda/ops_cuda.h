@@ -379,6 +379,12 @@ int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, 
                         const float *iw, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap, float *sc,
                         int sel_cap, int32_t *sel, mk_err *err);
 
+/* Rearranges uploaded FP4 weights (k % 128 == 0) in place into the lane order that
+ * mk_cuda_moe_gemv_fp4 reads: in each row's 64-byte 128-block the 4 x 4 matrix of 4-byte words
+ * [32-block][word] is transposed. Only for the routed experts' matrices: every other FP4 consumer
+ * reads the natural order. */
+int mk_cuda_fp4_lane_order(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *err);
+
 /* MoE (moe.cu). route: scores [T, E] gate logits -> sqrt(softplus); idx [T, K] the top-k of
  * scores + bias (margin [T] k-th minus (k+1)-th) or, with bias NULL, tid2eid[tok[t]] (margin inf).
  * weights: idx clamped to [0, E), w [T, K] = score / sum * route_scale. plan: groups the slots by
@@ -403,10 +409,11 @@ int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const ui
                      const void *const *W3, const uint8_t *const *S3, int n, int k, const float *xd,
                      int by_token, const int32_t *plan, const float *sw, int T, int K, int E,
                      float lim, float *out, mk_err *err);
-/* Tensor-core path for FP4 experts (k_gemv_fp4's arithmetic): gemv_fp4 y [slot, n] (fp32, or
- * bf16-rounded with round) = the slot's row of xq (e4m3 [rows, k] in the FP4 kernel's permuted
- * layout, scales sa [rows, k / 128], from mk_cuda_act_quant with perm = 1; rows by token with
- * by_token, else by slot) times its expert's W^T (tables W / S [E]). swiglu: out [slot, n] from
+/* Tensor-core path for FP4 experts: gemv_fp4 y [slot, n] (fp32, or bf16-rounded with round) = the
+ * slot's row of xq (e4m3 [rows, k] in the FP4 kernel's permuted layout, scales sa [rows, k / 128],
+ * from mk_cuda_act_quant with perm = 1; rows by token with by_token, else by slot) times its
+ * expert's W^T (tables W / S [E]; W in lane order, mk_cuda_fp4_lane_order). One MMA per 32-block
+ * for 8 slots; a slot's result does not depend on the other slots of its expert (gemv.cu). swiglu: out [slot, n] from
  * the w1 and w3 results and the slot weights sw, as mk_cuda_moe_gemv's fused pass computes it. */
 /* W3 / S3 / y3 (or all NULL): a second matrix of the same shape on the same activations in the same
  * launch (w3 next to w1). The plan must have been written before the kernel that precedes this
