@@ -15,7 +15,9 @@
  *   FP8: a warp covers 16 rows x 64 k per step (two m16n8k32 MMAs), two steps per 128-block; the
  *        four MMAs of a block sum into a zeroed partial that is then scaled by the activation and
  *        weight block scales and added to fp32 accumulators (the reference's promotion per block).
- *   FP4: the per-32 weight scale changes within what one MMA sums, so the B operand is made
+ *   FP4 (mk_cuda_gemv_fp4; the routed experts' kernels read their weights in lane order and put
+ *        8 tokens in one MMA per 32-block instead, see the MoE section below): the per-32 weight
+ *        scale changes within what one MMA sums, so the B operand is made
  *        block-diagonal: column (b, q) of B holds activation row b only in the k-slots of lane q
  *        and zeros elsewhere. Lane q's 16 bytes are one 32-block, so C[row][(b, q)] is that
  *        block's partial sum alone; it is scaled by its own e8m0 scale and the four q are summed
