@@ -262,6 +262,32 @@ int main(int argc, char **argv) {
                      100.0 * gbs / bw);
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
+    /* what a CUDA graph would save on the GPU: the same step as a stream of launches and as a
+     * replayed graph (MINKE_CUDA_GRAPH_PROBE=0: skipped) */
+    const char *gp = getenv("MINKE_CUDA_GRAPH_PROBE");
+    if (!gp || strcmp(gp, "0")) {
+        dsv4_cuda_graph_stats gs;
+        int prc = MK_EINVAL;
+        for (int tries = 0; tries < 5 && prc == MK_EINVAL; tries++) {
+            prc = dsv4_cuda_graph_probe(s, toks[P + N], 50, &gs, &err);
+            if (prc == MK_EINVAL && dsv4_cuda_forward(s, &toks[P + N], 1, logits, &err)) {
+                fprintf(stderr, "graph probe: step: %s\n", err.msg);
+                return 1;
+            }
+        }
+        n = prc ? snprintf(line, sizeof line, "graph probe failed: %s\n\n", err.msg)
+                : snprintf(line, sizeof line,
+                           "| CUDA graph probe: one decode step (position %d) 50 times | ms per step |\n| --- | --- |\n"
+                           "| the forward call's launches, back to back (no host wait per step) | %.3f |\n"
+                           "| captured once (%zu nodes, capture + instantiate %.2f ms), replayed | %.3f (%.1f%% less) |\n"
+                           "| argmax of the stream / graph step | %d / %d%s |\n\n",
+                           dsv4_cuda_seq_pos(s), gs.ms_stream, gs.nodes, gs.ms_capture, gs.ms_graph,
+                           100.0 * (1.0 - gs.ms_graph / gs.ms_stream), gs.argmax_stream, gs.argmax_graph,
+                           gs.argmax_stream == gs.argmax_graph ? "" : " MISMATCH");
+        fwrite(line, 1, (size_t)n, stdout);
+        if (md) fwrite(line, 1, (size_t)n, md);
+        if (!prc && gs.argmax_stream != gs.argmax_graph) return 1;
+    }
     printf("greedy tokens:");
     for (int i = 0; i < 16 && i < N; i++) printf(" %d", toks[P + i]);
     printf("\nprompt:");

@@ -362,7 +362,8 @@ struct dsv4_cuda_work {
     void *lin;
     size_t lin_bytes;
     int sel_cap, rows_per;
-    int32_t *hids;                          /* host staging of ids (and of apc) */
+    int32_t *hids;                          /* host staging of ids (and of apc; page-locked) */
+    int upl_pending;                        /* an asynchronous upload from hids may not have run yet */
     mk_cuda_apiece *apc, *happ;             /* attention pieces [max_pieces, n_layers + n_mtp], after the ids */
     size_t ids_bytes;                       /* the ints of ids, 256-aligned: apc starts there */
     /* host buffers of the hooks (standalone sequences only) */
@@ -499,9 +500,9 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     if (hb > lb) lb = hb;
     w->lin_bytes = lb;
     rc = walloc(w, lb, &w->lin, err);
-    w->hids = malloc(w->ids_bytes + apc_bytes);
+    if (!rc) rc = mk_cuda_host_alloc(w->ids_bytes + apc_bytes, (void **)&w->hids, err);
     w->ham = malloc(sizeof(int32_t) * P);
-    if (!rc && (!w->hids || !w->ham)) rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    if (!rc && !w->ham) rc = mk_fail(err, MK_ENOMEM, "out of memory");
     if (!rc) {
         w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
         w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
@@ -535,8 +536,12 @@ int dsv4_cuda_work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_le
 
 void dsv4_cuda_work_free(dsv4_cuda_work *w) {
     if (!w) return;
+    if (w->upl_pending) {
+        mk_err e2;
+        mk_cuda_ctx_sync(w->g->ctx, &e2);
+    }
     dfree(w->g->ctx, &w->mem);
-    free(w->hids);
+    mk_cuda_host_free(w->hids);
     free(w->ham);
     free(w->hh);
     free(w->hf);
@@ -755,6 +760,7 @@ typedef struct {
     gpiece *pc;
     int np, R;
     const dsv4_hooks *hk;
+    int no_sync;   /* queue the head's kernels only: no copies to the host, no wait (graph capture) */
     double t_mark; /* phase profiling: the last mark */
 } gcall;
 
@@ -824,6 +830,29 @@ static int lin_f(gcall *C, int flags, const mk_wmat *W, const float *x, int m, f
 
 static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
     return lin_f(C, 0, W, x, m, y, round, err);
+}
+
+/* The wait at the end of a call (after it, the staging buffer of the ids is free again). */
+static int sync_call(gcall *C, mk_err *err) {
+    TRY(mk_cuda_ctx_sync(C->ctx, err));
+    C->w->upl_pending = 0;
+    return MK_OK;
+}
+
+/* Uploads the call's ids / block tables / attention pieces from the page-locked staging buffer
+ * without waiting: the first kernel waits for it in the stream, the host goes on launching. */
+static int upload_ids(dsv4_cuda_work *w, size_t bytes, mk_err *err) {
+    TRY(mk_cuda_upload_async(w->g->ctx, w->ids, w->hids, bytes, err));
+    w->upl_pending = 1;
+    return MK_OK;
+}
+
+/* Before the host writes the staging buffer: a failed call may have left its upload queued. */
+static int staging_free(dsv4_cuda_work *w, mk_err *err) {
+    if (!w->upl_pending) return MK_OK;
+    TRY(mk_cuda_ctx_sync(w->g->ctx, err));
+    w->upl_pending = 0;
+    return MK_OK;
 }
 
 /* Test mode: a named intermediate (dsv4.c's names) copied to the host for the dump hook. */
@@ -1269,17 +1298,17 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
             TRY(mk_cuda_copy(ctx, w->hl + (size_t)n * row, h + (size_t)(p->row0 + p->T - 1) * row, F(row), err));
         n++;
     }
-    if (!n) return mk_cuda_ctx_sync(ctx, err);
+    if (!n) return C->no_sync ? MK_OK : sync_call(C, err);
     if (!done)
         TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
                                  c->norm_eps, w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
     int any_am = 0;
     for (int pi = 0; pi < C->np; pi++) any_am |= C->pc[pi].logits && C->pc[pi].argmax;
-    if (any_am) { /* greedy pieces: the argmax of every logits row, then only those ints to the host */
-        TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
-        TRY(mk_cuda_download_async(ctx, w->ham, w->am, sizeof(int32_t) * (size_t)n, err));
-    }
+    /* greedy pieces: the argmax of every logits row, then only those ints to the host */
+    if (any_am) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
+    if (C->no_sync) return MK_OK;
+    if (any_am) TRY(mk_cuda_download_async(ctx, w->ham, w->am, sizeof(int32_t) * (size_t)n, err));
     /* the other pieces' rows: one copy per run of pieces whose host rows follow each other (the
      * engine's are one array: page-locked, mk_kvcache_host_floats), then one wait */
     int r0 = 0, run = 0;
@@ -1299,7 +1328,7 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
         }
         if (p) n++;
     }
-    TRY(mk_cuda_ctx_sync(ctx, err));
+    TRY(sync_call(C, err));
     n = 0;
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
@@ -1371,6 +1400,7 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
     }
+    TRY(staging_free(w, err));
     int32_t *hpos = w->hids + (w->pos - w->ids);
     for (int i = 0; i < np; i++) {
         memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
@@ -1381,7 +1411,7 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         fill_apc(w, &pc[i], i, 0, c->n_layers);
     }
     const size_t nL = (size_t)(c->n_layers + c->n_mtp);
-    TRY(mk_cuda_upload(w->g->ctx, w->ids, w->hids, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
+    TRY(upload_ids(w, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
     C->g = w->g;
     C->ctx = w->g->ctx;
     C->w = w;
@@ -1389,6 +1419,28 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
     C->np = np;
     C->R = R;
     C->hk = np == 1 && w->hh ? &seqs[0]->hooks : NULL;
+    return MK_OK;
+}
+
+/* The call's work (set up by call_setup): the embedding, the blocks, the head. */
+static int run_call(gcall *C, mk_err *err) {
+    dsv4_cuda_work *w = C->w;
+    dsv4_cuda *g = w->g;
+    const dsv4_config *c = &g->m->cfg;
+    if (prof_on()) C->t_mark = ph_now();
+    TRY(mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C->R, c->hc, c->dim, w->h, err));
+    /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
+     * collapse when every row is a logits row (a decode step: one token per piece, each wanting
+     * logits) */
+    int head_fused = c->n_layers > 0;
+    for (int i = 0; i < C->np; i++) head_fused = head_fused && C->pc[i].T == 1 && C->pc[i].logits;
+    const gnext nx_head = {g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, 1, NULL};
+    for (int l = 0; l < c->n_layers; l++) {
+        const gnext nx = l + 1 < c->n_layers ? next_attn(&g->layers[l + 1]) : nx_head;
+        TRY(block(C, l, &g->layers[l], w->h, l > 0, l + 1 < c->n_layers || head_fused ? &nx : NULL, err));
+    }
+    TRY(head(C, w->h, g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, head_fused, err));
+    mark(C, "head, logits to the host");
     return MK_OK;
 }
 
@@ -1404,22 +1456,7 @@ int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, co
     gcall C;
     int rc = call_setup(&C, w, seqs, tokens, n, logits, argmax, np, pc, err);
     if (!rc) {
-        dsv4_cuda *g = w->g;
-        const dsv4_config *c = &g->m->cfg;
-        if (prof_on()) C.t_mark = ph_now();
-        rc = mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C.R, c->hc, c->dim, w->h, err);
-        /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
-         * collapse when every row is a logits row (a decode step: one token per piece, each wanting
-         * logits) */
-        int head_fused = c->n_layers > 0;
-        for (int i = 0; i < np; i++) head_fused = head_fused && pc[i].T == 1 && pc[i].logits;
-        const gnext nx_head = {g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, 1, NULL};
-        for (int l = 0; l < c->n_layers && !rc; l++) {
-            const gnext nx = l + 1 < c->n_layers ? next_attn(&g->layers[l + 1]) : nx_head;
-            rc = block(&C, l, &g->layers[l], w->h, l > 0, l + 1 < c->n_layers || head_fused ? &nx : NULL, err);
-        }
-        if (!rc) rc = head(&C, w->h, g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, head_fused, err);
-        mark(&C, "head, logits to the host");
+        rc = run_call(&C, err);
         for (int i = 0; i < np; i++) {
             if (rc) {
                 seqs[i]->broken = 1; /* the device may have changed its state before the failure */
@@ -1455,12 +1492,12 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     const glayer *L = &g->mtp;
     gpiece p = {.s = s, .T = T, .start = start, .row0 = 0, .logits = logits, .dtbl = w->tbl};
     gcall C = {.g = g, .ctx = ctx, .w = w, .pc = &p, .np = 1, .R = T, .hk = w->hh ? &s->hooks : NULL};
+    TRY(staging_free(w, err));
     for (int b = 0; b < s->n_blocks && b < w->tbl_cap; b++) w->hids[w->max_rows + b] = s->blocks[b];
     memcpy(w->hids, ids, sizeof(int32_t) * (size_t)T);
     for (int j = 0; j < T; j++) w->hids[(w->pos - w->ids) + j] = start + j;
     fill_apc(w, &p, 0, c->n_layers, c->n_layers + 1);
-    TRY(mk_cuda_upload(ctx, w->ids, w->hids,
-                       w->ids_bytes + sizeof(mk_cuda_apiece) * (size_t)(c->n_layers + c->n_mtp), err));
+    TRY(upload_ids(w, w->ids_bytes + sizeof(mk_cuda_apiece) * (size_t)(c->n_layers + c->n_mtp), err));
     TRY(mk_cuda_embed_hc(ctx, g->embed, c->vocab, w->tok, T, 1, d, w->me, err));
     TRY(mk_cuda_rmsnorm(ctx, w->me, T, d, L->enorm, c->norm_eps, w->me, err));
     TRY(mk_cuda_rmsnorm(ctx, w->h, T * hc, d, L->hnorm, c->norm_eps, w->mhn, err));
@@ -1473,4 +1510,72 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     TRY(head(&C, w->mh, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, T == 1, err));
     s->mtp_pos = start + T;
     return MK_OK;
+}
+
+/* ---- CUDA graph probe (benchmarks) --------------------------------------------------------------
+ * The same decode step (s's next position, token tok) run `reps` times back to back as the stream
+ * of kernels the forward call launches, then captured once into a CUDA graph and replayed `reps`
+ * times: what a graph would save on the GPU. Steps at the same position recompute the same values
+ * (the window and state slots are rewritten with the same bytes), so the two argmaxes must agree.
+ * Only at a position that completes no compressed group and no KV block (the host decides those
+ * launches), without hooks or MINKE_CUDA_PROFILE. The sequence is then left broken. */
+static double probe_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int dsv4_cuda_graph_probe(dsv4_cuda_seq *s, int32_t tok, int reps, dsv4_cuda_graph_stats *st, mk_err *err) {
+    dsv4_cuda_work *w = s->work;
+    memset(st, 0, sizeof *st);
+    if (!w) return mk_fail(err, MK_EINVAL, "graph probe: needs a standalone sequence");
+    if (reps < 1) return mk_fail(err, MK_EINVAL, "graph probe: reps %d < 1", reps);
+    const dsv4_config *c = &s->g->m->cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        const int r = c->compress_ratio[l];
+        if (r && (s->pos + 1) % r == 0)
+            return mk_fail(err, MK_EINVAL, "graph probe: position %d completes a group of ratio %d (layer %d)", s->pos,
+                           r, l);
+    }
+    if ((s->pos + 1) % DSV4_BLOCK_TOKENS == 0)
+        return mk_fail(err, MK_EINVAL, "graph probe: position %d ends a KV block", s->pos);
+    mk_cuda_ctx *ctx = s->g->ctx;
+    float dummy = 0.0f;
+    float *lg = &dummy;
+    int32_t am = -1, *amp = &am;
+    const int32_t *tk = &tok;
+    int one = 1;
+    gpiece pc;
+    gcall C;
+    TRY(call_setup(&C, w, &s, &tk, &one, &lg, &amp, 1, &pc, err));
+    C.no_sync = 1;
+    s->broken = 1; /* from here on the state is that of a repeated step */
+    TRY(run_call(&C, err)); /* warm-up */
+    TRY(sync_call(&C, err));
+    double t0 = probe_now();
+    for (int i = 0; i < reps; i++) TRY(run_call(&C, err));
+    TRY(sync_call(&C, err));
+    st->ms_stream = (probe_now() - t0) * 1e3 / reps;
+    TRY(mk_cuda_download(ctx, &st->argmax_stream, w->am, sizeof(int32_t), err));
+    t0 = probe_now();
+    TRY(mk_cuda_capture_begin(ctx, err));
+    int rc = run_call(&C, err);
+    mk_cuda_graph *gr = NULL;
+    mk_err e2 = {0};
+    int rc2 = mk_cuda_capture_end(ctx, &gr, rc ? &e2 : err);
+    if (rc || rc2) {
+        mk_cuda_graph_free(gr);
+        return rc ? rc : rc2;
+    }
+    st->ms_capture = (probe_now() - t0) * 1e3;
+    st->nodes = mk_cuda_graph_nodes(gr);
+    rc = mk_cuda_graph_launch(ctx, gr, err); /* warm-up */
+    if (!rc) rc = sync_call(&C, err);
+    t0 = probe_now();
+    for (int i = 0; i < reps && !rc; i++) rc = mk_cuda_graph_launch(ctx, gr, err);
+    if (!rc) rc = sync_call(&C, err);
+    st->ms_graph = (probe_now() - t0) * 1e3 / reps;
+    if (!rc) rc = mk_cuda_download(ctx, &st->argmax_graph, w->am, sizeof(int32_t), err);
+    mk_cuda_graph_free(gr);
+    return rc;
 }

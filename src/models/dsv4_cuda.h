@@ -93,6 +93,18 @@ int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, co
  * ids [n] the next tokens; logits [vocab] of the last position. */
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int n, float *logits, mk_err *err);
 
+/* Benchmarks: what a CUDA graph would save on one decode step of a standalone sequence s (its next
+ * position, token tok; a position that completes no compressed group and no KV block): the step's
+ * kernels launched reps times back to back (ms_stream per step), then captured into one graph
+ * (nodes, ms_capture) replayed reps times (ms_graph per step), and the argmax of each (the same
+ * step: they must agree). Leaves s broken (reset or restore it). */
+typedef struct {
+    double ms_stream, ms_graph, ms_capture;
+    size_t nodes;
+    int32_t argmax_stream, argmax_graph;
+} dsv4_cuda_graph_stats;
+int dsv4_cuda_graph_probe(dsv4_cuda_seq *s, int32_t tok, int reps, dsv4_cuda_graph_stats *st, mk_err *err);
+
 /* With MINKE_CUDA_PROFILE=1 in the environment every forward call synchronizes at phase marks
  * and accumulates the time per phase (for benchmarks; it slows calls down). Prints the table
  * accumulated since the last report (markdown) to file (a FILE *) and clears it. */

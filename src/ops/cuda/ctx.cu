@@ -297,6 +297,11 @@ extern "C" int mk_cuda_upload(mk_cuda_ctx *ctx, void *dst, const void *src, size
     return MK_OK;
 }
 
+extern "C" int mk_cuda_upload_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err) {
+    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), err, "cuda: upload");
+    return MK_OK;
+}
+
 extern "C" int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes,
                                 mk_err *err) {
     MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), err, "cuda: download");
@@ -379,4 +384,56 @@ extern "C" void mk_cuda_wmat_free(mk_cuda_ctx *ctx, mk_wmat *dev) {
     mk_cuda_free(ctx, (void *)dev->scale);
     dev->w = NULL;
     dev->scale = NULL;
+}
+
+/* ---- CUDA graphs ----------------------------------------------------------------------------- */
+
+struct mk_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    size_t nodes;
+};
+
+extern "C" int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err) {
+    MK_CU_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), err, "cuda: begin capture");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err *err) {
+    *out = NULL;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(ctx->stream, &graph);
+    if (e != cudaSuccess) {
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError(); /* the capture's error is reported here, not left for the next call */
+        return mk_cuda_fail(err, e, "cuda: end capture");
+    }
+    mk_cuda_graph *g = (mk_cuda_graph *)calloc(1, sizeof *g);
+    if (!g) {
+        cudaGraphDestroy(graph);
+        return mk_fail(err, MK_ENOMEM, "cuda: graph: out of memory");
+    }
+    g->graph = graph;
+    e = cudaGraphGetNodes(graph, NULL, &g->nodes);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (e != cudaSuccess) {
+        mk_cuda_graph_free(g);
+        return mk_cuda_fail(err, e, "cuda: graph instantiate");
+    }
+    *out = g;
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_graph_launch(mk_cuda_ctx *ctx, mk_cuda_graph *g, mk_err *err) {
+    MK_CU_TRY(cudaGraphLaunch(g->exec, ctx->stream), err, "cuda: graph launch");
+    return MK_OK;
+}
+
+extern "C" size_t mk_cuda_graph_nodes(const mk_cuda_graph *g) { return g ? g->nodes : 0; }
+
+extern "C" void mk_cuda_graph_free(mk_cuda_graph *g) {
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g);
 }

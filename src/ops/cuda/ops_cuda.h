@@ -108,6 +108,18 @@ int mk_cuda_trace_start(mk_cuda_ctx *ctx, mk_err *err);
 int mk_cuda_trace_stop(mk_cuda_ctx *ctx, int cap, const char **names, float *us, float *queued_us,
                        float *done_us, mk_err *err);
 
+/* CUDA graphs: the context's stream captured into a graph (between capture_begin and capture_end
+ * nothing runs: launches are recorded, including programmatic dependent launch edges), then
+ * replayed with one launch. capture_end instantiates it; on any error it ends the capture (the
+ * stream is usable again) and returns the error. A graph replays the recorded kernel arguments:
+ * whatever changes between replays must live in device memory. */
+typedef struct mk_cuda_graph mk_cuda_graph;
+int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err);
+int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err *err);
+int mk_cuda_graph_launch(mk_cuda_ctx *ctx, mk_cuda_graph *g, mk_err *err);
+size_t mk_cuda_graph_nodes(const mk_cuda_graph *g);
+void mk_cuda_graph_free(mk_cuda_graph *g);
+
 /* ---- memory ------------------------------------------------------------------------------- */
 
 int mk_cuda_alloc(mk_cuda_ctx *ctx, size_t bytes, void **dptr, mk_err *err);
@@ -115,6 +127,9 @@ void mk_cuda_free(mk_cuda_ctx *ctx, void *dptr);
 /* Copies ordered on the context's stream, waited for before returning (so they see queued
  * results, and kernels queued afterwards see the uploaded data). */
 int mk_cuda_upload(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+/* Queued only: kernels queued afterwards see the data. src must stay unchanged until the copy
+ * ran (page-locked memory, mk_cuda_host_alloc, makes it a real DMA without a staging copy). */
+int mk_cuda_upload_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
 int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
 /* Queued only (mk_cuda_ctx_sync waits): fast into page-locked memory (mk_cuda_host_alloc). */
 int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
