@@ -1470,15 +1470,18 @@ int main(int argc, char **argv) {
     if (!quick) test_moe_fp4(40, 6, 16, 4096, 2048); /* 15 slots per expert: two chunks, both buffers */
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
     test_moe_fp4(3, 2, 64, 1024, 512);  /* fewer slots than experts */
-    {
+    for (int v = 0; v <= 2; v++) { /* the other decode kernels: a warp per slab, blocks of 1 or 2 slabs */
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
+        if (v == def.moe_slabs) continue;
         t = def;
-        t.moe_slabs = def.moe_slabs == 2 ? 1 : 2;
+        t.moe_slabs = v;
         mk_cuda_ctx_set_tuning(ctx, &t);
         printf("| (tuning: moe_slabs = %d) | | | | | | |\n", t.moe_slabs);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
+        test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
+        test_moe_fp4(3, 2, 64, 1280, 384); /* 10 and 3 128-blocks: uneven parts, parts without blocks */
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
 
