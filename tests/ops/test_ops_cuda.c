@@ -1470,7 +1470,7 @@ int main(int argc, char **argv) {
     if (!quick) test_moe_fp4(40, 6, 16, 4096, 2048); /* 15 slots per expert: two chunks, both buffers */
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
     test_moe_fp4(3, 2, 64, 1024, 512);  /* fewer slots than experts */
-    for (int v = 0; v <= 2; v++) { /* the other decode kernels: a warp per slab, blocks of 1 or 2 slabs */
+    for (int v = 1; v <= 2; v++) { /* the other decode kernel (blocks of 1 or 2 slabs) */
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         if (v == def.moe_slabs) continue;

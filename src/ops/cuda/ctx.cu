@@ -122,7 +122,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_max_splits = 1;
     ctx->tune.gemv_pdl = 1;
     if (getenv("MINKE_CUDA_PDL")) ctx->tune.gemv_pdl = atoi(getenv("MINKE_CUDA_PDL")) != 0;
-    ctx->tune.moe_slabs = 0; /* a warp per slab (k_moe_fp4_wslab); 2 was measured best of the block kernels */
+    ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
     ctx->tune.moe_staged = 1;
     if (getenv("MINKE_CUDA_MOE_STAGED")) ctx->tune.moe_staged = atoi(getenv("MINKE_CUDA_MOE_STAGED")) != 0;
@@ -130,7 +130,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
     }
-    ctx->tune.moe_slabs = ctx->tune.moe_slabs < 0 || ctx->tune.moe_slabs > 2 ? 0 : ctx->tune.moe_slabs;
+    ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
     int st = MK_OK;
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
@@ -254,7 +254,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.gemv_max_splits < 1) ctx->tune.gemv_max_splits = 1;
     if (ctx->tune.gemv_max_splits > 16) ctx->tune.gemv_max_splits = 16;
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
-    ctx->tune.moe_slabs = ctx->tune.moe_slabs < 0 || ctx->tune.moe_slabs > 2 ? 0 : ctx->tune.moe_slabs;
+    ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
     ctx->tune.moe_staged = ctx->tune.moe_staged != 0;
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
 }

@@ -600,119 +600,6 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     }
 }
 
-/* Decode (few slots per expert): a warp per 16-row slab over the whole k range, which the kernels
- * above split over 8 warps. The warp runs the 8 parts one after another, each part's blocks in
- * order into its own accumulator, and adds each finished part to the running total in part order:
- * acc_0 + acc_1 + ... + acc_7 (empty parts add 0.0f), exactly gemv_reduce's sums, so the bits are
- * those of k_moe_gemv_fp4 and k_moe_fp4_staged. Without the block-wide split the warp needs no
- * shared memory or barrier and streams its rows with two register stages of U 128-blocks: the
- * weights (and scales) of stage i + 1 are loaded before stage i is computed, the first stage's
- * before the wait for the previous kernel. Block (8 slabs, expert group, matrix). */
-#define MOEW_STAGE_LOAD(A, SW, X, S0, S1, KB)                                                                   \
-    _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
-        const int b_ = (KB) + u;                                                                              \
-        if (b_ < nb) {                                                                                        \
-            A[u][0] = mk_d_ld_stream(w0 + (size_t)b_ * 64);                                                   \
-            A[u][1] = mk_d_ld_stream(w1 + (size_t)b_ * 64);                                                   \
-            SW[u][0] = *(const uint32_t *)(s0p + 4 * b_);                                                     \
-            SW[u][1] = *(const uint32_t *)(s1p + 4 * b_);                                                     \
-        }                                                                                                     \
-    }
-#define MOEW_STAGE_X(X, S0, S1, KB)                                                                           \
-    _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
-        const int b_ = (KB) + u;                                                                              \
-        if (b_ < nb) {                                                                                        \
-            _Pragma("unroll") for (int j = 0; j < 4; j++) X[u][j] =                                           \
-                g < m ? *(const uint2 *)(xp + (size_t)b_ * 128 + 32 * j) : make_uint2(0, 0);                  \
-            S0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + b_] : 0.0f;                                                \
-            S1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + b_] : 0.0f;                                                \
-        }                                                                                                     \
-    }
-#define MOEW_STAGE_RUN(A, SW, X, S0, S1, KB)                                                                  \
-    _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
-        const int b_ = (KB) + u;                                                                              \
-        if (b_ < nb) {                                                                                        \
-            fp4l_step(A[u][0], A[u][1], SW[u][0], SW[u][1], X[u], S0[u], S1[u], acc);                         \
-            if (b_ + 1 == pend) { /* part `part` is complete: into the total, in part order */                  \
-                _Pragma("unroll") for (int i = 0; i < 4; i++) {                                               \
-                    fin[i] = part ? fin[i] + acc[i] : acc[i];                                                 \
-                    acc[i] = 0.0f;                                                                            \
-                }                                                                                             \
-                part++;                                                                                       \
-                pend = min(nb, pend + per);                                                                   \
-            }                                                                                                 \
-        }                                                                                                     \
-    }
-
-template <int U>
-__global__ void __launch_bounds__(256, 2) k_moe_fp4_wslab(const void *const *__restrict__ Wt,
-                                                          const uint8_t *const *__restrict__ St,
-                                                          const void *const *__restrict__ Wt3,
-                                                          const uint8_t *const *__restrict__ St3,
-                                                          const uint8_t *__restrict__ xq,
-                                                          const float *__restrict__ sa, int n, int k, int per,
-                                                          const int32_t *__restrict__ plan, int TK, int E,
-                                                          int by_token, float *__restrict__ y,
-                                                          float *__restrict__ y3, int round) {
-    mk_d_pdl_launch_dependents();
-    if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
-    const int G = TK < E ? TK : E, grp = blockIdx.y;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int n0 = (blockIdx.x * (blockDim.x >> 5) + warp) * 16;
-    /* the plan is two kernels old (as in k_moe_gemv_fp4) */
-    if (grp >= plan[0] || n0 >= n) {
-        mk_d_pdl_wait();
-        return;
-    }
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
-    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
-    const int nb = k >> 7, nsb = k >> 5;
-    const size_t rowb = (size_t)k >> 1;
-    const uint8_t *w0 = W + (size_t)(n0 + g) * rowb + t * 16, *w1 = w0 + 8 * rowb;
-    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb, *s1p = s0p + (size_t)8 * nsb;
-    uint4 a0[U][2], a1[U][2];
-    uint32_t sw0[U][2], sw1[U][2];
-    uint2 x0[U][4], x1[U][4];
-    float sa00[U], sa01[U], sa10[U], sa11[U];
-    MOEW_STAGE_LOAD(a0, sw0, x0, sa00, sa01, 0); /* constant data: before the wait */
-    mk_d_pdl_wait();
-    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
-        const int m = min(8, c_hi - c0);
-        const int xr = g < m ? (by_token ? stok[c0 + g] : c0 + g) : 0; /* the lane's token column */
-        const int r0 = 2 * t < m ? (by_token ? stok[c0 + 2 * t] : c0 + 2 * t) : -1;
-        const int r1 = 2 * t + 1 < m ? (by_token ? stok[c0 + 2 * t + 1] : c0 + 2 * t + 1) : -1;
-        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
-        if (c0 > c_lo) MOEW_STAGE_LOAD(a0, sw0, x0, sa00, sa01, 0);
-        MOEW_STAGE_X(x0, sa00, sa01, 0);
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, fin[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        int part = 0, pend = min(nb, per);
-        for (int kb = 0; kb < nb; kb += 2 * U) {
-            MOEW_STAGE_LOAD(a1, sw1, x1, sa10, sa11, kb + U);
-            MOEW_STAGE_X(x1, sa10, sa11, kb + U);
-            MOEW_STAGE_RUN(a0, sw0, x0, sa00, sa01, kb);
-            MOEW_STAGE_LOAD(a0, sw0, x0, sa00, sa01, kb + 2 * U);
-            MOEW_STAGE_X(x0, sa00, sa01, kb + 2 * U);
-            MOEW_STAGE_RUN(a1, sw1, x1, sa10, sa11, kb + U);
-        }
-        for (; part < GEMV_MAXW; part++) /* the parts without blocks add zeros, as their warps do */
-#pragma unroll
-            for (int i = 0; i < 4; i++) fin[i] = part ? fin[i] + 0.0f : 0.0f;
-        if (2 * t < m) {
-            y[(size_t)(c0 + 2 * t) * n + n0 + g] = gemv_out(fin[0], round);
-            y[(size_t)(c0 + 2 * t) * n + n0 + g + 8] = gemv_out(fin[2], round);
-        }
-        if (2 * t + 1 < m) {
-            y[(size_t)(c0 + 2 * t + 1) * n + n0 + g] = gemv_out(fin[1], round);
-            y[(size_t)(c0 + 2 * t + 1) * n + n0 + g + 8] = gemv_out(fin[3], round);
-        }
-    }
-}
-#undef MOEW_STAGE_LOAD
-#undef MOEW_STAGE_X
-#undef MOEW_STAGE_RUN
-
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
  * the slab's weights (16 rows, lane order) are copied into shared memory once per block instead of
  * being loaded once per chunk of 8 slots, and each chunk's activation rows and block scales are
@@ -838,11 +725,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs;
-    if (T == 1 && sl == 0) { /* decode: a warp per slab */
-        grid.x = (unsigned)((n / 16 + nw - 1) / nw);
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_fp4_wslab<2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token,
-                        y, y3, round);
-    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);

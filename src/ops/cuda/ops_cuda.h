@@ -87,8 +87,7 @@ typedef struct {
     int gemv_pdl;          /* 1: launch the GEMVs and the decode path's small kernels with
                             * programmatic dependent launch (default 1; MINKE_CUDA_PDL=0 turns it
                             * off at context creation) */
-    int moe_slabs;         /* the decode FP4 expert GEMV: 0 a warp per 16-row slab over the whole k (default),
-                            * 1 or 2: blocks of 1 or 2 slabs with k split over the warps (same bits;
+    int moe_slabs;         /* 16-row slabs per block of the decode FP4 expert GEMV, 1 or 2 (default 2;
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
     int moe_staged;        /* 1: FP4 experts with several slots per call run k_moe_fp4_staged (weights
                             * loaded once per block, activations staged in shared memory; same bits
