@@ -92,6 +92,9 @@ typedef struct {
     int moe_staged;        /* 1: FP4 experts with several slots per call run k_moe_fp4_staged (weights
                             * loaded once per block, activations staged in shared memory; same bits
                             * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
+    int hc_one;            /* hc_pre / hc_head of at most this many tokens run their two parts in one
+                            * launch (k_hc_pre_one, same bits); default 8, MINKE_CUDA_HC_ONE=0 turns
+                            * it off */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
