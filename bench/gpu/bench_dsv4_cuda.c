@@ -199,13 +199,13 @@ int main(int argc, char **argv) {
     }
     double t_up = now() - t0;
     dsv4_cuda_seq *s;
-    if (dsv4_cuda_seq_create(g, P + N + 8, P, &s, &err)) {
+    if (dsv4_cuda_seq_create(g, P + 2 * N + 8, P, &s, &err)) {
         fprintf(stderr, "seq: %s\n", err.msg);
         return 1;
     }
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(P + N + 8));
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(P + 2 * N + 8));
     float *logits = malloc(sizeof(float) * (size_t)c->vocab);
-    double *dt = malloc(sizeof(double) * (size_t)N);
+    double *dt = malloc(sizeof(double) * (size_t)N), *dta = malloc(sizeof(double) * (size_t)N);
     uint64_t r = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < P; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -230,6 +230,26 @@ int main(int argc, char **argv) {
     dsv4_cuda_profile_report(stdout, "batch-1 prefill + decode");
     if (getenv("MINKE_CUDA_TRACE") && trace_step(ctx, s, toks, P + N, logits, getenv("MINKE_CUDA_TRACE")))
         return 1;
+    /* N more steps the way the server runs a plain greedy request: the token picked on the GPU, one
+     * int to the host instead of the logits row (and no host argmax over the vocabulary) */
+    int32_t *ta = malloc(sizeof(int32_t) * (size_t)(N + 1));
+    ta[0] = toks[P + N];
+    for (int i = 0; i < N; i++) {
+        double a = now();
+        if (dsv4_cuda_forward_argmax(s, &ta[i], 1, &ta[i + 1], &err)) {
+            fprintf(stderr, "decode (argmax) %d: %s\n", i, err.msg);
+            return 1;
+        }
+        dta[i] = now() - a;
+    }
+    double meda;
+    {
+        double *sa2 = malloc(sizeof(double) * (size_t)(N - 3));
+        memcpy(sa2, dta + 3, sizeof(double) * (size_t)(N - 3));
+        qsort(sa2, (size_t)(N - 3), sizeof(double), cmpd);
+        meda = sa2[(N - 3) / 2];
+        free(sa2);
+    }
     /* the first 3 steps are warm-up */
     int nt = N - 3;
     double *srt = malloc(sizeof(double) * (size_t)nt);
@@ -255,11 +275,14 @@ int main(int argc, char **argv) {
                      "| weight bytes read per token | %.1f MB |\n"
                      "| achieved weight bytes/s | %.0f GB/s |\n"
                      "| device-to-device copy (read + write), same run | %.0f GB/s |\n"
-                     "| achieved / copy | %.1f%% |\n\n",
+                     "| achieved / copy | %.1f%% |\n"
+                     "| decode step median, token picked on the GPU (the server's greedy path; %d steps) ms | %.3f |\n"
+                     "| decode tokens/s / achieved / copy, that path | %.1f / %.0f GB/s / %.1f%% |\n\n",
                      cp->name, argv[1], c->n_layers, c->dim, c->n_heads, c->head_dim, c->n_experts, c->n_act,
                      c->moe_inter, c->vocab, (int)m->layers[0].experts[0].w1.kind, dsv4_cuda_weight_bytes(g) / 1e9,
                      t_load, t_up, P, t_pre * 1e3, nt, med * 1e3, mn * 1e3, tps, wb / 1e6, gbs, bw,
-                     100.0 * gbs / bw);
+                     100.0 * gbs / bw, nt, meda * 1e3, 1.0 / meda, (double)wb / meda / 1e9,
+                     100.0 * ((double)wb / meda / 1e9) / bw);
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
     /* what a CUDA graph would save on the GPU: the same step as a stream of launches and as a

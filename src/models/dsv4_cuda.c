@@ -1475,6 +1475,12 @@ int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *log
     return dsv4_cuda_forward_batch(s->work, &s, &tokens, &T, logits ? &logits : NULL, 1, err);
 }
 
+int dsv4_cuda_forward_argmax(dsv4_cuda_seq *s, const int32_t *tokens, int T, int32_t *argmax, mk_err *err) {
+    if (!s->work) return mk_fail(err, MK_EINVAL, "cuda: a paged sequence runs through dsv4_cuda_forward_batch");
+    float dummy = 0.0f, *lg = &dummy;
+    return dsv4_cuda_forward_batch_am(s->work, &s, &tokens, &T, &lg, &argmax, 1, err);
+}
+
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *logits, mk_err *err) {
     dsv4_cuda *g = s->g;
     const dsv4_config *c = &g->m->cfg;

@@ -45,6 +45,9 @@ void dsv4_cuda_seq_set_hooks(dsv4_cuda_seq *s, const dsv4_hooks *h);
 /* Runs T >= 1 tokens at the current position (a prompt, a chunk of one at any position, or a
  * decode); logits [vocab] (host) of the last position, or NULL to skip the head. */
 int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err);
+/* The same with the last position's greedy token (dsv4_cuda_forward_batch_am's rule) instead of its
+ * logits: an int crosses the bus (the engine's plain greedy steps). */
+int dsv4_cuda_forward_argmax(dsv4_cuda_seq *s, const int32_t *tokens, int T, int32_t *argmax, mk_err *err);
 
 /* ---- the engine's paged KV on the device (src/models/batch.c) ----
  * A dsv4_cuda_pool is the device memory of n_blocks blocks laid out as dsv4_kv_layout (with
