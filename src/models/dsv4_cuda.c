@@ -348,6 +348,7 @@ struct dsv4_cuda_work {
     float *h, *h2, *x, *post, *comb, *sub;
     float *qr, *q, *kv, *o, *og, *oa, *ot;
     float *ckvp, *cscp, *ekv, *esc, *ents;
+    float *ickvp, *icscp;                   /* the indexer compressor's projections (xproj) */
     float *iq, *iw, *isc;
     int32_t *sel;
     const float **rows;
@@ -422,6 +423,8 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->ot, F(Tm * c->o_lora));
     WA(w->ckvp, F(Tm * cmax));
     WA(w->cscp, F(Tm * cmax));
+    WA(w->ickvp, F(Tm * 2 * (size_t)ID));
+    WA(w->icscp, F(Tm * 2 * (size_t)ID));
     WA(w->ekv, F((Tm + 2 * (size_t)rmax) * cmax));
     WA(w->esc, F((Tm + 2 * (size_t)rmax) * cmax));
     WA(w->ents, F((Tm / 4 + 2) * (size_t)(D > ID ? D : ID)));
@@ -761,6 +764,8 @@ typedef struct {
     int np, R;
     const dsv4_hooks *hk;
     int no_sync;   /* queue the head's kernels only: no copies to the host, no wait (graph capture) */
+    int xproj;     /* this layer's bf16 projections of x are done (xproj()): the compressors' into
+                      ckvp / cscp and ickvp / icscp, the indexer's weights into iw */
     double t_mark; /* phase profiling: the last mark */
 } gcall;
 
@@ -927,12 +932,14 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
     const int r = Cm->ratio, D = Cm->D, W2 = Cm->coff * D, ov = Cm->coff == 2, bt = DSV4_BLOCK_TOKENS;
+    float *ckvp = is_idx && C->xproj ? w->ickvp : w->ckvp, *cscp = is_idx && C->xproj ? w->icscp : w->cscp;
     /* wkv and wgate on the same x: its preparation (bf16 conversion) done once for both */
-    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Cm->wkv, &Cm->wgate, x, C->R, w->ckvp, w->cscp, 0, w->lin,
-                            w->lin_bytes, err));
+    if (!C->xproj)
+        TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Cm->wkv, &Cm->wgate, x, C->R, ckvp, cscp, 0, w->lin,
+                                w->lin_bytes, err));
     /* every one-token piece's state slot in one launch; the rest per piece */
     const int nL = c->n_layers + c->n_mtp;
-    TRY(mk_cuda_cmp_put_multi(ctx, w->apc + layer, C->np, nL, is_idx, w->ckvp, w->cscp, W2, Cm->ape, r, ov, err));
+    TRY(mk_cuda_cmp_put_multi(ctx, w->apc + layer, C->np, nL, is_idx, ckvp, cscp, W2, Cm->ape, r, ov, err));
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
         dsv4_cuda_seq *s = p->s;
@@ -944,7 +951,7 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
         const size_t soff = is_idx ? lay->icst[layer] : lay->cst[layer];
         int *n_cache = is_idx ? &st->n_ikv : &st->n_ckv;
         float *kvs = is_idx ? st->ikv_state : st->kv_state, *scs = is_idx ? st->isc_state : st->sc_state;
-        float *kvp = w->ckvp + (size_t)p->row0 * W2, *scp = w->cscp + (size_t)p->row0 * W2;
+        float *kvp = ckvp + (size_t)p->row0 * W2, *scp = cscp + (size_t)p->row0 * W2;
         if (T == 1) { /* its state slot was written above */
             if ((start + 1) % r) continue;
             TRY(mk_cuda_cmp_pool(ctx, kvs, scs, W2, D, r, ov, 0, 1, w->ents, err));
@@ -991,6 +998,31 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
     return MK_OK;
 }
 
+/* The layer's projections of its attention input x by the compressor (wkv, wgate) and, with the
+ * indexer (ratio 4), by its compressor and its weights projection, in one conversion and one launch
+ * where they are bf16 GEMVs of one k and launch plan (mk_cuda_linear_multi; else one call each),
+ * each output as its own call would give it. Sets C->xproj; the compressors and the indexer then
+ * take their inputs from ckvp / cscp, ickvp / icscp and iw. */
+static int xproj(gcall *C, const glayer *L, const float *x, mk_err *err) {
+    dsv4_cuda_work *w = C->w;
+    const mk_wmat *W[5];
+    float *y[5];
+    int rnd[5], n = 0;
+    if (L->ratio == 4) {
+        W[n] = &L->idx_cmp.wkv, y[n] = w->ickvp, rnd[n++] = 0;
+        W[n] = &L->idx_cmp.wgate, y[n] = w->icscp, rnd[n++] = 0;
+        W[n] = &L->idx_wproj, y[n] = w->iw, rnd[n++] = 1;
+    }
+    W[n] = &L->cmp.wkv, y[n] = w->ckvp, rnd[n++] = 0;
+    W[n] = &L->cmp.wgate, y[n] = w->cscp, rnd[n++] = 0;
+    for (int i = 0; i < n; i++)
+        if (!W[i]->w) return MK_OK;
+    if (L->ratio == 4 && 2 * (size_t)C->g->m->cfg.index_head_dim < (size_t)L->idx_cmp.wkv.n) return MK_OK;
+    TRY(mk_cuda_linear_multi(C->ctx, MK_CUDA_LIN_ROW_INVARIANT, n, W, x, C->R, y, rnd, w->lin, w->lin_bytes, err));
+    C->xproj = 1;
+    return MK_OK;
+}
+
 /* Lightning indexer of a CSA layer: per piece, up to index_topk entries per row into sel (rows of
  * the piece at row0, stride the piece's k_sel). */
 static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err *err) {
@@ -1004,7 +1036,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     TRY(mk_cuda_quant_sim(ctx, w->iq, R * IH, ID, ID, 32, 1, w->iq, err));
     TRY(dumpv(C, w->iq, R, IH, ID, err, "L%d.idx.q", layer));
     TRY(compressor(C, layer, L, &L->idx_cmp, 1, x, err));
-    TRY(lin(C, &L->idx_wproj, x, R, w->iw, 1, err));
+    if (!C->xproj) TRY(lin(C, &L->idx_wproj, x, R, w->iw, 1, err));
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
     TRY(mk_cuda_scale_bf16(ctx, w->iw, (size_t)R * IH, wscale, err));
     /* every piece's scores and picks in two launches; the hooks (one piece) see its rows */
@@ -1077,6 +1109,8 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     TRY(dumpv(C, w->kv, R, D, 0, err, "L%d.attn.kv", layer));
     mark(C, "attn: q/kv projections, rope");
     for (int pi = 0; pi < C->np; pi++) C->pc[pi].k_sel = 0;
+    C->xproj = 0;
+    if (r) TRY(xproj(C, L, x, err));
     if (r == 4) TRY(indexer(C, layer, L, x, err));
     mark(C, "indexer (incl. its compressor)");
     if (r) TRY(compressor(C, layer, L, &L->cmp, 0, x, err));

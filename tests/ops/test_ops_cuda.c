@@ -321,6 +321,57 @@ static void test_linear_rows(mk_wkind kind, int n, int k, int m, int round) {
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(y1), free(scr);
 }
 
+/* Linears over one input (mk_cuda_linear_multi: one conversion and one launch when all are bf16
+ * GEMVs with one plan) = each linear alone, bit for bit (rounded and unrounded outputs); the
+ * first also against the CPU's mk_linear. ns[i] rows, kinds[i] kinds, round alternating. */
+static void test_linear_multi(int count, const mk_wkind *kinds, const int *ns, int k, int m) {
+    mk_wmat H[MK_CUDA_MULTI], D[MK_CUDA_MULTI];
+    const mk_wmat *Dp[MK_CUDA_MULTI];
+    float *y1[MK_CUDA_MULTI], *y2[MK_CUDA_MULTI];
+    int rnd[MK_CUDA_MULTI];
+    size_t sb = 0;
+    for (int i = 0; i < count; i++) {
+        make_weights(&H[i], kinds[i], ns[i], k);
+        CK(mk_cuda_wmat_upload(ctx, &H[i], &D[i], &err_));
+        Dp[i] = &D[i];
+        y1[i] = poisoned_dev(sizeof(float) * m * ns[i]);
+        y2[i] = poisoned_dev(sizeof(float) * m * ns[i]);
+        rnd[i] = i & 1;
+    }
+    sb = mk_cuda_linear_multi_scratch(ctx, count, Dp, m);
+    float *x = xmalloc(sizeof(float) * m * k), *ref = xmalloc(sizeof(float) * m * ns[0]);
+    fill_act(x, (size_t)m * k, 1.0f);
+    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(m, k));
+    mk_linear(pool, &H[0], x, m, ref, 0, scr);
+    float *dx = dup_dev(x, sizeof(float) * m * k);
+    void *ds = poisoned_dev(sb);
+    const int F = MK_CUDA_LIN_ROW_INVARIANT;
+    CK(mk_cuda_linear_multi(ctx, F, count, Dp, dx, m, y1, rnd, ds, sb, &err_));
+    for (int i = 0; i < count; i++)
+        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &D[i], dx, m, y2[i], rnd[i], ds, sb, &err_));
+    int same = 1;
+    char shape[96];
+    int len = snprintf(shape, sizeof shape, "%d x %s, k%d m%d", count, kind_name(kinds[0]), k, m);
+    (void)len;
+    for (int i = 0; i < count; i++) {
+        float *a = xmalloc(sizeof(float) * m * ns[i]), *b = xmalloc(sizeof(float) * m * ns[i]);
+        fetch(a, y1[i], sizeof(float) * m * ns[i]), fetch(b, y2[i], sizeof(float) * m * ns[i]);
+        if (i == 0) compare("linear multi (first vs CPU)", shape, ref, a, (size_t)m * ns[0], NORM, 1e-4);
+        same = same && !memcmp(a, b, sizeof(float) * m * ns[i]);
+        free(a), free(b);
+    }
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = each linear alone, bit for bit: %s |\n", "linear multi", shape, same ? "PASS" : "FAIL");
+    for (int i = 0; i < count; i++) {
+        mk_cuda_wmat_free(ctx, &D[i]);
+        mk_cuda_free(ctx, y1[i]), mk_cuda_free(ctx, y2[i]);
+        free((void *)H[i].w), free((void *)H[i].scale);
+    }
+    mk_cuda_free(ctx, dx), mk_cuda_free(ctx, ds);
+    free(x), free(ref), free(scr);
+}
+
 /* Two linears over one input (mk_cuda_linear_pair: one launch when both are FP8 with one plan) =
  * each linear alone, bit for bit; the first also against the CPU's mk_linear. */
 static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, int m) {
@@ -1463,6 +1514,16 @@ int main(int argc, char **argv) {
     test_linear_pair(MK_W_FP8, 4096, MK_W_FP8, 512, 1024, 1);  /* plans differ: two launches */
     test_linear_pair(MK_W_FP8, 512, MK_W_BF16, 256, 1024, 3);  /* kinds differ */
     test_linear_pair(MK_W_BF16, 512, MK_W_BF16, 256, 4096, 3); /* bf16: the second reuses the first's converted x */
+    { /* the DeepSeek-V4 CSA layer's bf16 projections of x: indexer compressor, indexer weights, compressor */
+        const mk_wkind kb[5] = {MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16};
+        const int n5[5] = {256, 256, 64, 1024, 1024}, n2[2] = {512, 512};
+        test_linear_multi(5, kb, n5, 4096, 1);
+        test_linear_multi(5, kb, n5, 4096, 19); /* chunks of 8 rows */
+        test_linear_multi(2, kb, n2, 4096, 3);
+        const mk_wkind kx[3] = {MK_W_BF16, MK_W_FP8, MK_W_BF16};
+        const int n3[3] = {256, 512, 128};
+        test_linear_multi(3, kx, n3, 1024, 2); /* kinds differ: one call each */
+    }
     test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
     test_linear_grouped(4, 256, 512, 11);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */

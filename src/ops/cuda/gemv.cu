@@ -745,16 +745,28 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
 
 /* ---- BF16 --------------------------------------------------------------------------------- */
 
-/* W bf16 [n, k], xb bf16 [m, k]; a step is 32 k (16 bytes per lane and row). */
+/* W bf16 [n, k], xb bf16 [m, k]; a step is 32 k (16 bytes per lane and row). The launch covers the
+ * matrices of M over the same xb: slabs [M.s0[j], M.s0[j + 1]) of the grid are matrix j's, each
+ * computed exactly as a launch of it alone with the same plan (the callers check the plans agree;
+ * split-K only with one matrix). */
+struct bf16_set {
+    const uint16_t *W[MK_CUDA_MULTI];
+    float *y[MK_CUDA_MULTI];
+    int n[MK_CUDA_MULTI], round[MK_CUDA_MULTI], s0[MK_CUDA_MULTI + 1], count;
+};
+
 template <int U>
-__global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict__ W,
-                                                      const uint16_t *__restrict__ xb, int m, int n,
-                                                      int k, int per, float *__restrict__ y,
-                                                      int round, float *__restrict__ ws,
+__global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
+                                                      int per, float *__restrict__ ws,
                                                       unsigned *__restrict__ counters) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
+    int j = 0;
+    while (j + 1 < M.count && (int)blockIdx.y >= M.s0[j + 1]) j++;
+    const uint16_t *__restrict__ W = M.W[j];
+    float *__restrict__ y = M.y[j];
+    const int n = M.n[j], round = M.round[j];
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
         xb += (size_t)c8 * k;
@@ -763,7 +775,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const uint16_t *__restrict
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.y * 16;
+    const int n0 = ((int)blockIdx.y - M.s0[j]) * 16;
     const int ns = k >> 5;
     const int s0 = (blockIdx.z * nw + warp) * per, s1 = min(ns, s0 + per);
     const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16;
@@ -815,8 +827,44 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
     dim3 grid((m + 7) / 8, n / 16, p.splits);
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, (const uint16_t *)W->w, xb, m, n, k,
-                          p.per, y, round, ws, ctx->counters),
+    bf16_set M = {};
+    M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
+              "cuda: bf16 gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
+    return MK_OK;
+}
+
+int mk_cuda_gemv_bf16_multi_ok(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W) {
+    if (count < 1 || count > MK_CUDA_MULTI) return 0;
+    int slabs = 0;
+    gemv_plan p0 = {0, 0, 0};
+    for (int i = 0; i < count; i++) {
+        const mk_wmat *V = W[i];
+        if (V->kind != MK_W_BF16 || V->k != W[0]->k || V->k % 32 || V->n % 16) return 0;
+        gemv_plan p = plan_for(ctx, V->n / 16, V->k / 32);
+        if (p.splits > 1) return 0;
+        if (i == 0) p0 = p;
+        else if (p.per != p0.per || p.nw != p0.nw) return 0;
+        slabs += V->n / 16;
+    }
+    return slabs <= 65535;
+}
+
+int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, const uint16_t *xb, int m,
+                            float *const *y, const int *round, mk_err *err) {
+    if (m < 1 || !mk_cuda_gemv_bf16_multi_ok(ctx, count, W))
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv multi: %d matrices do not share k and a launch plan", count);
+    bf16_set M = {};
+    for (int i = 0; i < count; i++) {
+        M.W[i] = (const uint16_t *)W[i]->w, M.y[i] = y[i], M.n[i] = W[i]->n, M.round[i] = round[i];
+        M.s0[i + 1] = M.s0[i] + W[i]->n / 16;
+    }
+    M.count = count;
+    gemv_plan p = plan_for(ctx, W[0]->n / 16, W[0]->k / 32);
+    dim3 grid((m + 7) / 8, M.s0[count], 1);
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, W[0]->k, p.per, (float *)NULL,
+                          ctx->counters),
               err, "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;

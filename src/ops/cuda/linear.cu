@@ -266,6 +266,49 @@ extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W
     return MK_OK;
 }
 
+/* ---- several linears over one input (the compressors' and the indexer's bf16 projections of x) --- */
+
+extern "C" size_t mk_cuda_linear_multi_scratch(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, int m) {
+    size_t b = 0;
+    for (int i = 0; i < count; i++) {
+        size_t t = layout_for(ctx, W[i], m < 1 ? 1 : m).total;
+        if (t > b) b = t;
+    }
+    return b;
+}
+
+extern "C" int mk_cuda_linear_multi(mk_cuda_ctx *ctx, int flags, int count, const mk_wmat *const *W, const float *x,
+                                    int m, float *const *y, const int *round, void *scratch, size_t scratch_bytes,
+                                    mk_err *err) {
+    if (m < 0 || count < 1 || count > MK_CUDA_MULTI) return mk_fail(err, MK_EINVAL, "cuda: linear multi: bad arguments");
+    for (int i = 0; i < count; i++)
+        if (!W[i] || !W[i]->w) return mk_fail(err, MK_EINVAL, "cuda: linear multi: matrix %d missing", i);
+    if (m == 0) return MK_OK;
+    int one = ctx->tune.linear_multi && mk_cuda_gemv_bf16_multi_ok(ctx, count, W);
+    for (int i = 0; one && i < count; i++) one = resolve(ctx, MK_CUDA_K_AUTO, W[i], m, flags) == MK_CUDA_K_GEMV;
+    if (!one) { /* one call each; the later ones reuse the first's prepared input where they can */
+        const mk_wmat *W0 = W[0];
+        for (int i = 0; i < count; i++) {
+            const int same_x = i > 0 && W[i]->kind == W0->kind && W[i]->k == W0->k &&
+                               (W0->kind == MK_W_FP8 || W0->kind == MK_W_FP4 || W0->kind == MK_W_BF16);
+            int st = mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, flags | (same_x ? MK_CUDA_LIN_REUSE_X : 0), W[i], x, m,
+                                       y[i], round[i], scratch, scratch_bytes, err);
+            if (st) return st;
+        }
+        return MK_OK;
+    }
+    scratch_layout L = layout_for(ctx, W[0], m);
+    if (!scratch || scratch_bytes < L.total)
+        return mk_fail(err, MK_EINVAL, "cuda: linear multi: scratch of %zu bytes, %zu needed", scratch_bytes, L.total);
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    uint16_t *xb = (uint16_t *)(base + L.xb);
+    if (!(flags & MK_CUDA_LIN_REUSE_X)) {
+        int st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * W[0]->k, xb, err);
+        if (st) return st;
+    }
+    return mk_cuda_gemv_bf16_multi(ctx, count, W, xb, m, y, round, err);
+}
+
 /* ---- grouped (block-diagonal) FP8_DQ linear: wo_a ------------------------------------------------ */
 
 extern "C" size_t mk_cuda_linear_grouped_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m) {

@@ -92,6 +92,8 @@ typedef struct {
     int moe_staged;        /* 1: FP4 experts with several slots per call run k_moe_fp4_staged (weights
                             * loaded once per block, activations staged in shared memory; same bits
                             * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
+    int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
+                            * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
     int hc_one;            /* hc_pre / hc_head of at most this many tokens run their two parts in one
                             * launch (k_hc_pre_one, same bits); default 8, MINKE_CUDA_HC_ONE=0 turns
                             * it off */
@@ -177,6 +179,14 @@ size_t mk_cuda_linear_pair_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W1, co
 int mk_cuda_linear_pair_one_launch(const mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, int m);
 int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
                         float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
+/* y[i] = x W[i]^T for up to MK_CUDA_MULTI linears over the same x (the same flags; round[i]: bf16
+ * outputs): one conversion and one launch where all are bf16 GEMVs with the same k and launch plan,
+ * else one call each (each reusing the first's prepared input where the kinds and k agree); every
+ * output exactly as mk_cuda_linear_ex would give it. Scratch: mk_cuda_linear_multi_scratch bytes. */
+#define MK_CUDA_MULTI 6
+size_t mk_cuda_linear_multi_scratch(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, int m);
+int mk_cuda_linear_multi(mk_cuda_ctx *ctx, int flags, int count, const mk_wmat *const *W, const float *x, int m,
+                         float *const *y, const int *round, void *scratch, size_t scratch_bytes, mk_err *err);
 /* Where a linear of W over m rows keeps its quantized activations in scratch (FP8 / FP4 only;
  * perm: the FP4 kernels' permuted layout): a kernel that writes them there (act_quant's format)
  * lets the linear run with MK_CUDA_LIN_REUSE_X. */
