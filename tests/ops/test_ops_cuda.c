@@ -1573,19 +1573,6 @@ int main(int argc, char **argv) {
     test_hc_post_pre(3, 4, 4096);
     test_hc_post_pre(20, 4, 4096);
     test_hc_post_pre(40, 4, 512);
-    { /* a few tokens through the two launches as well (the default runs them as one: k_hc_pre_one);
-       * the calls above compare one token alone (one launch) with a call of 20 / 40 (two), bit for bit */
-        mk_cuda_tuning def, t;
-        mk_cuda_ctx_get_tuning(ctx, &def);
-        t = def;
-        t.hc_one = def.hc_one ? 0 : 8;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: hc_one = %d) | | | | | | |\n", t.hc_one);
-        test_hc(3, 4, 4096);
-        test_hc_post_pre(3, 4, 4096);
-        test_hc_post_pre(20, 4, 4096);
-        mk_cuda_ctx_set_tuning(ctx, &def);
-    }
     {
         int ns[3] = {0, 300, 640};
         test_attn(64, 512, 3, ns, 1000);

@@ -125,10 +125,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
     ctx->tune.moe_staged = 1;
-    ctx->tune.hc_one = 8;
     ctx->tune.linear_multi = 1;
     if (getenv("MINKE_CUDA_LINEAR_MULTI")) ctx->tune.linear_multi = atoi(getenv("MINKE_CUDA_LINEAR_MULTI")) != 0;
-    if (getenv("MINKE_CUDA_HC_ONE")) ctx->tune.hc_one = atoi(getenv("MINKE_CUDA_HC_ONE"));
     if (getenv("MINKE_CUDA_MOE_STAGED")) ctx->tune.moe_staged = atoi(getenv("MINKE_CUDA_MOE_STAGED")) != 0;
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
@@ -159,8 +157,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     if (e == cudaSuccess) e = cudaMemset(ctx->counters, 0, sizeof(unsigned) * MK_CUDA_COUNTERS);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&ctx->hc_partial, sizeof(double) * MK_CUDA_HC_SPLIT_TOK * MK_CUDA_HC_SPLIT * 32);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->hc_count, sizeof(unsigned) * MK_CUDA_HC_SPLIT_TOK);
-    if (e == cudaSuccess) e = cudaMemset(ctx->hc_count, 0, sizeof(unsigned) * MK_CUDA_HC_SPLIT_TOK);
     if (e != cudaSuccess) {
         st = mk_cuda_fail(err, e, "cuda: split-K counters");
         goto fail;
@@ -197,7 +193,6 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
 #endif
     if (ctx->counters) cudaFree(ctx->counters);
     if (ctx->hc_partial) cudaFree(ctx->hc_partial);
-    if (ctx->hc_count) cudaFree(ctx->hc_count);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     for (int i = 0; i < ctx->trace_cap; i++) cudaEventDestroy(ctx->trace_ev[i]);
     free(ctx->trace_ev);
@@ -264,7 +259,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
     ctx->tune.moe_staged = ctx->tune.moe_staged != 0;
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
-    if (ctx->tune.hc_one < 0) ctx->tune.hc_one = 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -37,7 +37,6 @@ struct mk_cuda_ctx {
                            launch leaves them zero again */
     double *hc_partial; /* [MK_CUDA_HC_SPLIT_TOK * MK_CUDA_HC_SPLIT * 32] partial sums of the split
                            hc_pre reduction (hc.cu) */
-    unsigned *hc_count; /* [MK_CUDA_HC_SPLIT_TOK] zeroed arrival counters of k_hc_pre_one (hc.cu) */
     /* kernel trace (MINKE_CUDA_TRACE=1, benchmarks only): an event recorded after every launch
        while tracing; ctx.cu's mk_cuda_trace_* */
     int trace_on;                   /* recording now */

@@ -45,14 +45,14 @@ __device__ __forceinline__ void hc_acc_add(double *acc, double v, const float *_
         if (q < nmix) acc[q] += v * (double)fn[(size_t)q * n + i];
 }
 
-/* The accumulators of the block's first nw warps added up: warp trees, then the warps in order.
- * Returns (to thread q <= HC_MAXMIX) column q. Every thread of the block must call it. */
-__device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[HC_MAXMIX + 1], int nw) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+/* The block's accumulators added up: warp trees, then the warps in order. Returns (to thread
+ * q <= HC_MAXMIX) column q. */
+__device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[HC_MAXMIX + 1]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) {
         double sum = mk_d_warp_sum_d(acc[q]);
-        if (lane == 0 && warp < nw) red[warp][q] = sum;
+        if (lane == 0) red[warp][q] = sum;
     }
     __syncthreads();
     double a = 0.0;
@@ -62,12 +62,10 @@ __device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[
     return a;
 }
 
-/* Chunk c of S of the row (n values) by the block's first HC_PART_THREADS threads: the mix dots
- * and the sum of squares of the chunk, thread-strided in double (thread i: lo + i, lo + i + 256,
- * ...), warp trees, warps in order. Returns (to thread q <= HC_MAXMIX) column q; every thread of
- * the block must call it. k_hc_post_part sums its chunk of hc_post outputs with the same steps
- * (the same bits). */
-#define HC_PART_THREADS 256
+/* Chunk c of S of the row (n values), block-wide: the mix dots and the sum of squares of the
+ * chunk, thread-strided in double (thread i: lo + i, lo + i + blockDim.x, ...), warp trees, warps
+ * in order. Returns (to thread q <= HC_MAXMIX) column q. k_hc_post_part sums its chunk of hc_post
+ * outputs with the same steps (the same bits). */
 __device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float *__restrict__ fn, int nmix, int S,
                                int c, double (*red)[HC_MAXMIX + 1]) {
     int lo, hi;
@@ -75,9 +73,8 @@ __device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float 
     double acc[HC_MAXMIX + 1];
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
-    if (threadIdx.x < HC_PART_THREADS)
-        for (int i = lo + threadIdx.x; i < hi; i += HC_PART_THREADS) hc_acc_add(acc, ht[i], fn, nmix, n, i);
-    return hc_block_sum(acc, red, HC_PART_THREADS / 32);
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) hc_acc_add(acc, ht[i], fn, nmix, n, i);
+    return hc_block_sum(acc, red);
 }
 
 /* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
@@ -135,15 +132,12 @@ __device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, 
         r.w[j] = nw && k < d ? mk_d_bf16(nw[k]) : 1.0f;
     }
 }
-/* CG: through L2 only (rows other blocks of the same launch wrote: k_hc_pre_one). */
-template <bool CG = false>
 __device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r) {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int k = threadIdx.x + j * blockDim.x;
 #pragma unroll
-        for (int i = 0; i < HC_MAX; i++)
-            r.hv[j][i] = k < d && i < hc ? (CG ? __ldcg(ht + (size_t)i * d + k) : ht[(size_t)i * d + k]) : 0.0f;
+        for (int i = 0; i < HC_MAX; i++) r.hv[j][i] = k < d && i < hc ? ht[(size_t)i * d + k] : 0.0f;
     }
 }
 
@@ -195,7 +189,7 @@ __device__ __forceinline__ void hc_part_store(double *__restrict__ part, int t, 
 
 /* Split path, part 1: block (t, c) reduces chunk c of token t's row into part[(t*S + c)*32 + q]
  * (q < nmix: the mix dots, q = 31: the sum of squares). */
-__global__ void __launch_bounds__(HC_PART_THREADS) k_hc_mix_part(const float *__restrict__ h, int n,
+__global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h, int n,
                                                      const float *__restrict__ fn, int nmix,
                                                      double *__restrict__ part) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
@@ -277,22 +271,28 @@ __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restri
  * another; the Sinkhorn then runs on hc lanes (hc_sinkhorn_warp). */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
-/* k_hc_pre_fin's work for token t after the wait (CG: h and part through L2 only). */
-template <bool NORM, bool CG>
-__device__ void hc_pre_fin_body(int t, const float *__restrict__ h, int hc, int d, int S,
-                                const double *__restrict__ part, const float *__restrict__ scale,
-                                const float *__restrict__ base, int iters, float hc_eps, float norm_eps,
-                                const uint16_t *__restrict__ nw, float neps, float *__restrict__ x,
-                                float *__restrict__ post, float *__restrict__ comb, uint8_t *__restrict__ xq,
-                                float *__restrict__ xsa, int perm, hc_row_vals &rv) {
+template <bool NORM>
+__global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
+                                                    const double *__restrict__ part,
+                                                    const float *__restrict__ scale,
+                                                    const float *__restrict__ base, int iters,
+                                                    float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
+                                                    float neps, float *__restrict__ x,
+                                                    float *__restrict__ post, float *__restrict__ comb,
+                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
+    /* launched with programmatic dependent launch: only the norm weights are read before the wait */
+    mk_d_pdl_launch_dependents();
+    hc_row_vals rv;
+    if (NORM) hc_row_weights(nw, d, rv);
+    mk_d_pdl_wait();
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
-    const int nmix = (2 + hc) * hc, n = hc * d;
+    const int t = blockIdx.x, nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
     const double *pt = part + (size_t)t * S * 32;
-    if (NORM) hc_row_load<CG>(ht, hc, d, rv);
-    for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = CG ? __ldcg(pt + i) : pt[i];
+    if (NORM) hc_row_load(ht, hc, d, rv);
+    for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one lane each */
         const int q = threadIdx.x;
@@ -311,38 +311,26 @@ __device__ void hc_pre_fin_body(int t, const float *__restrict__ h, int hc, int 
                            xq ? xsa + (size_t)t * (d >> 7) : NULL, perm);
 }
 
+/* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
+ * the collapse (src/ops/cpu/hc.c's mk_hc_head). */
 template <bool NORM>
-__global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
-                                                    const double *__restrict__ part,
-                                                    const float *__restrict__ scale,
-                                                    const float *__restrict__ base, int iters,
-                                                    float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
-                                                    float neps, float *__restrict__ x,
-                                                    float *__restrict__ post, float *__restrict__ comb,
-                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
+__global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ h, int hc, int d, int S,
+                                                     const double *__restrict__ part,
+                                                     const float *__restrict__ scale,
+                                                     const float *__restrict__ base, float hc_eps,
+                                                     float norm_eps, const uint16_t *__restrict__ nw, float neps,
+                                                     float *__restrict__ y) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
     hc_row_vals rv;
     if (NORM) hc_row_weights(nw, d, rv);
     mk_d_pdl_wait();
-    hc_pre_fin_body<NORM, false>(blockIdx.x, h, hc, d, S, part, scale, base, iters, hc_eps, norm_eps, nw, neps, x, post,
-                                 comb, xq, xsa, perm, rv);
-}
-
-/* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
- * the collapse (src/ops/cpu/hc.c's mk_hc_head). */
-/* k_hc_head_fin's work for token t after the wait (CG: h and part through L2 only). */
-template <bool NORM, bool CG>
-__device__ void hc_head_fin_body(int t, const float *__restrict__ h, int hc, int d, int S,
-                                 const double *__restrict__ part, const float *__restrict__ scale,
-                                 const float *__restrict__ base, float hc_eps, float norm_eps,
-                                 const uint16_t *__restrict__ nw, float neps, float *__restrict__ y, hc_row_vals &rv) {
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
-    const int n = hc * d;
+    const int t = blockIdx.x, n = hc * d;
     const double *pt = part + (size_t)t * S * 32;
-    if (NORM) hc_row_load<CG>(h + (size_t)t * n, hc, d, rv);
-    for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = CG ? __ldcg(pt + i) : pt[i];
+    if (NORM) hc_row_load(h + (size_t)t * n, hc, d, rv);
+    for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     if (threadIdx.x < 32) {
         const int q = threadIdx.x;
@@ -359,21 +347,6 @@ __device__ void hc_head_fin_body(int t, const float *__restrict__ h, int hc, int
     }
     __syncthreads();
     hc_collapse_norm<NORM>(h + (size_t)t * n, hc, d, pre, nw, neps, y + (size_t)t * d, rv);
-}
-
-template <bool NORM>
-__global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ h, int hc, int d, int S,
-                                                     const double *__restrict__ part,
-                                                     const float *__restrict__ scale,
-                                                     const float *__restrict__ base, float hc_eps,
-                                                     float norm_eps, const uint16_t *__restrict__ nw, float neps,
-                                                     float *__restrict__ y) {
-    /* launched with programmatic dependent launch: only the norm weights are read before the wait */
-    mk_d_pdl_launch_dependents();
-    hc_row_vals rv;
-    if (NORM) hc_row_weights(nw, d, rv);
-    mk_d_pdl_wait();
-    hc_head_fin_body<NORM, false>(blockIdx.x, h, hc, d, S, part, scale, base, hc_eps, norm_eps, nw, neps, y, rv);
 }
 
 /* hc_post's element (j, k) of one token, before the bf16 rounding: post[j] * x[k] +
@@ -407,13 +380,14 @@ __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__
  * (bf16-rounded) into part like k_hc_mix_part: both outputs are those of k_hc_post then
  * k_hc_mix_part, bit for bit. A block needs no other block's outputs (no grid-wide sync). Reads
  * post / comb and writes neither (the finishing kernel, launched after it, may overwrite them). */
-/* Block (t, c)'s work in k_hc_post_part, by the block's first HC_PART_THREADS threads (every
- * thread of the block must call it); returns column q to thread q <= HC_MAXMIX. */
-__device__ double hc_post_chunk(const float *__restrict__ x, const float *__restrict__ res,
-                                const float *__restrict__ post, const float *__restrict__ comb, int hc, int d,
-                                float *__restrict__ out, const float *__restrict__ fn, int nmix, int t, int S, int c,
-                                double (*red)[HC_MAXMIX + 1]) {
-    const int n = hc * d;
+__global__ void __launch_bounds__(256) k_hc_post_part(const float *__restrict__ x, const float *__restrict__ res,
+                                                      const float *__restrict__ post,
+                                                      const float *__restrict__ comb, int hc, int d,
+                                                      float *__restrict__ out, const float *__restrict__ fn,
+                                                      int nmix, double *__restrict__ part) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    __shared__ double red[8][HC_MAXMIX + 1];
+    const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y, n = hc * d;
     const float *xt = x + (size_t)t * d, *rt = res + (size_t)t * n, *pt = post + (size_t)t * hc,
                 *ct = comb + (size_t)t * hc * hc;
     float *ot = out + (size_t)t * n;
@@ -422,78 +396,13 @@ __device__ double hc_post_chunk(const float *__restrict__ x, const float *__rest
     double acc[HC_MAXMIX + 1];
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
-    if (threadIdx.x < HC_PART_THREADS)
-        for (int i = lo + threadIdx.x; i < hi; i += HC_PART_THREADS) {
-            const int j = i / d, k = i - j * d;
-            const float o = mk_d_bf16r(hc_post_elem(xt, rt, pt, ct, hc, d, j, k));
-            ot[i] = o;
-            hc_acc_add(acc, o, fn, nmix, n, i);
-        }
-    return hc_block_sum(acc, red, HC_PART_THREADS / 32);
-}
-
-__global__ void __launch_bounds__(HC_PART_THREADS) k_hc_post_part(const float *__restrict__ x,
-                                                                  const float *__restrict__ res,
-                                                                  const float *__restrict__ post,
-                                                                  const float *__restrict__ comb, int hc, int d,
-                                                                  float *__restrict__ out,
-                                                                  const float *__restrict__ fn, int nmix,
-                                                                  double *__restrict__ part) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
-    __shared__ double red[HC_PART_THREADS / 32][HC_MAXMIX + 1];
-    const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y;
-    hc_part_store(part, t, S, c, hc_post_chunk(x, res, post, comb, hc, d, out, fn, nmix, t, S, c, red));
-}
-
-/* Both parts of the split path in one launch, for a few tokens (decode): block (t, c) of 1024
- * threads runs part 1's chunk c with its first 256 threads (k_hc_mix_part / k_hc_post_part's
- * steps: the same partials), publishes it (a fence, then a per-token arrival counter), and the
- * block that arrives last for token t runs part 2 (k_hc_pre_fin / k_hc_head_fin's steps, reading
- * the row and the partials through L2) and resets the counter. Bit for bit the two launches,
- * without the second launch and its wait. HEAD: hc_head's part 2; POST: part 1 computes the
- * hc_post row (pin). */
-struct hc_one_args {
-    const float *px, *pres, *ppost, *pcomb; /* hc_post inputs (POST) */
-    const float *h;                         /* the row hc_pre reads (= the hc_post output with POST) */
-    const float *fn, *scale, *base;
-    int hc, d, iters;
-    float hc_eps, norm_eps, neps;
-    const uint16_t *nw;
-    float *x, *post, *comb; /* outputs (HEAD: x = y) */
-    uint8_t *xq;
-    float *xsa;
-    int perm;
-    double *part;
-    unsigned *count;
-};
-
-template <bool POST, bool HEAD, bool NORM>
-__global__ void __launch_bounds__(1024) k_hc_pre_one(hc_one_args a) {
-    mk_d_pdl_launch_dependents();
-    hc_row_vals rv;
-    if (NORM) hc_row_weights(a.nw, a.d, rv);
-    mk_d_pdl_wait();
-    __shared__ double red[HC_PART_THREADS / 32][HC_MAXMIX + 1];
-    __shared__ int last;
-    const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y, n = a.hc * a.d;
-    const int nmix = HEAD ? a.hc : (2 + a.hc) * a.hc;
-    const double v = POST ? hc_post_chunk(a.px, a.pres, a.ppost, a.pcomb, a.hc, a.d, (float *)a.h, a.fn, nmix, t, S,
-                                          c, red)
-                          : hc_chunk_sum(a.h + (size_t)t * n, n, a.fn, nmix, S, c, red);
-    hc_part_store(a.part, t, S, c, v);
-    __threadfence(); /* this block's row chunk and partials, before its arrival */
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&a.count[t], 1u) == (unsigned)(S - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (HEAD)
-        hc_head_fin_body<NORM, true>(t, a.h, a.hc, a.d, S, a.part, a.scale, a.base, a.hc_eps, a.norm_eps, a.nw, a.neps,
-                                     a.x, rv);
-    else
-        hc_pre_fin_body<NORM, true>(t, a.h, a.hc, a.d, S, a.part, a.scale, a.base, a.iters, a.hc_eps, a.norm_eps, a.nw,
-                                    a.neps, a.x, a.post, a.comb, a.xq, a.xsa, a.perm, rv);
-    if (threadIdx.x == 0) a.count[t] = 0u; /* for the next launch */
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const int j = i / d, k = i - j * d;
+        const float o = mk_d_bf16r(hc_post_elem(xt, rt, pt, ct, hc, d, j, k));
+        ot[i] = o;
+        hc_acc_add(acc, o, fn, nmix, n, i);
+    }
+    hc_part_store(part, t, S, c, hc_block_sum(acc, red));
 }
 
 static int hc_check(int s, int hc, int d, mk_err *err) {
@@ -528,23 +437,6 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int
     return MK_OK;
 }
 
-/* k_hc_pre_one over tokens [t0, t0 + ns) (a holds the full-call pointers). */
-template <bool POST, bool HEAD>
-static void hc_one_launch(mk_cuda_ctx *ctx, hc_one_args a, int t0, int ns, int norm) {
-    const size_t n = (size_t)a.hc * a.d;
-    if (POST) {
-        a.px += (size_t)t0 * a.d, a.pres += t0 * n;
-        a.ppost += (size_t)t0 * a.hc, a.pcomb += (size_t)t0 * a.hc * a.hc;
-    }
-    a.h += t0 * n;
-    a.x += (size_t)t0 * a.d;
-    if (!HEAD) a.post += (size_t)t0 * a.hc, a.comb += (size_t)t0 * a.hc * a.hc;
-    if (a.xq) a.xq += (size_t)t0 * a.d, a.xsa += (size_t)t0 * (a.d / 128);
-    const dim3 grid((unsigned)ns, MK_CUDA_HC_SPLIT);
-    if (norm) (void)mk_cuda_launch_pdl(ctx, grid, 1024, 0, k_hc_pre_one<POST, HEAD, true>, a);
-    else (void)mk_cuda_launch_pdl(ctx, grid, 1024, 0, k_hc_pre_one<POST, HEAD, false>, a);
-}
-
 /* hc_pre of h, or with pin of the hc_post it computes (h = pin->out). Token group g's finishing
  * kernel writes post / comb rows of group g only, before group g+1's part 1 reads its own rows:
  * pin->post / pin->comb may be post / comb. */
@@ -561,15 +453,6 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        if (ns <= ctx->tune.hc_one) { /* both parts in one launch */
-            hc_one_args a = {pin ? pin->x : NULL, pin ? pin->res : NULL, pin ? pin->post : NULL, pin ? pin->comb : NULL,
-                             h, fn, scale, base, hc, d, iters, hc_eps, norm_eps, neps, fuse ? nw : NULL, x, post, comb,
-                             fq ? aq->q : NULL, fq ? aq->sa : NULL, fq ? aq->perm : 0, ctx->hc_partial, ctx->hc_count};
-            if (pin) hc_one_launch<true, false>(ctx, a, t0, ns, fuse);
-            else hc_one_launch<false, false>(ctx, a, t0, ns, fuse);
-            MK_CU_LAUNCHED(err, "cuda: hc_pre (one launch) launch");
-            continue;
-        }
         st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
         if (st) return st;
         if (fuse)
@@ -639,15 +522,6 @@ static int hc_head_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, 
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        if (ns <= ctx->tune.hc_one) { /* both parts in one launch */
-            hc_one_args a = {pin ? pin->x : NULL, pin ? pin->res : NULL, pin ? pin->post : NULL, pin ? pin->comb : NULL,
-                             h, fn, scale, base, hc, d, 0, hc_eps, norm_eps, neps, fuse ? nw : NULL, y, NULL, NULL,
-                             NULL, NULL, 0, ctx->hc_partial, ctx->hc_count};
-            if (pin) hc_one_launch<true, true>(ctx, a, t0, ns, fuse);
-            else hc_one_launch<false, true>(ctx, a, t0, ns, fuse);
-            MK_CU_LAUNCHED(err, "cuda: hc_head (one launch) launch");
-            continue;
-        }
         st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, hc, "cuda: hc_head (split) launch", err);
         if (st) return st;
         if (fuse)

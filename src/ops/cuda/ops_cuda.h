@@ -94,9 +94,6 @@ typedef struct {
                             * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
     int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
-    int hc_one;            /* hc_pre / hc_head of at most this many tokens run their two parts in one
-                            * launch (k_hc_pre_one, same bits); default 8, MINKE_CUDA_HC_ONE=0 turns
-                            * it off */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
