@@ -1195,14 +1195,13 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
         C->hk->moe(C->hk->ctx, layer, T, K, w->hi, w->hf);
         TRY(mk_cuda_upload(ctx, w->gidx, w->hi, sizeof(int32_t) * (size_t)T * K, err));
         TRY(mk_cuda_moe_weights(ctx, w->gsc, T, E, K, c->route_scale, w->gidx, w->gw, err));
-    } else {
-        TRY(mk_cuda_moe_route_weights(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab,
-                                      c->route_scale, w->gidx, w->gmargin, w->gw, err));
+        TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
+    } else { /* the routing, its weights and the plan (one launch for one token) */
+        TRY(mk_cuda_moe_route_plan(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, c->route_scale,
+                                   w->gidx, w->gmargin, w->gw, w->plan, w->sw, err));
     }
     TRY(dumpv(C, w->gw, T, K, 0, err, "L%d.moe.weights", layer));
-    mark(C, "moe: gate, route");
-    TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
-    mark(C, "moe: plan");
+    mark(C, "moe: gate, route, plan");
     mk_cuda_actq shq = {0};
     int sh_q = 0;
     if (moe_fp4_mma(c, L)) {

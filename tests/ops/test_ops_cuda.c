@@ -1199,6 +1199,41 @@ static void test_moe_route(int T, int E, int K, int hash) {
     n_fail += !same + !rule;
     printf("| %-40s | %-26s | = route then weights: %s; picks / weights by the host's rule: %s |\n",
            "moe_route_weights", shape, same ? "PASS" : "FAIL", rule ? "PASS" : "FAIL");
+    { /* route_plan (one launch for one token) = route_weights then plan: every output, bit for bit */
+        const size_t pn = mk_cuda_moe_plan_ints(T, K, E);
+        float *s3 = dup_dev(sc, sizeof(float) * T * E), *m3 = poisoned_dev(sizeof(float) * T);
+        float *w3 = poisoned_dev(sizeof(float) * T * K), *sw2 = poisoned_dev(sizeof(float) * T * K),
+              *sw3 = poisoned_dev(sizeof(float) * T * K);
+        int32_t *i3 = poisoned_dev(sizeof(int32_t) * T * K), *p2 = poisoned_dev(sizeof(int32_t) * pn),
+                *p3 = poisoned_dev(sizeof(int32_t) * pn);
+        CK(mk_cuda_moe_plan(ctx, i2, w2, T, K, E, p2, sw2, &err_));
+        CK(mk_cuda_moe_route_plan(ctx, s3, T, E, K, hash ? NULL : db, dt2e, dtok, vocab, rs, i3, m3, w3, p3, sw3,
+                                  &err_));
+        int32_t *hp2 = xmalloc(sizeof(int32_t) * pn), *hp3 = xmalloc(sizeof(int32_t) * pn);
+        int32_t *hi3 = xmalloc(sizeof(int32_t) * T * K);
+        float *hw3 = xmalloc(sizeof(float) * T * K), *hsw2 = xmalloc(sizeof(float) * T * K),
+              *hsw3 = xmalloc(sizeof(float) * T * K), *hm3 = xmalloc(sizeof(float) * T);
+        fetch(hp2, p2, sizeof(int32_t) * pn), fetch(hp3, p3, sizeof(int32_t) * pn);
+        fetch(hi3, i3, sizeof(int32_t) * T * K), fetch(hw3, w3, sizeof(float) * T * K);
+        fetch(hm3, m3, sizeof(float) * T);
+        const int G = T * K < E ? T * K : E, ng = hp2[0];
+        fetch(hsw2, sw2, sizeof(float) * T * K), fetch(hsw3, sw3, sizeof(float) * T * K);
+        /* the plan's used part: n_groups, gexp [ng], goff [ng + 1], stok and spos [TK]; sw [slots] */
+        int psame = hp2[0] == hp3[0] && ng >= 0 && ng <= G &&
+                    !memcmp(hp2 + 1, hp3 + 1, sizeof(int32_t) * ng) &&
+                    !memcmp(hp2 + 1 + G, hp3 + 1 + G, sizeof(int32_t) * (ng + 1)) &&
+                    !memcmp(hp2 + 1 + 2 * G + 1, hp3 + 1 + 2 * G + 1, sizeof(int32_t) * 2 * T * K) &&
+                    !memcmp(hsw2, hsw3, sizeof(float) * hp2[1 + G + ng]) &&
+                    !memcmp(hi2, hi3, sizeof(int32_t) * T * K) && !memcmp(hw2, hw3, sizeof(float) * T * K) &&
+                    !memcmp(hm2, hm3, sizeof(float) * T);
+        n_checks++;
+        n_fail += !psame;
+        printf("| %-40s | %-26s | = route_weights then plan (picks, weights, margin, plan, slot weights), bit for bit: %s |\n",
+               "moe_route_plan", shape, psame ? "PASS" : "FAIL");
+        void *dv[] = {s3, m3, w3, sw2, sw3, i3, p2, p3};
+        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+        free(hp2), free(hp3), free(hi3), free(hw3), free(hsw2), free(hsw3), free(hm3);
+    }
     void *dev[] = {s1, s2, db, dt2e, dtok, i1, i2, m1, m2, w1, w2};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free(sc), free(bias), free(t2e), free(tok), free(hs1), free(hs2), free(hi1), free(hi2), free(hm1), free(hm2);
@@ -1549,6 +1584,7 @@ int main(int argc, char **argv) {
     test_moe_route(1, 256, 6, 0);
     test_moe_route(7, 256, 6, 0);
     test_moe_route(5, 64, 8, 1);
+    test_moe_route(1, 64, 8, 1); /* hash layer, one token: duplicate picks in the fused plan */
     test_swiglu_quant(1, 2048, 0, 0);
     test_swiglu_quant(6, 2048, 1, 1);
     test_swiglu_quant(5, 200, 1, 0);

@@ -37,11 +37,14 @@ __device__ __forceinline__ void moe_weights_tok(const float *__restrict__ s, int
     for (int k = 0; k < K; k++) w[k] = __fmul_rn(__fdiv_rn(s[ix[k]], sum), route_scale);
 }
 
-/* One block per token. With w, the routing weights too (k_moe_weights' arithmetic). */
+__device__ void moe_plan1_tok(const int32_t *idx, const float *w, int K, int E, int32_t *plan, float *sw);
+
+/* One block per token. With w, the routing weights too (k_moe_weights' arithmetic); with plan (one
+ * token), the plan too (k_moe_plan1's). */
 __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *__restrict__ bias,
                             const int64_t *__restrict__ tid2eid, const int32_t *__restrict__ tok,
                             int vocab, int32_t *__restrict__ idx, float *__restrict__ margin, float route_scale,
-                            float *__restrict__ w) {
+                            float *__restrict__ w, int32_t *__restrict__ plan, float *__restrict__ sw) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ float bsc[]; /* [E] biased scores */
     __shared__ int32_t top[65];
@@ -60,6 +63,7 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
             for (int k = 0; k < K; k++) idx[(size_t)t * K + k] = (int32_t)tid2eid[(size_t)id * K + k];
             margin[t] = INFINITY;
             if (w) moe_weights_tok(s, E, K, route_scale, idx + (size_t)t * K, w + (size_t)t * K);
+            if (plan) moe_plan1_tok(idx, w, K, E, plan, sw);
         }
         return;
     }
@@ -78,6 +82,7 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
         for (int k = 0; k < K; k++) idx[(size_t)t * K + k] = top[k];
         margin[t] = kk > K ? __fsub_rn(bsc[top[K - 1]], bsc[top[K]]) : INFINITY;
         if (w) moe_weights_tok(s, E, K, route_scale, idx + (size_t)t * K, w + (size_t)t * K);
+        if (plan) moe_plan1_tok(idx, w, K, E, plan, sw);
     }
 }
 
@@ -89,7 +94,7 @@ extern "C" int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, 
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
     (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab,
-                                                            idx, margin, 0.0f, (float *)NULL);
+                             idx, margin, 0.0f, (float *)NULL, (int32_t *)NULL, (float *)NULL);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
 }
@@ -102,7 +107,24 @@ extern "C" int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T,
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
     (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab,
-                                                            idx, margin, route_scale, w);
+                             idx, margin, route_scale, w, (int32_t *)NULL, (float *)NULL);
+    MK_CU_LAUNCHED(err, "cuda: moe_route launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_moe_route_plan(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
+                                      const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale,
+                                      int32_t *idx, float *margin, float *w, int32_t *plan, float *sw, mk_err *err) {
+    if (T != 1 || !ctx->tune.moe_route_plan) {
+        int st = mk_cuda_moe_route_weights(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w,
+                                           err);
+        return st ? st : mk_cuda_moe_plan(ctx, idx, w, T, K, E, plan, sw, err);
+    }
+    if (K < 1 || K > 64 || E < K || E > 8192)
+        return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
+    if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
+    (void)mk_cuda_launch_pdl(ctx, 1, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab, idx,
+                             margin, route_scale, w, plan, sw);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
 }
@@ -246,12 +268,10 @@ __global__ void __launch_bounds__(PLAN_W * 32) k_moe_plan_par(const int32_t *__r
             }
 }
 
-/* Faster plan for a single token (decode): the K slots sorted by expert. */
-__global__ void k_moe_plan1(const int32_t *__restrict__ idx, const float *__restrict__ w, int K,
-                            int E, int32_t *plan, float *sw) {
+/* Faster plan for a single token (decode): the K slots sorted by expert; one thread. */
+__device__ void moe_plan1_tok(const int32_t *idx, const float *w, int K, int E, int32_t *plan, float *sw) {
     int TK = K, G = TK < E ? TK : E;
     int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1, *spos = stok + TK;
-    if (threadIdx.x != 0) return;
     int ng = 0;
     for (int k = 0; k < K; k++) spos[k] = -1;
     /* selection sort over K slots by expert id; duplicates keep their first k */
@@ -273,6 +293,11 @@ __global__ void k_moe_plan1(const int32_t *__restrict__ idx, const float *__rest
     }
     goff[ng] = ng;
     plan[0] = ng;
+}
+
+__global__ void k_moe_plan1(const int32_t *__restrict__ idx, const float *__restrict__ w, int K,
+                            int E, int32_t *plan, float *sw) {
+    if (threadIdx.x == 0) moe_plan1_tok(idx, w, K, E, plan, sw);
 }
 
 extern "C" int mk_cuda_moe_plan(mk_cuda_ctx *ctx, const int32_t *idx, const float *w, int T, int K,

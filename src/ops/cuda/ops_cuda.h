@@ -94,6 +94,8 @@ typedef struct {
                             * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
     int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
+    int moe_route_plan;    /* 1: a one-token step's routing, weights and plan in one launch
+                            * (mk_cuda_moe_route_plan; same bits); default 1, MINKE_CUDA_ROUTE_PLAN=0 */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
@@ -425,6 +427,10 @@ int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, cons
 int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                               const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
                               float *margin, float *w, mk_err *err);
+/* mk_cuda_moe_route_weights then mk_cuda_moe_plan: for one token in one kernel (the same bits). */
+int mk_cuda_moe_route_plan(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
+                           const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
+                           float *margin, float *w, int32_t *plan, float *sw, mk_err *err);
 int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T, int E, int K,
                         float route_scale, int32_t *idx, float *w, mk_err *err);
 size_t mk_cuda_moe_plan_ints(int T, int K, int E);
