@@ -45,7 +45,8 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
                             const int64_t *__restrict__ tid2eid, const int32_t *__restrict__ tok,
                             int vocab, int32_t *__restrict__ idx, float *__restrict__ margin, float route_scale,
                             float *__restrict__ w, int32_t *__restrict__ plan, float *__restrict__ sw) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    if (!plan) mk_d_pdl_launch_dependents(); /* with the plan: no early start (MOE_PLAN_NOTE) */
+    mk_d_pdl_wait();
     extern __shared__ float bsc[]; /* [E] biased scores */
     __shared__ int32_t top[65];
     int t = blockIdx.x;
@@ -145,7 +146,12 @@ extern "C" int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T,
     return MK_OK;
 }
 
-/* ---- plan ------------------------------------------------------------------------------------ */
+/* ---- plan ------------------------------------------------------------------------------------
+ * MOE_PLAN_NOTE: the expert GEMVs read the plan before their programmatic-dependent-launch wait
+ * (to fetch their weights early), two kernels after the one that writes it (the activation
+ * quantization runs between). That is safe only if the kernel between was launched after the
+ * plan's kernel completed, so the kernels that write a plan never let the next kernel start
+ * early (no launch_dependents: the implicit trigger at their end). */
 
 size_t mk_cuda_moe_plan_ints(int T, int K, int E) {
     int TK = T * K, G = TK < E ? TK : E;
@@ -159,7 +165,7 @@ size_t mk_cuda_moe_plan_ints(int T, int K, int E) {
  * of the expert-by-expert scan it replaces (which cost O(E T K) and dominated batched steps). */
 __global__ void k_moe_plan(const int32_t *__restrict__ idx, const float *__restrict__ w, int T,
                            int K, int E, int32_t *plan, float *sw) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    mk_d_pdl_wait(); /* no early start for the next kernel: see MOE_PLAN_NOTE */
     extern __shared__ int32_t cnt[]; /* [E]: counts, then the next free slot of each expert */
     int TK = T * K, G = TK < E ? TK : E;
     int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1, *spos = stok + TK;
@@ -208,7 +214,7 @@ __global__ void k_moe_plan(const int32_t *__restrict__ idx, const float *__restr
 __global__ void __launch_bounds__(PLAN_W * 32) k_moe_plan_par(const int32_t *__restrict__ idx,
                                                               const float *__restrict__ w, int T, int K, int E,
                                                               int32_t *plan, float *sw) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    mk_d_pdl_wait(); /* no early start for the next kernel: see MOE_PLAN_NOTE */
     extern __shared__ int32_t cw[]; /* [PLAN_W][E] counts, then next free slots; [E] totals after */
     int32_t *tot = cw + PLAN_W * E;
     const int TK = T * K, G = TK < E ? TK : E;
