@@ -1143,16 +1143,28 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
                                   w->kv + (size_t)p->row0 * D, start, e, win, D, err));
     }
     TRY(mk_cuda_ring_put_multi(ctx, apc, C->np, nL, R, w->kv, win, D, err));
-    TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
-    mark(C, "attn: rows, sparse attention, window");
-    TRY(dumpv(C, w->o, R, H, D, err, "L%d.attn.o", layer));
-    /* wo_a: all groups in one launch where the kernel takes the shape, else group by group */
+    /* wo_a: all groups in one launch where the kernel takes the shape, else group by group; the
+     * inverse RoPE of o then runs in that launch's input preparation (rope_fuse; not when o is
+     * dumped) */
     int grouped = L->wo_a.kind == MK_W_FP8_DQ && L->wo_a.n == G * c->o_lora && L->wo_a.k == Dg &&
                   c->o_lora % 16 == 0 && Dg % 128 == 0;
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu);
+    const int fuse_rope = grouped && tu.rope_fuse && D % 4 == 0 && rd % 4 == 0 && !(C->hk && C->hk->dump);
+    const mk_cuda_rope_at_desc ro = {L->rope, w->pos, D, rd, 1};
+    if (!fuse_rope) TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
+    mark(C, "attn: rows, sparse attention, window");
+    TRY(dumpv(C, w->o, R, H, D, err, "L%d.attn.o", layer));
     if (grouped) {
-        int st = mk_cuda_linear_grouped(ctx, &L->wo_a, G, w->o, R, w->oa, 1, w->lin, w->lin_bytes, err);
-        if (st == MK_ENOTSUP) grouped = 0; /* e.g. split-K GEMVs by tuning */
-        else TRY(st);
+        int st = fuse_rope ? mk_cuda_linear_grouped_rope(ctx, &L->wo_a, G, w->o, &ro, R, w->oa, 1, w->lin,
+                                                         w->lin_bytes, err)
+                           : mk_cuda_linear_grouped(ctx, &L->wo_a, G, w->o, R, w->oa, 1, w->lin, w->lin_bytes, err);
+        if (st == MK_ENOTSUP) { /* e.g. split-K GEMVs by tuning: o untouched, group by group below */
+            grouped = 0;
+            if (fuse_rope) TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
+        } else {
+            TRY(st);
+        }
     }
     for (int g = 0; g < G && !grouped; g++) {
         mk_wmat Wg = L->wo_a;

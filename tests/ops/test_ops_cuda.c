@@ -412,6 +412,50 @@ static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, in
     free(x), free(ref), free(scr), free(ha1), free(ha2), free(hb1), free(hb2);
 }
 
+/* The attention output's inverse RoPE inside wo_a's grouped linear (mk_cuda_linear_grouped_rope)
+ * = mk_cuda_rope_at then mk_cuda_linear_grouped, bit for bit: the rotated x (in place) and y.
+ * x [m, G k] holds m rows of heads of D (k % D == 0), positions pos [m]. */
+static void test_linear_grouped_rope(int G, int gn, int k, int m, int D, int rd) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, MK_W_FP8_DQ, G * gn, k);
+    const int K = G * k, N = G * gn, H = K / D;
+    float *x = xmalloc(sizeof(float) * m * K);
+    fill_act(x, (size_t)m * K, 1.0f);
+    int32_t *pos = xmalloc(sizeof(int32_t) * m);
+    for (int r = 0; r < m; r++) pos[r] = (int32_t)(rnd64() % 500);
+    mk_rope_table tab, dtab;
+    if (mk_rope_table_init(&tab, 512, rd, 10000.0, 0, 1.0, 1.0, 1.0)) exit(2);
+    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    size_t sb = mk_cuda_linear_grouped_scratch(ctx, &Wd, G, m);
+    void *ds = poisoned_dev(sb);
+    float *dx1 = dup_dev(x, sizeof(float) * m * K), *dx2 = dup_dev(x, sizeof(float) * m * K);
+    float *dy1 = poisoned_dev(sizeof(float) * m * N), *dy2 = poisoned_dev(sizeof(float) * m * N);
+    int32_t *dpos = dup_dev(pos, sizeof(int32_t) * m);
+    CK(mk_cuda_rope_at(ctx, dx1 + (D - rd), m * H, D, rd, &dtab, dpos, H, 1, &err_));
+    CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx1, m, dy1, 1, ds, sb, &err_));
+    const mk_cuda_rope_at_desc ro = {&dtab, dpos, D, rd, 1};
+    CK(mk_cuda_linear_grouped_rope(ctx, &Wd, G, dx2, &ro, m, dy2, 1, ds, sb, &err_));
+    float *a = xmalloc(sizeof(float) * m * K), *b = xmalloc(sizeof(float) * m * K);
+    float *ya = xmalloc(sizeof(float) * m * N), *yb = xmalloc(sizeof(float) * m * N);
+    fetch(a, dx1, sizeof(float) * m * K), fetch(b, dx2, sizeof(float) * m * K);
+    fetch(ya, dy1, sizeof(float) * m * N), fetch(yb, dy2, sizeof(float) * m * N);
+    int changed = memcmp(a, x, sizeof(float) * m * K) != 0; /* the rotation did something */
+    int same = changed && !memcmp(a, b, sizeof(float) * m * K) && !memcmp(ya, yb, sizeof(float) * m * N);
+    char shape[64];
+    snprintf(shape, sizeof shape, "G%d gn%d k%d m%d D%d rd%d", G, gn, k, m, D, rd);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = rope_at then the grouped linear (x and y), bit for bit: %s |\n",
+           "linear grouped + inverse rope", shape, same ? "PASS" : "FAIL");
+    mk_cuda_wmat_free(ctx, &Wd);
+    mk_cuda_rope_table_free(ctx, &dtab);
+    mk_rope_table_free(&tab);
+    void *dev[] = {ds, dx1, dx2, dy1, dy2, dpos};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free((void *)Wh.w), free((void *)Wh.scale), free(x), free(pos), free(a), free(b), free(ya), free(yb);
+}
+
 /* wo_a's grouped linear: G groups of [gn, k] in one launch = each group's own linear (bit for bit)
  * and the CPU's per-group mk_linear (bf16 outputs: norm 1e-2). */
 static void test_linear_grouped(int G, int gn, int k, int m) {
@@ -1560,6 +1604,8 @@ int main(int argc, char **argv) {
         test_linear_multi(3, kx, n3, 1024, 2); /* kinds differ: one call each */
     }
     test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
+    test_linear_grouped_rope(8, 1024, 4096, 1, 512, 64); /* V4-Flash: 64 heads of 512, rope 64 */
+    test_linear_grouped_rope(4, 256, 512, 5, 128, 32);
     test_linear_grouped(4, 256, 512, 11);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);

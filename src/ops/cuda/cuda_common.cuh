@@ -324,6 +324,8 @@ int mk_cuda_to_bf16_launch(mk_cuda_ctx *ctx, const float *x, size_t n, uint16_t 
 /* x [m, k] -> xh f16 [m, k] and sx [m, ceil(k/128)] with x = xh * sx per 128-block (sx a power of
  * two putting the block's largest |x| in [2^14, 2^15]): exact for bf16 inputs down to 2^-23 of
  * the block maximum. */
+int mk_cuda_f16_prep_rope_launch(mk_cuda_ctx *ctx, float *x, int m, int k, const mk_cuda_rope_at_desc *rd,
+                                 uint16_t *xh, float *sx, mk_err *err);
 int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint16_t *xh, float *sx,
                             mk_err *err);
 int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err);

@@ -317,8 +317,8 @@ extern "C" size_t mk_cuda_linear_grouped_scratch(const mk_cuda_ctx *ctx, const m
     return layout_for(ctx, &V, m < 1 ? 1 : m).total;
 }
 
-extern "C" int mk_cuda_linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const float *x, int m, float *y,
-                                      int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
+static int linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, const mk_cuda_rope_at_desc *ro, int m,
+                          float *y, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
     if (m < 0 || !W || !W->w || G < 1) return mk_fail(err, MK_EINVAL, "cuda: grouped linear: bad arguments");
     if (m == 0) return MK_OK;
     if (W->kind != MK_W_FP8_DQ || !W->scale || W->n % G || (W->n / G) % 16 || W->k % 128)
@@ -337,7 +337,19 @@ extern "C" int mk_cuda_linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G,
     float *sa = (float *)(base + L.sa);
     uint16_t *xb = (uint16_t *)(base + L.xb);
     /* the per-128-block f16 preparation of the whole row is that of each group's columns */
-    int st = mk_cuda_f16_prep_launch(ctx, x, m, V.k, xb, sa, err);
+    int st = ro ? mk_cuda_f16_prep_rope_launch(ctx, x, m, V.k, ro, xb, sa, err)
+                : mk_cuda_f16_prep_launch(ctx, x, m, V.k, xb, sa, err);
     if (st) return st;
     return mk_cuda_gemv_dq(ctx, W, G, xb, sa, m, y, round_bf16, NULL, err);
+}
+
+extern "C" int mk_cuda_linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const float *x, int m, float *y,
+                                      int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
+    return linear_grouped(ctx, W, G, (float *)x, NULL, m, y, round_bf16, scratch, scratch_bytes, err);
+}
+
+extern "C" int mk_cuda_linear_grouped_rope(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x,
+                                           const mk_cuda_rope_at_desc *ro, int m, float *y, int round_bf16,
+                                           void *scratch, size_t scratch_bytes, mk_err *err) {
+    return linear_grouped(ctx, W, G, x, ro, m, y, round_bf16, scratch, scratch_bytes, err);
 }

@@ -94,6 +94,8 @@ typedef struct {
                             * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
     int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
+    int rope_fuse;         /* 1: the attention output's inverse RoPE runs in wo_a's input preparation
+                            * (mk_cuda_linear_grouped_rope; same bits); default 1, MINKE_CUDA_ROPE_FUSE=0 */
     int moe_route_plan;    /* 1: a one-token step's routing, weights and plan in one launch
                             * (mk_cuda_moe_route_plan; same bits); default 1, MINKE_CUDA_ROUTE_PLAN=0 */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
@@ -205,6 +207,18 @@ size_t mk_cuda_linear_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int m);
 size_t mk_cuda_linear_grouped_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m);
 int mk_cuda_linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const float *x, int m, float *y,
                            int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
+/* mk_cuda_rope_at(x, m * (k / D) vectors of stride D, rd, table, pos, D-wide heads per position,
+ * inverse) as the first step of an op that reads x [m, k]. */
+typedef struct {
+    const mk_rope_table *table;
+    const int32_t *pos; /* device, [m] */
+    int D, rd, inverse;
+} mk_cuda_rope_at_desc;
+/* mk_cuda_rope_at (described by ro, in place on x) then mk_cuda_linear_grouped, the rotation done
+ * by the grouped linear's input preparation (one launch fewer; the same bits). MK_ENOTSUP where
+ * mk_cuda_linear_grouped is; then x is untouched. */
+int mk_cuda_linear_grouped_rope(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, const mk_cuda_rope_at_desc *ro,
+                                int m, float *y, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
 /* y[m, n] = x[m, k] @ W^T with the numerics of mk_linear (ops.h); W holds device pointers
  * (mk_cuda_wmat_upload), x and y are device arrays, scratch a device buffer of at least
  * mk_cuda_linear_scratch bytes. For BF16 weights the tensor-core path rounds x to bf16 first

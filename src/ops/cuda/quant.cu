@@ -103,9 +103,19 @@ __global__ void k_to_bf16(const float *__restrict__ x, size_t n, __nv_bfloat16 *
 }
 
 /* One warp per (row, 128-block): xh = f16(x / s), s = 2^(ceil(log2 amax) - 15) (1 for an all-zero
- * block), so |xh| <= 2^15 and every bf16 value down to 2^-23 of amax is exact in f16. */
-__global__ void k_f16_prep(const float *__restrict__ x, int m, int k, __half *__restrict__ xh,
-                           float *__restrict__ sx) {
+ * block), so |xh| <= 2^15 and every bf16 value down to 2^-23 of amax is exact in f16.
+ * With ro.cs (mk_cuda_rope_at's rotation of the last rd dims of every D-wide head, the row's
+ * position pos[r], in place) the block is rotated first, pair by pair with mk_d_rope_pair's
+ * arithmetic (the same bits as mk_cuda_rope_at then mk_cuda_f16_prep; needs D % 4 == 0 and
+ * rd % 4 == 0, so a lane's four values are two whole pairs). */
+struct f16_rope {
+    const float *cs;
+    const int32_t *pos;
+    int tab_half, max_pos, D, rd, inverse;
+};
+
+__global__ void k_f16_prep(float *__restrict__ x, int m, int k, __half *__restrict__ xh, float *__restrict__ sx,
+                           const f16_rope ro) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
@@ -113,14 +123,29 @@ __global__ void k_f16_prep(const float *__restrict__ x, int m, int k, __half *__
     if (warp >= m * nb) return;
     int r = warp / nb, b = warp - r * nb;
     int base = b * 128, w = min(128, k - base);
-    const float *xr = x + (size_t)r * k + base;
+    float *xr = x + (size_t)r * k + base;
     float v[4], amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int i = lane * 4 + j;
         v[j] = i < w ? xr[i] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[j]));
     }
+    if (ro.cs && lane * 4 < w) {
+        const int e = (base + lane * 4) % ro.D, nope = ro.D - ro.rd, pos = ro.pos[r];
+        if (e >= nope && pos >= 0 && pos < ro.max_pos) {
+#pragma unroll
+            for (int q = 0; q < 2; q++) { /* pairs (e, e + 1) and (e + 2, e + 3) */
+                const float *c2 = ro.cs + ((size_t)pos * ro.tab_half + (e - nope) / 2 + q) * 2;
+                const float c = c2[0], s = ro.inverse ? -c2[1] : c2[1], a = v[2 * q], bb = v[2 * q + 1];
+                v[2 * q] = mk_d_bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, s)));
+                v[2 * q + 1] = mk_d_bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(bb, c)));
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) xr[lane * 4 + j] = v[j];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(v[j]));
     amax = mk_d_warp_max(amax);
     float s = 1.0f;
     if (amax > 0.0f && amax <= 3.402823466e38f) {
@@ -170,8 +195,24 @@ int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint
                             mk_err *err) {
     if (m <= 0 || k <= 0) return MK_OK;
     size_t warps = (size_t)m * ((k + 127) / 128);
-    (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps + 7) / 8), 256, 0, k_f16_prep, x, m, k, (__half *)xh, sx);
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps + 7) / 8), 256, 0, k_f16_prep, (float *)x, m, k, (__half *)xh, sx,
+                             f16_rope{});
     MK_CU_LAUNCHED(err, "cuda: f16_prep launch");
+    return MK_OK;
+}
+
+int mk_cuda_f16_prep_rope_launch(mk_cuda_ctx *ctx, float *x, int m, int k, const mk_cuda_rope_at_desc *rd,
+                                 uint16_t *xh, float *sx, mk_err *err) {
+    if (m <= 0 || k <= 0) return MK_OK;
+    const mk_rope_table *t = rd->table;
+    if (rd->D <= 0 || rd->D % 4 || rd->rd <= 0 || rd->rd % 4 || rd->rd > rd->D || rd->rd / 2 > t->half || !t->cs ||
+        !rd->pos || k % rd->D)
+        return mk_fail(err, MK_EINVAL, "cuda: f16_prep with rope: D %d, rd %d, k %d, table half %d", rd->D, rd->rd, k,
+                       t->half);
+    size_t warps = (size_t)m * ((k + 127) / 128);
+    const f16_rope ro = {t->cs, rd->pos, t->half, t->max_pos, rd->D, rd->rd, rd->inverse};
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps + 7) / 8), 256, 0, k_f16_prep, x, m, k, (__half *)xh, sx, ro);
+    MK_CU_LAUNCHED(err, "cuda: f16_prep (with rope) launch");
     return MK_OK;
 }
 
