@@ -1096,13 +1096,19 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
      * once for both where the kinds agree */
     TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | (x_q ? MK_CUDA_LIN_REUSE_X : 0), &L->wq_a, &L->wkv, x, R,
                             w->qr, w->kv, 1, w->lin, w->lin_bytes, err));
-    TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
+    /* q_norm, and where wq_b takes a quantized input, its quantization (the indexer's wq_b, of the
+     * same kind and k, reuses it) in the same launch */
+    mk_cuda_actq aqb;
+    const int qb = lin_in_q(C, &L->wq_b, &aqb) && (r != 4 || (L->idx_wq_b.kind == L->wq_b.kind &&
+                                                               L->idx_wq_b.k == L->wq_b.k));
+    if (qb) TRY(mk_cuda_rmsnorm_quant(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, &aqb, err));
+    else TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
+    const int fq = MK_CUDA_LIN_ROW_INVARIANT | (qb ? MK_CUDA_LIN_REUSE_X : 0);
     if (r == 4)
-        TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin,
-                                w->lin_bytes, err));
+        TRY(mk_cuda_linear_pair(ctx, fq, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin, w->lin_bytes, err));
     else
-        TRY(lin(C, &L->wq_b, w->qr, R, w->q, 1, err));
+        TRY(lin_f(C, fq, &L->wq_b, w->qr, R, w->q, 1, err));
     TRY(mk_cuda_head_rms_rope(ctx, w->q, R * H, D, c->norm_eps, rd, L->rope, w->pos, H, err));
     TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
     TRY(mk_cuda_kv_norm_rope_q(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, rd, L->rope, w->pos, err));

@@ -505,6 +505,44 @@ static void test_linear_grouped(int G, int gn, int k, int m) {
 
 /* ---- norms, rope, hadamard ------------------------------------------------------------------ */
 
+/* mk_cuda_rmsnorm_quant = mk_cuda_rmsnorm then mk_cuda_act_quant, bit for bit (the row in place,
+ * the bytes in both layouts, the scales). */
+static void test_rmsnorm_quant(int rows, int d) {
+    const size_t n = (size_t)rows * d, nb = (size_t)rows * ((d + 127) / 128);
+    float *x = xmalloc(sizeof(float) * n);
+    fill_act(x, n, 2.0f);
+    uint16_t *wh = xmalloc(sizeof(uint16_t) * d);
+    for (int i = 0; i < d; i++) wh[i] = mk_f32_to_bf16(1.0f + 0.1f * rnd_n());
+    uint16_t *dw = dup_dev(wh, sizeof(uint16_t) * d);
+    int same = 1;
+    for (int perm = 0; perm <= 1; perm++) {
+        float *x1 = dup_dev(x, sizeof(float) * n), *x2 = dup_dev(x, sizeof(float) * n);
+        uint8_t *q1 = poisoned_dev(n), *q2 = poisoned_dev(n);
+        float *s1 = poisoned_dev(sizeof(float) * nb), *s2 = poisoned_dev(sizeof(float) * nb);
+        CK(mk_cuda_rmsnorm(ctx, x1, rows, d, dw, 1e-6f, x1, &err_));
+        CK(mk_cuda_act_quant(ctx, x1, rows, d, perm, q1, s1, &err_));
+        const mk_cuda_actq aq = {q2, s2, perm};
+        CK(mk_cuda_rmsnorm_quant(ctx, x2, rows, d, dw, 1e-6f, x2, &aq, &err_));
+        float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n);
+        uint8_t *qa = xmalloc(n), *qb = xmalloc(n);
+        float *sa = xmalloc(sizeof(float) * nb), *sb = xmalloc(sizeof(float) * nb);
+        fetch(a, x1, sizeof(float) * n), fetch(b, x2, sizeof(float) * n);
+        fetch(qa, q1, n), fetch(qb, q2, n), fetch(sa, s1, sizeof(float) * nb), fetch(sb, s2, sizeof(float) * nb);
+        same = same && !memcmp(a, b, sizeof(float) * n) && !memcmp(qa, qb, n) && !memcmp(sa, sb, sizeof(float) * nb);
+        free(a), free(b), free(qa), free(qb), free(sa), free(sb);
+        void *dv[] = {x1, x2, q1, q2, s1, s2};
+        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows%d d%d", rows, d);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = rmsnorm then act_quant (row, bytes in both layouts, scales), bit for bit: %s |\n",
+           "rmsnorm_quant", shape, same ? "PASS" : "FAIL");
+    mk_cuda_free(ctx, dw);
+    free(x), free(wh);
+}
+
 static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
     float *x = xmalloc(sizeof(float) * rows * d), *yref = xmalloc(sizeof(float) * rows * d),
           *y = xmalloc(sizeof(float) * rows * d);
@@ -1640,6 +1678,10 @@ int main(int argc, char **argv) {
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);
+    test_rmsnorm_quant(3, 1024); /* V4-Flash's q_lora: 256 threads, two groups of 128 */
+    test_rmsnorm_quant(2, 4096);
+    test_rmsnorm_quant(2, 512);
+    test_rmsnorm_quant(2, 1000); /* not whole 128-blocks: two launches */
     test_qkv_fused(1, 64, 512, 64);
     test_qkv_fused(5, 8, 512, 64);
     test_qkv_fused(3, 4, 128, 32);

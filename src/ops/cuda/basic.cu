@@ -19,6 +19,28 @@ __global__ void __launch_bounds__(1024) k_rmsnorm(const float *x, int d, const u
     mk_d_rmsnorm_row(x + (size_t)blockIdx.x * d, d, w, eps, y + (size_t)blockIdx.x * d);
 }
 
+__global__ void __launch_bounds__(1024) k_rmsnorm_quant(const float *x, int d, const uint16_t *__restrict__ w,
+                                                        float eps, float *y, int perm, uint8_t *__restrict__ q,
+                                                        float *__restrict__ sa) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    const size_t r = blockIdx.x;
+    mk_d_rmsnorm_quant_row(x + r * d, d, w, eps, y + r * d, perm, q + r * d, sa + r * (d >> 7));
+}
+
+extern "C" int mk_cuda_rmsnorm_quant(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w, float eps,
+                                     float *y, const mk_cuda_actq *aq, mk_err *err) {
+    if (rows <= 0) return MK_OK;
+    if (d <= 0) return mk_fail(err, MK_EINVAL, "cuda: rmsnorm: d = %d", d);
+    const int th = mk_cuda_rmsnorm_threads(d);
+    if (!ctx->tune.norm_quant || th % 128 || d % 128 || d > 4 * th) { /* two launches */
+        int st = mk_cuda_rmsnorm(ctx, x, rows, d, w, eps, y, err);
+        return st ? st : mk_cuda_act_quant(ctx, y, rows, d, aq->perm, aq->q, aq->sa, err);
+    }
+    (void)mk_cuda_launch_pdl(ctx, rows, th, 0, k_rmsnorm_quant, x, d, w, eps, y, aq->perm, aq->q, aq->sa);
+    MK_CU_LAUNCHED(err, "cuda: rmsnorm_quant launch");
+    return MK_OK;
+}
+
 extern "C" int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,
                                float eps, float *y, mk_err *err) {
     if (rows <= 0) return MK_OK;

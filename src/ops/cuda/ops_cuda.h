@@ -94,6 +94,8 @@ typedef struct {
                             * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
     int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
+    int norm_quant;        /* 1: mk_cuda_rmsnorm_quant in one launch (same bits); default 1,
+                            * MINKE_CUDA_NORM_QUANT=0 */
     int rope_fuse;         /* 1: the attention output's inverse RoPE runs in wo_a's input preparation
                             * (mk_cuda_linear_grouped_rope; same bits); default 1, MINKE_CUDA_ROPE_FUSE=0 */
     int moe_route_plan;    /* 1: a one-token step's routing, weights and plan in one launch
@@ -282,6 +284,10 @@ typedef struct {
     float *sa;
     int perm;
 } mk_cuda_actq;
+/* mk_cuda_rmsnorm then mk_cuda_act_quant of its output into aq, the same bits, in one launch where
+ * the norm's threads cover 128-blocks (d % 128 == 0, d <= 4096), else two. y may alias x. */
+int mk_cuda_rmsnorm_quant(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w, float eps, float *y,
+                          const mk_cuda_actq *aq, mk_err *err);
 /* hc_pre / hc_head followed by mk_cuda_rmsnorm(x, nw, neps) of their output, in place: the same
  * bits, in one kernel fewer where the finishing kernel can run the norm itself (d = 4096). With
  * aq (or NULL), hc_pre_norm also writes mk_cuda_act_quant(x) there, the same bits, in the same
