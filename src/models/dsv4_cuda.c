@@ -1031,9 +1031,8 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     dsv4_cuda_work *w = C->w;
     int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim, R = C->R;
     /* iq = idx_wq_b(qr) was computed by attention(), next to wq_b */
-    TRY(mk_cuda_rope_at(ctx, w->iq + ID - rd, R * IH, ID, rd, L->rope, w->pos, IH, 0, err));
-    TRY(mk_cuda_hadamard(ctx, w->iq, R * IH, ID, 1.0f / sqrtf((float)ID), err));
-    TRY(mk_cuda_quant_sim(ctx, w->iq, R * IH, ID, ID, 32, 1, w->iq, err));
+    /* RoPE, Hadamard, FP4 simulation of the queries (one launch) */
+    TRY(mk_cuda_idx_q_prep(ctx, w->iq, R * IH, ID, rd, L->rope, w->pos, IH, 1.0f / sqrtf((float)ID), err));
     TRY(dumpv(C, w->iq, R, IH, ID, err, "L%d.idx.q", layer));
     TRY(compressor(C, layer, L, &L->idx_cmp, 1, x, err));
     if (!C->xproj) TRY(lin(C, &L->idx_wproj, x, R, w->iw, 1, err));

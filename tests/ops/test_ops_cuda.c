@@ -505,6 +505,39 @@ static void test_linear_grouped(int G, int gn, int k, int m) {
 
 /* ---- norms, rope, hadamard ------------------------------------------------------------------ */
 
+/* mk_cuda_idx_q_prep = rope_at + hadamard + quant_sim (FP4, blocks of 32), bit for bit. */
+static void test_idx_q_prep(int rows, int heads, int n, int rd) {
+    const int nv = rows * heads;
+    const size_t tot = (size_t)nv * n;
+    float *x = xmalloc(sizeof(float) * tot);
+    fill_act(x, tot, 2.0f);
+    int32_t *pos = xmalloc(sizeof(int32_t) * rows);
+    for (int r = 0; r < rows; r++) pos[r] = (int32_t)(rnd64() % 300);
+    mk_rope_table tab, dtab;
+    if (mk_rope_table_init(&tab, 320, rd, 10000.0, 0, 1.0, 1.0, 1.0)) exit(2);
+    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
+    float *d1 = dup_dev(x, sizeof(float) * tot), *d2 = dup_dev(x, sizeof(float) * tot);
+    int32_t *dpos = dup_dev(pos, sizeof(int32_t) * rows);
+    const float sc = 1.0f / sqrtf((float)n);
+    CK(mk_cuda_rope_at(ctx, d1 + (n - rd), nv, n, rd, &dtab, dpos, heads, 0, &err_));
+    CK(mk_cuda_hadamard(ctx, d1, nv, n, sc, &err_));
+    CK(mk_cuda_quant_sim(ctx, d1, nv, n, n, 32, 1, d1, &err_));
+    CK(mk_cuda_idx_q_prep(ctx, d2, nv, n, rd, &dtab, dpos, heads, sc, &err_));
+    float *a = xmalloc(sizeof(float) * tot), *b = xmalloc(sizeof(float) * tot);
+    fetch(a, d1, sizeof(float) * tot), fetch(b, d2, sizeof(float) * tot);
+    int same = memcmp(a, x, sizeof(float) * tot) && !memcmp(a, b, sizeof(float) * tot);
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows%d heads%d n%d rd%d", rows, heads, n, rd);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = rope_at, hadamard, quant_sim (FP4), bit for bit: %s |\n", "idx_q_prep", shape,
+           same ? "PASS" : "FAIL");
+    mk_cuda_rope_table_free(ctx, &dtab);
+    mk_rope_table_free(&tab);
+    mk_cuda_free(ctx, d1), mk_cuda_free(ctx, d2), mk_cuda_free(ctx, dpos);
+    free(x), free(pos), free(a), free(b);
+}
+
 /* mk_cuda_rmsnorm_quant = mk_cuda_rmsnorm then mk_cuda_act_quant, bit for bit (the row in place,
  * the bytes in both layouts, the scales). */
 static void test_rmsnorm_quant(int rows, int d) {
@@ -1678,6 +1711,8 @@ int main(int argc, char **argv) {
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);
+    test_idx_q_prep(3, 64, 128, 64); /* V4-Flash's indexer: 64 heads of 128, rope 64 */
+    test_idx_q_prep(2, 4, 64, 16);
     test_rmsnorm_quant(3, 1024); /* V4-Flash's q_lora: 256 threads, two groups of 128 */
     test_rmsnorm_quant(2, 4096);
     test_rmsnorm_quant(2, 512);

@@ -89,6 +89,54 @@ __device__ __forceinline__ void quant_sim_block(const float *__restrict__ x, flo
     }
 }
 
+/* The indexer's queries: per vector of n (a power of two, <= 1024; one block of max(n, 32)
+ * threads), mk_cuda_rope_at of its last rd values (vecs_per_pos vectors per position, pos[v /
+ * vecs_per_pos]), mk_cuda_hadamard(scale), then mk_cuda_quant_sim(block 32, FP4), in shared
+ * memory: each step's arithmetic per element as its kernel's (the butterflies' outputs do not
+ * depend on which thread computes them), the same bits in one launch. */
+__global__ void __launch_bounds__(1024) k_idx_q_prep(float *__restrict__ x, int n, int rd, const float *__restrict__ cs,
+                                                     int tab_half, int max_pos, const int32_t *__restrict__ pos,
+                                                     int vpp, float scale) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    extern __shared__ float hq[];
+    const int v = blockIdx.x;
+    float *xr = x + (size_t)v * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) hq[i] = xr[i];
+    __syncthreads();
+    const int p = pos[v / vpp];
+    if (p >= 0 && p < max_pos)
+        for (int i = threadIdx.x; i < rd / 2; i += blockDim.x) mk_d_rope_pair(hq + (n - rd), cs, tab_half, p, i, 0);
+    __syncthreads();
+    for (int h = 1; h < n; h <<= 1) {
+        for (int q = threadIdx.x; q < n / 2; q += blockDim.x) {
+            int j = (q / h) * 2 * h + (q % h);
+            float a = hq[j], b = hq[j + h];
+            hq[j] = __fadd_rn(a, b);
+            hq[j + h] = __fsub_rn(a, b);
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) hq[i] = mk_d_bf16r(__fmul_rn(hq[i], scale));
+    __syncthreads();
+    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int b = threadIdx.x >> 5; b < (n + 31) / 32; b += nw) quant_sim_block(hq, xr, n, 32, b, 1, lane);
+}
+
+extern "C" int mk_cuda_idx_q_prep(mk_cuda_ctx *ctx, float *x, int n_vec, int n, int rd, const mk_rope_table *t,
+                                  const int32_t *pos, int vecs_per_pos, float scale, mk_err *err) {
+    if (n_vec <= 0) return MK_OK;
+    if (!ctx->tune.norm_quant || n < 1 || n > 1024 || (n & (n - 1)) || rd <= 0 || rd % 2 || rd > n ||
+        rd / 2 > t->half || vecs_per_pos <= 0 || !t->cs || !pos) { /* the three ops */
+        int st = mk_cuda_rope_at(ctx, x + (n - rd), n_vec, n, rd, t, pos, vecs_per_pos, 0, err);
+        if (!st) st = mk_cuda_hadamard(ctx, x, n_vec, n, scale, err);
+        return st ? st : mk_cuda_quant_sim(ctx, x, n_vec, n, n, 32, 1, x, err);
+    }
+    (void)mk_cuda_launch_pdl(ctx, n_vec, n < 32 ? 32 : n, sizeof(float) * n, k_idx_q_prep, x, n, rd, t->cs, t->half,
+                             t->max_pos, pos, vecs_per_pos, scale);
+    MK_CU_LAUNCHED(err, "cuda: idx_q_prep launch");
+    return MK_OK;
+}
+
 /* One warp per (row, block); block <= 128. */
 __global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, int n, int block,
                             int fp4, float *__restrict__ y) {

@@ -94,8 +94,8 @@ typedef struct {
                             * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
     int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
-    int norm_quant;        /* 1: mk_cuda_rmsnorm_quant in one launch (same bits); default 1,
-                            * MINKE_CUDA_NORM_QUANT=0 */
+    int norm_quant;        /* 1: mk_cuda_rmsnorm_quant and mk_cuda_idx_q_prep in one launch each (same
+                            * bits); default 1, MINKE_CUDA_NORM_QUANT=0 */
     int rope_fuse;         /* 1: the attention output's inverse RoPE runs in wo_a's input preparation
                             * (mk_cuda_linear_grouped_rope; same bits); default 1, MINKE_CUDA_ROPE_FUSE=0 */
     int moe_route_plan;    /* 1: a one-token step's routing, weights and plan in one launch
@@ -266,6 +266,11 @@ int mk_cuda_rope_at(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd, c
 
 /* mk_hadamard on each of `rows` rows of n values (n a power of two, <= 8192), in place. */
 int mk_cuda_hadamard(mk_cuda_ctx *ctx, float *x, int rows, int n, float scale, mk_err *err);
+/* The indexer's queries x [n_vec, n] in place: mk_cuda_rope_at(x + n - rd, n_vec, n, rd, t, pos,
+ * vecs_per_pos, forward), mk_cuda_hadamard(scale), mk_cuda_quant_sim(block 32, FP4) — one launch
+ * (n a power of two up to 1024; the tuning's norm_quant), the same bits. */
+int mk_cuda_idx_q_prep(mk_cuda_ctx *ctx, float *x, int n_vec, int n, int rd, const mk_rope_table *t,
+                       const int32_t *pos, int vecs_per_pos, float scale, mk_err *err);
 
 /* ---- hyper-connections (mk_hc_pre / mk_hc_post / mk_hc_head; hc <= 4) --------------------- */
 
