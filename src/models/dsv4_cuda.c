@@ -1233,6 +1233,39 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
             TRY(mk_cuda_act_quant(ctx, x, T, d, shq.perm, shq.q, shq.sa, err));
         }
+        /* decode: the shared expert's sh1 / sh3 GEMVs ride along in w1 / w3's launch and sh2 in w2's
+         * (mk_cuda_moe_gemv_fp4_with; the same bits), both SwiGLUs in between */
+        uint8_t *xq2 = NULL;
+        float *sa2 = NULL;
+        int perm2 = 0;
+        mk_err e2 = {0};
+        int ride = sh_q && L->sh1.kind == MK_W_FP8 && L->sh3.kind == MK_W_FP8 && L->sh2.kind == MK_W_FP8 &&
+                   mk_cuda_linear_xq(ctx, &L->sh2, T, w->lin, w->lin_bytes, &xq2, &sa2, &perm2, &e2) == MK_OK;
+        if (ride) {
+            const mk_cuda_fp8_job j1 = {&L->sh1, &L->sh3, shq.q, shq.sa, T, w->sg, w->su, 1};
+            int st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
+                                               (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d,
+                                               w->mxq, w->msa, 1, w->plan, T, K, E, w->act, w->actd, 0, &j1, err);
+            if (st == MK_ENOTSUP) ride = 0;
+            else TRY(st);
+        }
+        if (ride) {
+            TRY(mk_cuda_swiglu_quant(ctx, w->act, w->actd, w->sw, T * K, I, lim, 1, NULL, w->mxq, w->msa, err));
+            TRY(mk_cuda_swiglu_quant(ctx, w->sg, w->su, NULL, T, I, lim, perm2, NULL, xq2, sa2, err));
+            const mk_cuda_fp8_job j2 = {&L->sh2, NULL, xq2, sa2, T, w->seo, NULL, 1};
+            int st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL,
+                                               NULL, d, I, w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, &j2,
+                                               err);
+            if (st == MK_ENOTSUP) { /* w2 and sh2 one after the other */
+                TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL,
+                                         d, I, w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, err));
+                TRY(lin_f(C, MK_CUDA_LIN_REUSE_X, &L->sh2, w->sg, T, w->seo, 1, err));
+            } else {
+                TRY(st);
+            }
+            mark(C, "moe: routed and shared experts");
+            goto combine;
+        }
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
                                  (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
                                  w->plan, T, K, E, w->act, w->actd, 0, err));
@@ -1269,8 +1302,10 @@ shared:
         else TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, lim, w->sg, err));
         TRY(lin_f(C, q ? MK_CUDA_LIN_REUSE_X : 0, &L->sh2, w->sg, T, w->seo, 1, err));
     }
+    mark(C, "moe: shared expert");
+combine:
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
-    mark(C, "moe: shared expert, combine");
+    mark(C, "moe: combine");
     return MK_OK;
 }
 

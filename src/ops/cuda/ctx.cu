@@ -130,6 +130,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.rope_fuse = 1;
     if (getenv("MINKE_CUDA_ROPE_FUSE")) ctx->tune.rope_fuse = atoi(getenv("MINKE_CUDA_ROPE_FUSE")) != 0;
     ctx->tune.norm_quant = 1;
+    ctx->tune.moe_with_fp8 = 1;
+    if (getenv("MINKE_CUDA_MOE_WITH_FP8")) ctx->tune.moe_with_fp8 = atoi(getenv("MINKE_CUDA_MOE_WITH_FP8")) != 0;
     if (getenv("MINKE_CUDA_NORM_QUANT")) ctx->tune.norm_quant = atoi(getenv("MINKE_CUDA_NORM_QUANT")) != 0;
     if (getenv("MINKE_CUDA_ROUTE_PLAN")) ctx->tune.moe_route_plan = atoi(getenv("MINKE_CUDA_ROUTE_PLAN")) != 0;
     if (getenv("MINKE_CUDA_LINEAR_MULTI")) ctx->tune.linear_multi = atoi(getenv("MINKE_CUDA_LINEAR_MULTI")) != 0;

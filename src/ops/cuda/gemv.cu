@@ -104,20 +104,21 @@ __device__ __forceinline__ void gemv_reduce(float (&acc)[NV], float *red) {
  * one split it goes straight to y. Otherwise each split stores its partial tile in ws and the last
  * split to finish (a per-slab counter) adds the partials in split order — deterministic whatever
  * the arrival order — and resets the counter for the next launch. All threads must call it. */
-__device__ void gemv_finish(const float *tile, int m, int n, int n0, float *__restrict__ y,
-                            int round, float *__restrict__ ws, unsigned *__restrict__ counters) {
+/* S splits, this block split z, its slab counter cidx (gemv_finish: the grid's). */
+__device__ void gemv_finish_at(const float *tile, int m, int n, int n0, float *__restrict__ y, int round,
+                               float *__restrict__ ws, unsigned *__restrict__ counters, int S, int z, int cidx) {
     __shared__ int is_last;
-    const int S = gridDim.z, tid = threadIdx.x, nt = blockDim.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
     if (S == 1) {
         for (int i = tid; i < m * 16; i += nt)
             y[(size_t)(i >> 4) * n + n0 + (i & 15)] = gemv_out(tile[i], round);
         return;
     }
     for (int i = tid; i < m * 16; i += nt)
-        ws[((size_t)blockIdx.z * m + (i >> 4)) * n + n0 + (i & 15)] = tile[i];
+        ws[((size_t)z * m + (i >> 4)) * n + n0 + (i & 15)] = tile[i];
     __threadfence();
     __syncthreads();
-    if (tid == 0) is_last = atomicAdd(&counters[blockIdx.y], 1u) == (unsigned)(S - 1);
+    if (tid == 0) is_last = atomicAdd(&counters[cidx], 1u) == (unsigned)(S - 1);
     __syncthreads();
     if (!is_last) return;
     __threadfence();
@@ -126,7 +127,12 @@ __device__ void gemv_finish(const float *tile, int m, int n, int n0, float *__re
         for (int z = 0; z < S; z++) s += __ldcg(ws + ((size_t)z * m + (i >> 4)) * n + n0 + (i & 15));
         y[(size_t)(i >> 4) * n + n0 + (i & 15)] = gemv_out(s, round);
     }
-    if (tid == 0) counters[blockIdx.y] = 0;
+    if (tid == 0) counters[cidx] = 0;
+}
+
+__device__ __forceinline__ void gemv_finish(const float *tile, int m, int n, int n0, float *__restrict__ y, int round,
+                                            float *__restrict__ ws, unsigned *__restrict__ counters) {
+    gemv_finish_at(tile, m, n, n0, y, round, ws, counters, gridDim.z, blockIdx.z, blockIdx.y);
 }
 
 /* ---- FP8 ---------------------------------------------------------------------------------- */
@@ -137,7 +143,7 @@ __device__ void gemv_finish(const float *tile, int m, int n, int n0, float *__re
  * are W2's, computed exactly as a launch of W2 alone with the same plan (the callers check the
  * plans agree), its split-K partials after the first's in ws. */
 template <int U>
-__global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__ W,
+__device__ __forceinline__ void gemv_fp8_body(const uint3 bid, const int gz, const uint8_t *__restrict__ W,
                                                      const uint8_t *__restrict__ S,
                                                      const uint8_t *__restrict__ xq,
                                                      const float *__restrict__ sa, int m, int n,
@@ -148,15 +154,14 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
                                                      int n2, float *__restrict__ y2) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
-    mk_d_pdl_launch_dependents();
-    int slab = blockIdx.y;
+    int slab = bid.y;
     if (slab >= (n >> 4)) { /* the second matrix */
         slab -= n >> 4;
-        ws += (size_t)gridDim.z * min(8, m) * n;
+        ws += (size_t)gz * min(8, m) * n;
         W = W2, S = S2, y = y2, n = n2;
     }
-    { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
-        const int c8 = (int)blockIdx.x * 8;
+    { /* chunk x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
+        const int c8 = (int)bid.x * 8;
         xq += (size_t)c8 * k;
         sa += (size_t)c8 * (k >> 7);
         y += (size_t)c8 * n;
@@ -166,7 +171,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
     const int g = lane >> 2, t = lane & 3;
     const int n0 = slab * 16;
     const int nb = k >> 7;
-    const int kb0 = (blockIdx.z * nw + warp) * per, kb1 = min(nb, kb0 + per);
+    const int kb0 = ((int)bid.z * nw + warp) * per, kb1 = min(nb, kb0 + per);
     const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16; /* row g */
     const uint8_t *w1 = w0 + (size_t)8 * k;                /* row g + 8 */
     const bool xcol = g < m;                               /* this lane supplies B column g */
@@ -232,7 +237,23 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
         if (v1) tile[c1 * 16 + g] = acc[1], tile[c1 * 16 + g + 8] = acc[3];
     }
     __syncthreads();
-    gemv_finish(tile, m, n, n0, y, round, ws, counters);
+    gemv_finish_at(tile, m, n, n0, y, round, ws, counters, gz, bid.z, bid.y);
+}
+
+
+/* Block (row chunk x, slab y, split z). */
+template <int U>
+__global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__ W,
+                                                     const uint8_t *__restrict__ S,
+                                                     const uint8_t *__restrict__ xq,
+                                                     const float *__restrict__ sa, int m, int n,
+                                                     int k, int per, float *__restrict__ y,
+                                                     int round, float *__restrict__ ws,
+                                                     unsigned *__restrict__ counters,
+                                                     const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2,
+                                                     int n2, float *__restrict__ y2) {
+    mk_d_pdl_launch_dependents();
+    gemv_fp8_body<U>(blockIdx, gridDim.z, W, S, xq, sa, m, n, k, per, y, round, ws, counters, W2, S2, n2, y2);
 }
 
 int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2) {
@@ -495,7 +516,7 @@ extern "C" int mk_cuda_fp4_lane_order(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *er
  * launch: the plan is read at once (it was written two kernels before), the block's weight rows are
  * prefetched into L2, then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
 template <int U, int SL>
-__global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
+__device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
                                                          const uint8_t *const *__restrict__ St3,
@@ -506,9 +527,8 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          float *__restrict__ y3, int round) {
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
-    mk_d_pdl_launch_dependents();
-    if (blockIdx.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
-    const int G = TK < E ? TK : E, grp = blockIdx.y;
+    if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
+    const int G = TK < E ? TK : E, grp = bid.y;
     /* the plan is two kernels old (written before the activations' quantization started) */
     if (grp >= plan[0]) {
         mk_d_pdl_wait();
@@ -520,7 +540,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
         const int lines = (int)(((size_t)k >> 1) / 128);
         for (int i = threadIdx.x; i < 16 * SL * lines; i += blockDim.x)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(blockIdx.x * 16 * SL + i / lines) * (k >> 1) +
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(bid.x * 16 * SL + i / lines) * (k >> 1) +
                                                           (size_t)(i % lines) * 128));
     }
     mk_d_pdl_wait();
@@ -532,7 +552,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     const uint8_t *w0[SL], *w1[SL], *s0p[SL], *s1p[SL];
 #pragma unroll
     for (int q = 0; q < SL; q++) { /* slab q: rows n0 + 16 q .. */
-        const int nq = (blockIdx.x * SL + q) * 16;
+        const int nq = (bid.x * SL + q) * 16;
         w0[q] = W + (size_t)(nq + g) * rowb + t * 16;
         w1[q] = w0[q] + 8 * rowb;
         s0p[q] = S + (size_t)(nq + g) * nsb;
@@ -594,10 +614,51 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
         __syncthreads();
         for (int i = threadIdx.x; i < SL * m * 16; i += nthr) {
             const int q = i / (m * 16), j = i - q * m * 16;
-            y[(size_t)(c0 + (j >> 4)) * n + (blockIdx.x * SL + q) * 16 + (j & 15)] = gemv_out(tile[q][j], round);
+            y[(size_t)(c0 + (j >> 4)) * n + (bid.x * SL + q) * 16 + (j & 15)] = gemv_out(tile[q][j], round);
         }
         __syncthreads();
     }
+}
+
+
+template <int U, int SL>
+__global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
+                                                         const uint8_t *const *__restrict__ St,
+                                                         const void *const *__restrict__ Wt3,
+                                                         const uint8_t *const *__restrict__ St3,
+                                                         const uint8_t *__restrict__ xq,
+                                                         const float *__restrict__ sa, int n, int k, int per,
+                                                         const int32_t *__restrict__ plan, int TK, int E,
+                                                         int by_token, float *__restrict__ y,
+                                                         float *__restrict__ y3, int round) {
+    mk_d_pdl_launch_dependents();
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round);
+}
+
+/* The decode expert GEMV (k_moe_gemv_fp4<2, 2>, grid (mx, my, mz)) and an FP8 GEMV (one matrix or a
+ * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
+ * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
+ * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
+__global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
+                                                         const uint8_t *const *__restrict__ St,
+                                                         const void *const *__restrict__ Wt3,
+                                                         const uint8_t *const *__restrict__ St3,
+                                                         const uint8_t *__restrict__ xq,
+                                                         const float *__restrict__ sa, int n, int k, int per,
+                                                         const int32_t *__restrict__ plan, int TK, int E,
+                                                         int by_token, float *__restrict__ y,
+                                                         float *__restrict__ y3, int round, int mx, int my, int mz,
+        const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
+        const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
+        int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
+        float *__restrict__ fy2) {
+    mk_d_pdl_launch_dependents();
+    const int b = blockIdx.x, nm = mx * my * mz;
+    if (b < nm)
+        moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round);
+    else
+        gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
+                         (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
@@ -740,6 +801,34 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
+    return MK_OK;
+}
+
+int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
+                              const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
+                              const int32_t *plan, int T, int K, int E, float *y, float *y3, int round,
+                              const mk_cuda_fp8_job *f, mk_err *err) {
+    int one = f && ctx->tune.moe_with_fp8 && T == 1 && ctx->tune.moe_slabs == 2 && n % 32 == 0 && k % 128 == 0 &&
+              f->m >= 1 && f->m <= 8 && f->W->kind == MK_W_FP8 && f->W->n % 16 == 0 && f->W->k % 128 == 0 &&
+              (!f->W2 || mk_cuda_gemv_fp8_pair_ok(ctx, f->W, f->W2));
+    if (one) {
+        const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
+        one = p.splits == 1 && p.nw == GEMV_MAXW;
+    }
+    if (!one) return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: the fp8 gemv cannot share its launch");
+    const int TK = T * K, G = TK < E ? TK : E, mx = n / 32, my = G, mz = W3 ? 2 : 1;
+    if ((W3 == NULL) != (y3 == NULL) || (W3 && !S3))
+        return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
+    const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
+    const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
+    const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
+    cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32, k_moe_fp4_with_fp8, W, S,
+                                W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mx, my, mz,
+                                (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
+                                f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
+                                f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2);
+    MK_CU_TRY(e, err, "cuda: moe fp4 gemv (with fp8) launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (with fp8) launch");
     return MK_OK;
 }
 

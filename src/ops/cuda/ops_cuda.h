@@ -98,6 +98,9 @@ typedef struct {
                             * bits); default 1, MINKE_CUDA_NORM_QUANT=0 */
     int rope_fuse;         /* 1: the attention output's inverse RoPE runs in wo_a's input preparation
                             * (mk_cuda_linear_grouped_rope; same bits); default 1, MINKE_CUDA_ROPE_FUSE=0 */
+    int moe_with_fp8;      /* 1: the shared expert's FP8 GEMVs ride along in the routed experts' decode
+                            * launches (mk_cuda_moe_gemv_fp4_with; same bits); default 1,
+                            * MINKE_CUDA_MOE_WITH_FP8=0 */
     int moe_route_plan;    /* 1: a one-token step's routing, weights and plan in one launch
                             * (mk_cuda_moe_route_plan; same bits); default 1, MINKE_CUDA_ROUTE_PLAN=0 */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
@@ -477,6 +480,24 @@ int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const ui
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                          const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                          const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err);
+/* An FP8 GEMV (W, or the pair W + W2 of one k) over quantized rows xq / sa (mk_cuda_linear_xq's
+ * layout) that may ride along in an expert GEMV's launch: mk_cuda_moe_gemv_fp4_with. */
+typedef struct {
+    const mk_wmat *W, *W2;
+    const uint8_t *xq;
+    const float *sa;
+    int m;
+    float *y, *y2;
+    int round;
+} mk_cuda_fp8_job;
+/* mk_cuda_moe_gemv_fp4 and f's GEMV(s) (as mk_cuda_linear_pair / mk_cuda_linear_ex with
+ * MK_CUDA_LIN_REUSE_X run them, m <= 8) in one launch, each output with its own kernel's bits. Only
+ * for decode launches that fit (one token, the two-slab decode kernel, an FP8 plan of 8 warps
+ * without split-K, the tuning's moe_with_fp8); otherwise MK_ENOTSUP and nothing is launched. */
+int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
+                              const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
+                              const int32_t *plan, int T, int K, int E, float *y, float *y3, int round,
+                              const mk_cuda_fp8_job *f, mk_err *err);
 int mk_cuda_moe_swiglu(mk_cuda_ctx *ctx, const float *v1, const float *v3, const float *sw, int slots, int n,
                        float lim, float *out, mk_err *err);
 int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx, const int32_t *plan,
