@@ -131,15 +131,7 @@ __global__ void __launch_bounds__(256) k_hadamard(float *x, int n, float scale) 
     float *xr = x + (size_t)blockIdx.x * n;
     for (int i = threadIdx.x; i < n; i += blockDim.x) hs[i] = xr[i];
     __syncthreads();
-    for (int h = 1; h < n; h <<= 1) {
-        for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
-            int j = (p / h) * 2 * h + (p % h);
-            float a = hs[j], b = hs[j + h];
-            hs[j] = __fadd_rn(a, b);
-            hs[j + h] = __fsub_rn(a, b);
-        }
-        __syncthreads();
-    }
+    mk_d_hadamard_smem(hs, n);
     for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = mk_d_bf16r(__fmul_rn(hs[i], scale));
 }
 

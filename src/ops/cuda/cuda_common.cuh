@@ -380,6 +380,21 @@ __device__ __forceinline__ float mk_d_rms_scale(double ss, int d, float eps) {
     return 1.0f / sqrtf(__fadd_rn(var, eps));
 }
 
+/* The butterflies of basic.c's Hadamard transform over hs [n] (shared memory, n a power of two),
+ * stage by stage, by the whole block (each output's arithmetic does not depend on which thread
+ * computes it); ends with a barrier. Unscaled, unrounded. */
+__device__ __forceinline__ void mk_d_hadamard_smem(float *hs, int n) {
+    for (int h = 1; h < n; h <<= 1) {
+        for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
+            int j = (p / h) * 2 * h + (p % h);
+            float a = hs[j], b = hs[j + h];
+            hs[j] = __fadd_rn(a, b);
+            hs[j + h] = __fsub_rn(a, b);
+        }
+        __syncthreads();
+    }
+}
+
 /* RMSNorm of the row xr of d values into yr (may alias) by the whole block, as mk_rmsnorm: squares
  * summed in double (thread-strided, warp trees, warps in order), outputs rounded to bf16. The
  * bits depend on blockDim.x: launch with mk_cuda_rmsnorm_threads(d). */

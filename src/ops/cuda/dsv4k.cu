@@ -107,15 +107,7 @@ __global__ void __launch_bounds__(1024) k_idx_q_prep(float *__restrict__ x, int 
     if (p >= 0 && p < max_pos)
         for (int i = threadIdx.x; i < rd / 2; i += blockDim.x) mk_d_rope_pair(hq + (n - rd), cs, tab_half, p, i, 0);
     __syncthreads();
-    for (int h = 1; h < n; h <<= 1) {
-        for (int q = threadIdx.x; q < n / 2; q += blockDim.x) {
-            int j = (q / h) * 2 * h + (q % h);
-            float a = hq[j], b = hq[j + h];
-            hq[j] = __fadd_rn(a, b);
-            hq[j + h] = __fsub_rn(a, b);
-        }
-        __syncthreads();
-    }
+    mk_d_hadamard_smem(hq, n);
     for (int i = threadIdx.x; i < n; i += blockDim.x) hq[i] = mk_d_bf16r(__fmul_rn(hq[i], scale));
     __syncthreads();
     const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
