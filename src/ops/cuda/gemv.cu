@@ -29,6 +29,10 @@
  *        activations, so the e4m3 bytes are widened to f16 (exact, cvt) and the activations are
  *        f16 with a power-of-two scale per 128-block (exact for bf16 inputs within 2^23 of the
  *        block maximum); m16n8k16 f16 MMAs, per-block scaling as for FP8.
+ * Launch sharing (same bits as separate launches: each block runs its own kernel's code): an FP8
+ * pair (k_gemv_fp8 with W2: wq_a + wkv, sh1 + sh3), up to MK_CUDA_MULTI bf16 matrices over one input
+ * (k_gemv_bf16's matrix table: the compressors' and indexer's projections), and the routed experts'
+ * decode GEMV with an FP8 GEMV (k_moe_fp4_with_fp8: the shared expert rides along).
  * Every GEMV is launched with programmatic dependent launch: it signals at its start that the
  * next kernel may be scheduled, issues its weight loads, and only then waits for the previous
  * kernel (griddepcontrol.wait) before loading activations — so weight streaming overlaps the
