@@ -837,12 +837,15 @@ static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int 
     return lin_f(C, 0, W, x, m, y, round, err);
 }
 
-/* The wait at the end of a call (after it, the staging buffer of the ids is free again). */
-static int sync_call(gcall *C, mk_err *err) {
-    TRY(mk_cuda_ctx_sync(C->ctx, err));
-    C->w->upl_pending = 0;
+/* A wait for the stream: after it, the staging buffer of the ids is free again. */
+static int work_sync(dsv4_cuda_work *w, mk_err *err) {
+    TRY(mk_cuda_ctx_sync(w->g->ctx, err));
+    w->upl_pending = 0;
     return MK_OK;
 }
+
+/* The wait at the end of a call. */
+static int sync_call(gcall *C, mk_err *err) { return work_sync(C->w, err); }
 
 /* Uploads the call's ids / block tables / attention pieces from the page-locked staging buffer
  * without waiting: the first kernel waits for it in the stream, the host goes on launching. */
@@ -853,12 +856,7 @@ static int upload_ids(dsv4_cuda_work *w, size_t bytes, mk_err *err) {
 }
 
 /* Before the host writes the staging buffer: a failed call may have left its upload queued. */
-static int staging_free(dsv4_cuda_work *w, mk_err *err) {
-    if (!w->upl_pending) return MK_OK;
-    TRY(mk_cuda_ctx_sync(w->g->ctx, err));
-    w->upl_pending = 0;
-    return MK_OK;
-}
+static int staging_free(dsv4_cuda_work *w, mk_err *err) { return w->upl_pending ? work_sync(w, err) : MK_OK; }
 
 /* Test mode: a named intermediate (dsv4.c's names) copied to the host for the dump hook. */
 static int dumpv(gcall *C, const float *dev, int64_t a, int64_t b, int64_t c3, mk_err *err, const char *fmt,
@@ -1149,13 +1147,10 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     }
     TRY(mk_cuda_ring_put_multi(ctx, apc, C->np, nL, R, w->kv, win, D, err));
     /* wo_a: all groups in one launch where the kernel takes the shape, else group by group; the
-     * inverse RoPE of o then runs in that launch's input preparation (rope_fuse; not when o is
-     * dumped) */
+     * inverse RoPE of o then goes with that launch (its input preparation; not when o is dumped) */
     int grouped = L->wo_a.kind == MK_W_FP8_DQ && L->wo_a.n == G * c->o_lora && L->wo_a.k == Dg &&
                   c->o_lora % 16 == 0 && Dg % 128 == 0;
-    mk_cuda_tuning tu;
-    mk_cuda_ctx_get_tuning(ctx, &tu);
-    const int fuse_rope = grouped && tu.rope_fuse && D % 4 == 0 && rd % 4 == 0 && !(C->hk && C->hk->dump);
+    const int fuse_rope = grouped && !(C->hk && C->hk->dump);
     const mk_cuda_rope_at_desc ro = {L->rope, w->pos, D, rd, 1};
     if (!fuse_rope) TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
     mark(C, "attn: rows, sparse attention, window");

@@ -1781,6 +1781,17 @@ int main(int argc, char **argv) {
     test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
     test_linear_grouped_rope(8, 1024, 4096, 1, 512, 64); /* V4-Flash: 64 heads of 512, rope 64 */
     test_linear_grouped_rope(4, 256, 512, 5, 128, 32);
+    test_linear_grouped_rope(4, 256, 512, 3, 128, 30); /* rd % 4 != 0: rope_at first */
+    {
+        mk_cuda_tuning def, t;
+        mk_cuda_ctx_get_tuning(ctx, &def);
+        t = def;
+        t.rope_fuse = 0;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        printf("| (tuning: rope_fuse = 0) | | | | | | |\n");
+        test_linear_grouped_rope(8, 1024, 4096, 1, 512, 64);
+        mk_cuda_ctx_set_tuning(ctx, &def);
+    }
     test_linear_grouped(4, 256, 512, 11);
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048); /* V4-Flash: w1 / w3 with the shared expert's sh1 / sh3 */

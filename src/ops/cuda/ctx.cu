@@ -110,6 +110,12 @@ extern "C" void mk_cuda_ctx_describe(const mk_cuda_ctx *ctx, char *buf, size_t l
              c->have_cublas ? "cuBLAS GemmEx (bf16 in, fp32 accumulate)" : "GEMV chunks of 8");
 }
 
+/* A tuning switch from the environment: name unset -> def, else its integer != 0. */
+static int env_switch(const char *name, int def) {
+    const char *v = getenv(name);
+    return v ? atoi(v) != 0 : def;
+}
+
 extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     *out = NULL;
     int n = mk_cuda_device_count();
@@ -120,22 +126,16 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->device = device;
     ctx->tune.gemv_warps_per_sm = 16;
     ctx->tune.gemv_max_splits = 1;
-    ctx->tune.gemv_pdl = 1;
-    if (getenv("MINKE_CUDA_PDL")) ctx->tune.gemv_pdl = atoi(getenv("MINKE_CUDA_PDL")) != 0;
+    /* on / off switches: the default, or the environment's 0 / 1 (benchmarks' A/B runs) */
+    ctx->tune.gemv_pdl = env_switch("MINKE_CUDA_PDL", 1);
     ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
-    ctx->tune.moe_staged = 1;
-    ctx->tune.linear_multi = 1;
-    ctx->tune.moe_route_plan = 1;
-    ctx->tune.rope_fuse = 1;
-    if (getenv("MINKE_CUDA_ROPE_FUSE")) ctx->tune.rope_fuse = atoi(getenv("MINKE_CUDA_ROPE_FUSE")) != 0;
-    ctx->tune.norm_quant = 1;
-    ctx->tune.moe_with_fp8 = 1;
-    if (getenv("MINKE_CUDA_MOE_WITH_FP8")) ctx->tune.moe_with_fp8 = atoi(getenv("MINKE_CUDA_MOE_WITH_FP8")) != 0;
-    if (getenv("MINKE_CUDA_NORM_QUANT")) ctx->tune.norm_quant = atoi(getenv("MINKE_CUDA_NORM_QUANT")) != 0;
-    if (getenv("MINKE_CUDA_ROUTE_PLAN")) ctx->tune.moe_route_plan = atoi(getenv("MINKE_CUDA_ROUTE_PLAN")) != 0;
-    if (getenv("MINKE_CUDA_LINEAR_MULTI")) ctx->tune.linear_multi = atoi(getenv("MINKE_CUDA_LINEAR_MULTI")) != 0;
-    if (getenv("MINKE_CUDA_MOE_STAGED")) ctx->tune.moe_staged = atoi(getenv("MINKE_CUDA_MOE_STAGED")) != 0;
+    ctx->tune.moe_staged = env_switch("MINKE_CUDA_MOE_STAGED", 1);
+    ctx->tune.linear_multi = env_switch("MINKE_CUDA_LINEAR_MULTI", 1);
+    ctx->tune.moe_route_plan = env_switch("MINKE_CUDA_ROUTE_PLAN", 1);
+    ctx->tune.rope_fuse = env_switch("MINKE_CUDA_ROPE_FUSE", 1);
+    ctx->tune.norm_quant = env_switch("MINKE_CUDA_NORM_QUANT", 1);
+    ctx->tune.moe_with_fp8 = env_switch("MINKE_CUDA_MOE_WITH_FP8", 1);
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;

@@ -398,11 +398,15 @@ __device__ __forceinline__ void mk_d_hadamard_smem(float *hs, int n) {
 /* RMSNorm of the row xr of d values into yr (may alias) by the whole block, as mk_rmsnorm: squares
  * summed in double (thread-strided, warp trees, warps in order), outputs rounded to bf16. The
  * bits depend on blockDim.x: launch with mk_cuda_rmsnorm_threads(d). */
-__device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const uint16_t *__restrict__ w, float eps, float *yr) {
+__device__ __forceinline__ float mk_d_rms_of_row(const float *xr, int d, float eps) {
     double ss = 0.0;
 #pragma unroll 4
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    const float rs = mk_d_rms_scale(ss, d, eps);
+    return mk_d_rms_scale(ss, d, eps);
+}
+
+__device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const uint16_t *__restrict__ w, float eps, float *yr) {
+    const float rs = mk_d_rms_of_row(xr, d, eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float v = __fmul_rn(xr[i], rs);
         if (w) v = __fmul_rn(mk_d_bf16(w[i]), v);
@@ -410,30 +414,14 @@ __device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const u
     }
 }
 
-/* mk_d_rmsnorm_row, then mk_cuda_act_quant's bytes and scales (perm: the FP4 layout) of the
- * normalized row into q / sa, the same bits: thread t holds elements t + j blockDim.x (j < 4), so
- * 128-block b is held by the 128 threads of group b % (blockDim.x / 128) for one j; the block's
- * maximum |v| comes from its four warps through shared memory (a maximum is exact in any order).
- * Needs blockDim.x % 128 == 0, d % 128 == 0 and d <= 4 blockDim.x; all threads call it. */
-__device__ __forceinline__ void mk_d_rmsnorm_quant_row(const float *xr, int d, const uint16_t *__restrict__ w,
-                                                       float eps, float *yr, int perm, uint8_t *__restrict__ q,
-                                                       float *__restrict__ sa) {
+/* mk_cuda_act_quant's bytes and scales (perm: the FP4 layout) of a row of d values held by the
+ * block, thread t holding elements t + j blockDim.x in v[j] (j < 4), the same bits: 128-block b is
+ * held by the 128 threads of group b % (blockDim.x / 128) for one j, and its maximum |v| comes from
+ * their four warps through shared memory (a maximum is exact in any order). Needs blockDim.x % 128
+ * == 0, d % 128 == 0 and d <= 4 blockDim.x; all threads call it. */
+__device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
+                                               float *__restrict__ sa) {
     __shared__ float wmax[4][32];
-    double ss = 0.0;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    const float rs = mk_d_rms_scale(ss, d, eps);
-    float v[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int i = threadIdx.x + j * blockDim.x;
-        v[j] = 0.0f;
-        if (i < d) {
-            float t = __fmul_rn(xr[i], rs);
-            if (w) t = __fmul_rn(mk_d_bf16(w[i]), t);
-            yr[i] = v[j] = mk_d_bf16r(t);
-        }
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = threadIdx.x >> 7;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -450,6 +438,26 @@ __device__ __forceinline__ void mk_d_rmsnorm_quant_row(const float *xr, int d, c
         q[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], sc);
         if ((i & 127) == 0) sa[i >> 7] = sc;
     }
+}
+
+/* mk_d_rmsnorm_row, then mk_d_quant_row of the normalized row into q / sa: the bits of
+ * mk_cuda_rmsnorm then mk_cuda_act_quant (mk_d_quant_row's conditions). */
+__device__ __forceinline__ void mk_d_rmsnorm_quant_row(const float *xr, int d, const uint16_t *__restrict__ w,
+                                                       float eps, float *yr, int perm, uint8_t *__restrict__ q,
+                                                       float *__restrict__ sa) {
+    const float rs = mk_d_rms_of_row(xr, d, eps);
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        v[j] = 0.0f;
+        if (i < d) {
+            float t = __fmul_rn(xr[i], rs);
+            if (w) t = __fmul_rn(mk_d_bf16(w[i]), t);
+            yr[i] = v[j] = mk_d_bf16r(t);
+        }
+    }
+    mk_d_quant_row(v, d, perm, q, sa);
 }
 
 

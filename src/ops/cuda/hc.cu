@@ -91,31 +91,8 @@ __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, c
 /* hc_collapse_block followed, with NORM, by RMSNorm of the collapsed row (weight nw, eps neps)
  * with k_rmsnorm's arithmetic in its order: valid only when blockDim.x is
  * mk_cuda_rmsnorm_threads(d) and d <= 4 blockDim.x (each thread then holds the same elements
- * k_rmsnorm's thread would, in the same order), which the callers check. */
-/* The normalized row also as mk_cuda_act_quant's output (quant.cu's act_quant_block, the same
- * bits): thread i's values v[j] are elements i + 1024 j, so 128-block b is held by the 128
- * threads of group (b % 8) for j = b / 8 (four warps): warp maxima of |v| through shared memory
- * (a maximum is exact in any order), then each element's e4m3 byte at its (perm: permuted)
- * position. Needs blockDim.x == 1024 and d % 128 == 0 (the callers check); all threads call it. */
-__device__ void hc_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q, float *__restrict__ sa) {
-    __shared__ float wmax[4][32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = threadIdx.x >> 7;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float a = mk_d_warp_max(threadIdx.x + j * 1024 < d ? fabsf(v[j]) : 0.0f);
-        if (lane == 0) wmax[j][warp] = a;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int k = threadIdx.x + j * 1024;
-        if (k >= d) continue;
-        const float sc = mk_d_act_scale(fmaxf(fmaxf(wmax[j][4 * grp], wmax[j][4 * grp + 1]),
-                                              fmaxf(wmax[j][4 * grp + 2], wmax[j][4 * grp + 3])));
-        q[mk_d_act_pos(k, perm)] = mk_d_act_byte(v[j], sc);
-        if ((k & 127) == 0) sa[k >> 7] = sc;
-    }
-}
+ * k_rmsnorm's thread would, in the same order), which the callers check. With q, the normalized
+ * row also as mk_cuda_act_quant's output (mk_d_quant_row: d % 128 == 0, checked by the callers). */
 
 /* What the fused-norm collapse (hc_collapse_norm<true>) needs of a thread's four elements
  * k = threadIdx.x + j blockDim.x, loaded at the finishing kernels' start so that the loads overlap
@@ -175,7 +152,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
             y[k] = v[j] = mk_d_bf16r(o);
         }
     }
-    if (q) hc_quant_row(v, d, perm, q, sq);
+    if (q) mk_d_quant_row(v, d, perm, q, sq);
 }
 
 /* Thread q <= HC_MAXMIX stores column q of chunk c of token t: part[(t*S + c)*32 + q] (q < nmix: the

@@ -336,6 +336,16 @@ static int linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, c
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
     float *sa = (float *)(base + L.sa);
     uint16_t *xb = (uint16_t *)(base + L.xb);
+    /* the rotation inside the preparation where its lanes hold whole pairs and the tuning allows,
+     * else mk_cuda_rope_at first */
+    if (ro && (ro->D <= 0 || V.k % ro->D))
+        return mk_fail(err, MK_EINVAL, "cuda: grouped linear: rope heads of %d over rows of %d", ro->D, V.k);
+    if (ro && (!ctx->tune.rope_fuse || ro->D % 4 || ro->rd % 4)) {
+        int st = mk_cuda_rope_at(ctx, x + (ro->D - ro->rd), m * (V.k / ro->D), ro->D, ro->rd, ro->table, ro->pos,
+                                 V.k / ro->D, ro->inverse, err);
+        if (st) return st;
+        ro = NULL;
+    }
     /* the per-128-block f16 preparation of the whole row is that of each group's columns */
     int st = ro ? mk_cuda_f16_prep_rope_launch(ctx, x, m, V.k, ro, xb, sa, err)
                 : mk_cuda_f16_prep_launch(ctx, x, m, V.k, xb, sa, err);

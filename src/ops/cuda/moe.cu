@@ -87,47 +87,41 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
     }
 }
 
-extern "C" int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, int K,
-                                 const float *bias, const int64_t *tid2eid, const int32_t *tok,
-                                 int vocab, int32_t *idx, float *margin, mk_err *err) {
+/* k_moe_route over T tokens, with the weights (w) and, for one token, the plan (plan, sw) or not. */
+static int moe_route_launch(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
+                            const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
+                            float *margin, float *w, int32_t *plan, float *sw, mk_err *err) {
     if (T <= 0) return MK_OK;
     if (K < 1 || K > 64 || E < K || E > 8192)
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
-    (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab,
-                             idx, margin, 0.0f, (float *)NULL, (int32_t *)NULL, (float *)NULL);
+    (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab, idx,
+                             margin, route_scale, w, plan, sw);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
+}
+
+extern "C" int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, int K,
+                                 const float *bias, const int64_t *tid2eid, const int32_t *tok,
+                                 int vocab, int32_t *idx, float *margin, mk_err *err) {
+    return moe_route_launch(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, 0.0f, idx, margin, NULL, NULL, NULL, err);
 }
 
 extern "C" int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                                          const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale,
                                          int32_t *idx, float *margin, float *w, mk_err *err) {
-    if (T <= 0) return MK_OK;
-    if (K < 1 || K > 64 || E < K || E > 8192)
-        return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
-    if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
-    (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab,
-                             idx, margin, route_scale, w, (int32_t *)NULL, (float *)NULL);
-    MK_CU_LAUNCHED(err, "cuda: moe_route launch");
-    return MK_OK;
+    return moe_route_launch(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w, NULL, NULL,
+                            err);
 }
 
 extern "C" int mk_cuda_moe_route_plan(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                                       const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale,
                                       int32_t *idx, float *margin, float *w, int32_t *plan, float *sw, mk_err *err) {
-    if (T != 1 || !ctx->tune.moe_route_plan) {
-        int st = mk_cuda_moe_route_weights(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w,
-                                           err);
-        return st ? st : mk_cuda_moe_plan(ctx, idx, w, T, K, E, plan, sw, err);
-    }
-    if (K < 1 || K > 64 || E < K || E > 8192)
-        return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
-    if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
-    (void)mk_cuda_launch_pdl(ctx, 1, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab, idx,
-                             margin, route_scale, w, plan, sw);
-    MK_CU_LAUNCHED(err, "cuda: moe_route launch");
-    return MK_OK;
+    if (T == 1 && ctx->tune.moe_route_plan)
+        return moe_route_launch(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w, plan, sw,
+                                err);
+    int st = mk_cuda_moe_route_weights(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w, err);
+    return st ? st : mk_cuda_moe_plan(ctx, idx, w, T, K, E, plan, sw, err);
 }
 
 /* One thread per token. */

@@ -96,8 +96,8 @@ typedef struct {
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
     int norm_quant;        /* 1: mk_cuda_rmsnorm_quant and mk_cuda_idx_q_prep in one launch each (same
                             * bits); default 1, MINKE_CUDA_NORM_QUANT=0 */
-    int rope_fuse;         /* 1: the attention output's inverse RoPE runs in wo_a's input preparation
-                            * (mk_cuda_linear_grouped_rope; same bits); default 1, MINKE_CUDA_ROPE_FUSE=0 */
+    int rope_fuse;         /* 1: mk_cuda_linear_grouped_rope rotates in the input preparation (wo_a's:
+                            * the attention output's inverse RoPE; same bits); default 1, MINKE_CUDA_ROPE_FUSE=0 */
     int moe_with_fp8;      /* 1: the shared expert's FP8 GEMVs ride along in the routed experts' decode
                             * launches (mk_cuda_moe_gemv_fp4_with; same bits); default 1,
                             * MINKE_CUDA_MOE_WITH_FP8=0 */
@@ -220,7 +220,8 @@ typedef struct {
     int D, rd, inverse;
 } mk_cuda_rope_at_desc;
 /* mk_cuda_rope_at (described by ro, in place on x) then mk_cuda_linear_grouped, the rotation done
- * by the grouped linear's input preparation (one launch fewer; the same bits). MK_ENOTSUP where
+ * by the grouped linear's input preparation where D and rd are multiples of 4 (one launch fewer;
+ * the same bits; the tuning's rope_fuse), else by mk_cuda_rope_at first. MK_ENOTSUP where
  * mk_cuda_linear_grouped is; then x is untouched. */
 int mk_cuda_linear_grouped_rope(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, const mk_cuda_rope_at_desc *ro,
                                 int m, float *y, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
