@@ -14,7 +14,8 @@
  * one token costs.
  * Usage: bench_dsv4_cuda DIR [prompt_len=16] [decode_steps=64] [out.md] [batches=64,256]
  *        [prefill_len=2048]
- * No CUDA graph capture: positions and cache sizes are kernel arguments chosen on the host.
+ * Decode steps run as the library runs them: replayed CUDA graphs unless MINKE_CUDA_GRAPHS=0 (the
+ * report counts the batch-1 sequence's captured / replayed steps); the traced step runs as launches.
  * MINKE_CUDA_TRACE_PREFILL=FILE: the same for one more run of the prefill (after the timed one).
  * MINKE_CUDA_PROFILE=1: phase tables of each section (synchronized, so the timings of that run
  * are not the benchmark's).
@@ -285,6 +286,14 @@ int main(int argc, char **argv) {
                      100.0 * ((double)wb / meda / 1e9) / bw);
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
+    {
+        dsv4_cuda_graph_counts gc;
+        dsv4_cuda_work_graph_counts(dsv4_cuda_seq_work(s), &gc);
+        n = snprintf(line, sizeof line, "decode calls of the batch-1 sequence as CUDA graphs: %ld captured, %ld replayed, "
+                     "%ld as launches%s\n\n", gc.captured, gc.replayed, gc.eager, gc.off ? " (graphs off)" : "");
+        fwrite(line, 1, (size_t)n, stdout);
+        if (md) fwrite(line, 1, (size_t)n, md);
+    }
     /* what a CUDA graph would save on the GPU: the same step as a stream of launches and as a
      * replayed graph (MINKE_CUDA_GRAPH_PROBE=0: skipped) */
     const char *gp = getenv("MINKE_CUDA_GRAPH_PROBE");

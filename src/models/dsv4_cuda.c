@@ -341,6 +341,17 @@ void dsv4_cuda_pool_free(dsv4_cuda_pool *p) {
 
 size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p) { return p->lay.bytes; }
 
+/* A captured decode step and what it was captured for: the piece count, the indexer's score
+ * columns (idx_cols), the head's mode (0: no logits, 1: logits rows, 2: and their argmax) and the
+ * KV pool (whose base the kernels' arguments hold). */
+#define GRAPH_SLOTS 16
+typedef struct {
+    mk_cuda_graph *g;
+    int np, n_cap, mode;
+    const void *pool;
+    unsigned long used;
+} ggraph;
+
 /* Scratch of one call: rows of every piece concatenated (row0 of a piece = its first row). */
 struct dsv4_cuda_work {
     dsv4_cuda *g;
@@ -372,6 +383,12 @@ struct dsv4_cuda_work {
     size_t hh_n;
     int32_t *hi;
     float *hf;
+    /* decode steps as CUDA graphs (run_graph) */
+    ggraph graphs[GRAPH_SLOTS];
+    unsigned long graph_tick;
+    int graphs_off;                         /* a capture failed: eager launches from then on */
+    int *cnt_save;                          /* the compressors' counters before a capture [max_pieces, layers, 2] */
+    dsv4_cuda_graph_counts gcount;
     size_t bytes;
     dlist mem;
 };
@@ -505,7 +522,8 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     rc = walloc(w, lb, &w->lin, err);
     if (!rc) rc = mk_cuda_host_alloc(w->ids_bytes + apc_bytes, (void **)&w->hids, err);
     w->ham = malloc(sizeof(int32_t) * P);
-    if (!rc && !w->ham) rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    w->cnt_save = malloc(sizeof(int) * 2 * (size_t)max_pieces * (c->n_layers + 1));
+    if (!rc && (!w->ham || !w->cnt_save)) rc = mk_fail(err, MK_ENOMEM, "out of memory");
     if (!rc) {
         w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
         w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
@@ -543,6 +561,8 @@ void dsv4_cuda_work_free(dsv4_cuda_work *w) {
         mk_err e2;
         mk_cuda_ctx_sync(w->g->ctx, &e2);
     }
+    for (int i = 0; i < GRAPH_SLOTS; i++) mk_cuda_graph_free(w->graphs[i].g);
+    free(w->cnt_save);
     dfree(w->g->ctx, &w->mem);
     mk_cuda_host_free(w->hids);
     free(w->ham);
@@ -766,6 +786,7 @@ typedef struct {
     int no_sync;   /* queue the head's kernels only: no copies to the host, no wait (graph capture) */
     int xproj;     /* this layer's bf16 projections of x are done (xproj()): the compressors' into
                       ckvp / cscp and ickvp / icscp, the indexer's weights into iw */
+    int replay_bad; /* a launch decided on the host from the positions was queued (see run_graph) */
     double t_mark; /* phase profiling: the last mark */
 } gcall;
 
@@ -935,9 +956,19 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
     if (!C->xproj)
         TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Cm->wkv, &Cm->wgate, x, C->R, ckvp, cscp, 0, w->lin,
                                 w->lin_bytes, err));
-    /* every one-token piece's state slot in one launch; the rest per piece */
+    /* every one-token piece's state slot in one launch, with the entry it completes where the
+     * kernel takes the shape (the device decides which pieces complete one: a decode step's launches
+     * do not depend on the positions); the rest per piece */
     const int nL = c->n_layers + c->n_mtp;
-    TRY(mk_cuda_cmp_put_multi(ctx, w->apc + layer, C->np, nL, is_idx, ckvp, cscp, W2, Cm->ape, r, ov, err));
+    const size_t eoff = is_idx ? C->pc[0].s->pool->lay.ikv[layer] : C->pc[0].s->pool->lay.ckv[layer];
+    int st1 = mk_cuda_cmp_step_multi(ctx, w->apc + layer, C->np, nL, is_idx, ckvp, cscp, W2, D, Cm->ape, r, ov,
+                                     Cm->norm, c->norm_eps, c->rope_dim, L->rope, is_idx, 1.0f / sqrtf((float)D),
+                                     paged(&C->pc[0], eoff, bt / r), err);
+    const int stepped = st1 == MK_OK;
+    if (!stepped) C->replay_bad = 1;
+    if (st1 == MK_ENOTSUP)
+        TRY(mk_cuda_cmp_put_multi(ctx, w->apc + layer, C->np, nL, is_idx, ckvp, cscp, W2, Cm->ape, r, ov, err));
+    else TRY(st1);
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
         dsv4_cuda_seq *s = p->s;
@@ -950,8 +981,20 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
         int *n_cache = is_idx ? &st->n_ikv : &st->n_ckv;
         float *kvs = is_idx ? st->ikv_state : st->kv_state, *scs = is_idx ? st->isc_state : st->sc_state;
         float *kvp = ckvp + (size_t)p->row0 * W2, *scp = cscp + (size_t)p->row0 * W2;
-        if (T == 1) { /* its state slot was written above */
+        if (T == 1) { /* its state slot (and with stepped, its entry) was written above */
             if ((start + 1) % r) continue;
+            if (start + 1 - r >= L->rope->max_pos)
+                return mk_fail(err, MK_ERANGE, "cuda: compressor entry at position %d past the rope table's %d",
+                               start + 1 - r, L->rope->max_pos);
+            if (stepped) {
+                if (*n_cache != (start + 1) / r - 1)
+                    return mk_fail(err, MK_EINTERNAL, "cuda: compressor of layer %d: %d entries before position %d",
+                                   layer, *n_cache, start);
+                (*n_cache)++;
+                if (snap && (start + 1) % bt == 0)
+                    TRY(state_snap(ctx, (float *)(blk(s, start / bt) + soff), kvs, scs, W2, D, r, err));
+                continue;
+            }
             TRY(mk_cuda_cmp_pool(ctx, kvs, scs, W2, D, r, ov, 0, 1, w->ents, err));
             if (ov) {
                 TRY(mk_cuda_copy(ctx, kvs, kvs + (size_t)r * W2, F((size_t)r * W2), err));
@@ -1021,6 +1064,16 @@ static int xproj(gcall *C, const glayer *L, const float *x, mk_err *err) {
     return MK_OK;
 }
 
+/* The indexer's score columns for a call whose pieces have at most n_all entries: rounded up to
+ * IDX_COLS_STEP, at most the scratch's (columns past a piece's entries score -inf, the picks are
+ * the same), so that a decode step's launches change every 4 IDX_COLS_STEP positions, not every 4. */
+#define IDX_COLS_STEP 64
+static int idx_cols(const dsv4_cuda_work *w, int n_all) {
+    if (n_all <= 0) return 0;
+    const int n = (n_all + IDX_COLS_STEP - 1) / IDX_COLS_STEP * IDX_COLS_STEP, cap = w->max_len / 4 + 1;
+    return n < cap ? n : cap;
+}
+
 /* Lightning indexer of a CSA layer: per piece, up to index_topk entries per row into sel (rows of
  * the piece at row0, stride the piece's k_sel). */
 static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err *err) {
@@ -1047,6 +1100,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
         if (n_all > n_cap) n_cap = n_all;
     }
     if (!n_cap) return MK_OK;
+    if (!(C->hk && C->hk->indexer)) n_cap = idx_cols(w, n_cap);
     const int nL = c->n_layers + c->n_mtp;
     TRY(mk_cuda_index_multi(ctx, w->apc + layer, C->np, nL, w->iq, w->iw,
                             paged(&C->pc[0], C->pc[0].s->pool->lay.ikv[layer], DSV4_BLOCK_TOKENS / 4), R, IH, ID, n_cap,
@@ -1361,6 +1415,8 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     return dumpv(C, h, T, hc, d, err, "L%d.h", layer);
 }
 
+static int head_collect(gcall *C, mk_err *err);
+
 /* Logits of the pieces that want them: their last rows of h gathered, then one head call.
  * done: the last block already ran the head's collapse of every row into w->xl (every row is a
  * logits row, in piece order: a decode step). */
@@ -1387,7 +1443,21 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
     for (int pi = 0; pi < C->np; pi++) any_am |= C->pc[pi].logits && C->pc[pi].argmax;
     /* greedy pieces: the argmax of every logits row, then only those ints to the host */
     if (any_am) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
-    if (C->no_sync) return MK_OK;
+    return C->no_sync ? MK_OK : head_collect(C, err);
+}
+
+/* The head's results to the host (after head(), or a replayed graph that ran it): the argmax of
+ * the greedy pieces' rows, the other rows' logits; then the wait at the end of the call. */
+static int head_collect(gcall *C, mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    int n = 0, any_am = 0;
+    for (int pi = 0; pi < C->np; pi++) {
+        n += C->pc[pi].logits != NULL;
+        any_am |= C->pc[pi].logits && C->pc[pi].argmax;
+    }
+    if (!n) return sync_call(C, err);
     if (any_am) TRY(mk_cuda_download_async(ctx, w->ham, w->am, sizeof(int32_t) * (size_t)n, err));
     /* the other pieces' rows: one copy per run of pieces whose host rows follow each other (the
      * engine's are one array: page-locked, mk_kvcache_host_floats), then one wait */
@@ -1524,6 +1594,133 @@ static int run_call(gcall *C, mk_err *err) {
     return MK_OK;
 }
 
+/* ---- decode steps as CUDA graphs (dsv4_cuda.h) --------------------------------------------------
+ * A graph replays its kernels' recorded arguments, so a replayable step's launches must not depend
+ * on the positions: everything that does is read on the device (ids, positions, block tables and
+ * attention pieces in w->ids / w->apc, uploaded before the launch; the compressors' entries by
+ * mk_cuda_cmp_step_multi; the indexer's columns rounded by idx_cols). The host side of a step that
+ * the replay skips is the compressors' counters (step_counters). */
+
+/* The head's mode of a call: 0 no piece wants logits, 1 all do, 2 all do and some want the argmax;
+ * -1 mixed (not replayable: the head gathers some rows). */
+static int head_mode(const gcall *C) {
+    int n = 0, am = 0;
+    for (int i = 0; i < C->np; i++) {
+        n += C->pc[i].logits != NULL;
+        am |= C->pc[i].logits && C->pc[i].argmax;
+    }
+    return !n ? 0 : n < C->np ? -1 : am ? 2 : 1;
+}
+
+/* Whether the call is a replayable decode step; its indexer columns in *n_cap. */
+static int graph_ok(const gcall *C, int *n_cap) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(C->ctx, &tu);
+    if (!tu.graphs || !tu.cmp_step || C->w->graphs_off || prof_on() || mk_cuda_trace_active(C->ctx) || c->n_layers < 1 || head_mode(C) < 0)
+        return 0;
+    if (C->hk && (C->hk->dump || C->hk->indexer || C->hk->moe)) return 0;
+    int n_all = 0, idx = 0;
+    for (int l = 0; l < c->n_layers; l++) idx |= c->compress_ratio[l] == 4;
+    for (int i = 0; i < C->np; i++) {
+        const gpiece *p = &C->pc[i];
+        if (p->T != 1) return 0;
+        if (p->s->pool->lay.snapshots && (p->start + 1) % DSV4_BLOCK_TOKENS == 0) return 0; /* snapshots */
+        if ((p->start + 1) / 4 > n_all) n_all = (p->start + 1) / 4;
+    }
+    *n_cap = idx ? idx_cols(C->w, n_all) : 0;
+    return 1;
+}
+
+/* The compressors' counters of the call's pieces: saved (dir 0), restored (dir -1), or advanced as
+ * a decode step's compressors advance them (dir 1: an entry where the position completes a group;
+ * the indexer's compressor exists in the layers of ratio 4). */
+static void step_counters(gcall *C, int dir) {
+    const dsv4_config *c = &C->g->m->cfg;
+    int *sv = C->w->cnt_save;
+    for (int i = 0; i < C->np; i++) {
+        const int start = C->pc[i].start;
+        for (int l = 0; l < c->n_layers; l++) {
+            gstate *st = &C->pc[i].s->ls[l];
+            int *q = sv + 2 * ((size_t)i * c->n_layers + l);
+            const int r = c->compress_ratio[l];
+            if (dir == 0) q[0] = st->n_ckv, q[1] = st->n_ikv;
+            else if (dir < 0) st->n_ckv = q[0], st->n_ikv = q[1];
+            else if (r && (start + 1) % r == 0) st->n_ckv++, st->n_ikv += r == 4;
+        }
+    }
+}
+
+/* Whether the counters now are the saved ones advanced by one step (the capture's host side did
+ * what a replay's step_counters will do). */
+static int counters_stepped(gcall *C) {
+    const dsv4_config *c = &C->g->m->cfg;
+    for (int i = 0; i < C->np; i++)
+        for (int l = 0; l < c->n_layers; l++) {
+            const gstate *st = &C->pc[i].s->ls[l];
+            const int *q = C->w->cnt_save + 2 * ((size_t)i * c->n_layers + l);
+            const int r = c->compress_ratio[l], done = r && (C->pc[i].start + 1) % r == 0;
+            if (st->n_ckv != q[0] + done || st->n_ikv != q[1] + (done && r == 4)) return 0;
+        }
+    return 1;
+}
+
+/* A replayable step: the graph of its shape replayed (captured first if new), then the head's
+ * results to the host. */
+static int run_graph(gcall *C, int n_cap, mk_err *err) {
+    dsv4_cuda_work *w = C->w;
+    mk_cuda_ctx *ctx = C->ctx;
+    const int mode = head_mode(C);
+    const void *pool = C->pc[0].s->pool;
+    ggraph *e = NULL, *lru = &w->graphs[0];
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        ggraph *q = &w->graphs[i];
+        if (q->g && q->np == C->np && q->n_cap == n_cap && q->mode == mode && q->pool == pool) e = q;
+        if (!q->g || (lru->g && q->used < lru->used)) lru = q;
+    }
+    C->no_sync = 1;
+    if (e) {
+        step_counters(C, 1);
+        w->gcount.replayed++;
+    } else {
+        step_counters(C, 0);
+        C->replay_bad = 0;
+        TRY(mk_cuda_capture_begin(ctx, err));
+        mk_err e1 = {0}, e2 = {0};
+        int rc = run_call(C, &e1);
+        mk_cuda_graph *gr = NULL;
+        int rc2 = mk_cuda_capture_end(ctx, &gr, &e2);
+        if (rc || rc2 || C->replay_bad || !counters_stepped(C)) { /* nothing ran: the step as launches */
+            mk_cuda_graph_free(gr);
+            step_counters(C, -1);
+            w->graphs_off = 1;
+            fprintf(stderr, "minke: cuda: decode steps run without graphs from now on: %s\n",
+                    rc ? e1.msg : rc2 ? e2.msg : C->replay_bad ? "a launch depends on the positions"
+                                                              : "the capture's counters differ from a step's");
+            C->no_sync = 0;
+            w->gcount.eager++;
+            return run_call(C, err);
+        }
+        mk_cuda_graph_free(lru->g);
+        *lru = (ggraph){gr, C->np, n_cap, mode, pool, 0};
+        e = lru;
+        w->gcount.captured++;
+    }
+    e->used = ++w->graph_tick;
+    C->no_sync = 0;
+    TRY(mk_cuda_graph_launch(ctx, e->g, err));
+    return head_collect(C, err);
+}
+
+void dsv4_cuda_work_graph_counts(const dsv4_cuda_work *w, dsv4_cuda_graph_counts *out) {
+    *out = w->gcount;
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(w->g->ctx, &tu);
+    out->off = w->graphs_off || !tu.graphs || !tu.cmp_step;
+}
+
+dsv4_cuda_work *dsv4_cuda_seq_work(dsv4_cuda_seq *s) { return s->work; }
+
 int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                             const int *n, float *const *logits, int np, mk_err *err) {
     return dsv4_cuda_forward_batch_am(w, seqs, tokens, n, logits, NULL, np, err);
@@ -1536,7 +1733,13 @@ int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, co
     gcall C;
     int rc = call_setup(&C, w, seqs, tokens, n, logits, argmax, np, pc, err);
     if (!rc) {
-        rc = run_call(&C, err);
+        int n_cap = 0;
+        if (graph_ok(&C, &n_cap)) {
+            rc = run_graph(&C, n_cap, err);
+        } else {
+            w->gcount.eager++;
+            rc = run_call(&C, err);
+        }
         for (int i = 0; i < np; i++) {
             if (rc) {
                 seqs[i]->broken = 1; /* the device may have changed its state before the failure */

@@ -108,6 +108,23 @@ typedef struct {
 } dsv4_cuda_graph_stats;
 int dsv4_cuda_graph_probe(dsv4_cuda_seq *s, int32_t tok, int reps, dsv4_cuda_graph_stats *st, mk_err *err);
 
+/* Decode steps as CUDA graphs (on unless MINKE_CUDA_GRAPHS=0): a call in which every piece has
+ * one token, none or all of them want logits, no hook is set and no piece ends a KV block of a
+ * pool with snapshots is captured the first time its shape (piece count, the indexer's score
+ * columns, the head's mode, the pool) is seen and replayed afterwards; its per-step inputs (ids,
+ * positions, block tables, attention pieces) are uploaded into the work's device buffers before
+ * the launch, and every launch of such a step reads its positions there (the compressors decide on
+ * the device which pieces complete an entry). The same bits as the launches it replaces. A capture
+ * that fails (or records a launch the host decided from the positions) turns graphs off for the
+ * work; the step then runs as launches. Counts of the work's calls since its creation: */
+typedef struct {
+    long captured, replayed, eager; /* eager: calls not eligible or with graphs off */
+    int off;                        /* graphs turned off for this work (tuning, or a failed capture) */
+} dsv4_cuda_graph_counts;
+void dsv4_cuda_work_graph_counts(const dsv4_cuda_work *w, dsv4_cuda_graph_counts *out);
+/* The work of a standalone sequence (NULL for a paged one). */
+dsv4_cuda_work *dsv4_cuda_seq_work(dsv4_cuda_seq *s);
+
 /* With MINKE_CUDA_PROFILE=1 in the environment every forward call synchronizes at phase marks
  * and accumulates the time per phase (for benchmarks; it slows calls down). Prints the table
  * accumulated since the last report (markdown) to file (a FILE *) and clears it. */

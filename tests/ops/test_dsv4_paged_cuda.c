@@ -46,6 +46,8 @@ static void fill(int32_t *t, int n, int vocab, unsigned seed) {
 
 /* A standalone sequence fed `chunks` (summing to n) of toks, then NDEC decodes of dec; the logits
  * after the prompt into out[0], after decode i into out[1 + i]. */
+static dsv4_cuda_graph_counts last_counts; /* the graph counts of run_alone's sequence */
+
 static void run_alone(dsv4_cuda *g, const int32_t *toks, const int *chunks, int nch, const int32_t *dec, int vocab,
                       float *out) {
     mk_err err = {0};
@@ -58,6 +60,7 @@ static void run_alone(dsv4_cuda *g, const int32_t *toks, const int *chunks, int 
     }
     for (int i = 0; i < NDEC; i++)
         if (dsv4_cuda_forward(s, dec + i, 1, out + (size_t)(1 + i) * vocab, &err)) die("decode", &err);
+    dsv4_cuda_work_graph_counts(dsv4_cuda_seq_work(s), &last_counts);
     dsv4_cuda_seq_free(s);
 }
 
@@ -97,9 +100,29 @@ int main(void) {
     run_alone(g, p0, c_one, 1, dec[0], V, one);
     run_alone(g, p0, c_uneven, 7, dec[0], V, chk);
     run_alone(g, p0, c_tbt, L0, dec[0], V, tbt);
+    const dsv4_cuda_graph_counts gc = last_counts;
     check(same(one, chk, V), "chunks: 700 tokens in 7 uneven chunks = one call (logits after the prompt)");
     check(same(one + V, chk + V, (size_t)NDEC * V), "chunks: 6 decodes after the chunked prompt = after one call");
     check(same(one, tbt, per), "chunks: token by token = one call (prompt and 6 decodes)");
+    {
+        char what[160];
+        snprintf(what, sizeof what, "graphs: the token-by-token run's steps were replayed (%ld captured, %ld replayed, "
+                 "%ld as launches)", gc.captured, gc.replayed, gc.eager);
+        check(!gc.off && gc.replayed >= L0 - 40 && gc.captured >= 2 && gc.captured <= 16, what);
+        /* the same run as launches, each compressor entry from the host-launched chain */
+        mk_cuda_tuning tu0, tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu0);
+        tu = tu0;
+        tu.graphs = 0;
+        tu.cmp_step = 0;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        float *eag = malloc(sizeof(float) * per);
+        run_alone(g, p0, c_tbt, L0, dec[0], V, eag);
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+        check(last_counts.off && last_counts.replayed == 0, "graphs: off by tuning, no step replayed");
+        check(same(eag, tbt, per), "graphs: token by token as launches (host-decided compressor entries) = replayed");
+        free(eag);
+    }
 
     /* batch: the same calls alone and interleaved */
     int s0c[] = {256, 444}, s1c[] = {300}, s2c[] = {50};
@@ -166,6 +189,14 @@ int main(void) {
         check(same(ref[i], got[i], per), what);
     }
     check(same(ref[0], one, per), "batch: the 256 + 444 split alone = one call");
+    {
+        dsv4_cuda_graph_counts wc;
+        dsv4_cuda_work_graph_counts(w, &wc);
+        char what[160];
+        snprintf(what, sizeof what, "graphs: the batched decodes of the paged pool (snapshots on) were graphs (%ld "
+                 "captured, %ld replayed, %ld as launches)", wc.captured, wc.replayed, wc.eager);
+        check(wc.captured + wc.replayed == NDEC && wc.replayed >= 3, what);
+    }
 
     /* restore from the snapshots of the shared blocks 0 and 1 */
     {

@@ -1501,6 +1501,102 @@ static void test_swiglu_quant(int m, int k, int moe, int perm) {
  * valid picks in order, or every visible entry) as device addresses; the rings after the call;
  * the indexer's scores (tolerance: the dots sum in another order) and its picks by the top-k
  * rule on the returned scores, exactly. */
+/* mk_cuda_cmp_step_multi = mk_cuda_cmp_put_multi, then for each one-token piece completing a
+ * group the host-launched chain (cmp_pool, the overlap move, rmsnorm, rope_step, hadamard + FP4
+ * simulation or the FP8 simulation, the copy into the block), bit for bit: states and pool. Piece
+ * 0 completes a group, piece 1 does not, piece 2 has three tokens (left alone by both). */
+static void test_cmp_step(int is_idx, int D, int r, int ov) {
+    const int np = 3, W2 = (ov ? 2 : 1) * D, rd = 64, slots = (ov ? 2 : 1) * r, epb = 16;
+    const int Ts[3] = {1, 1, 3}, starts[3] = {3 * r - 1, 2 * r + 1, 5};
+    int R = 0, row0[3];
+    for (int i = 0; i < np; i++) row0[i] = R, R += Ts[i];
+    const int nblk = 6, cap = 3;
+    const size_t block_bytes = (size_t)epb * D * 4 + 256, off = 64, pool_bytes = block_bytes * nblk;
+    const size_t st_n = (size_t)slots * W2;
+    uint8_t *pool_h = xmalloc(pool_bytes);
+    for (size_t i = 0; i < pool_bytes / 4; i++) ((float *)pool_h)[i] = rnd_n();
+    int32_t tbl_h[3][3] = {{4, 1, 5}, {0, 3, 2}, {2, 5, 0}};
+    int32_t *dtbl = dup_dev(tbl_h, sizeof tbl_h);
+    float *st_h = xmalloc(sizeof(float) * np * 2 * st_n), *kvp_h = xmalloc(sizeof(float) * R * W2),
+          *scp_h = xmalloc(sizeof(float) * R * W2), *ape_h = xmalloc(sizeof(float) * r * W2);
+    fill_act(st_h, (size_t)np * 2 * st_n, 1.0f);
+    fill_act(kvp_h, (size_t)R * W2, 1.0f);
+    fill_act(scp_h, (size_t)R * W2, 1.0f);
+    fill_act(ape_h, (size_t)r * W2, 0.5f);
+    uint16_t *nw_h = xmalloc(sizeof(uint16_t) * D);
+    for (int i = 0; i < D; i++) nw_h[i] = mk_f32_to_bf16(0.5f + rnd_u());
+    mk_rope_table tab, dtab;
+    if (mk_rope_table_init(&tab, 4 * r, rd, 10000.0, 0, 16.0, 32.0, 1.0)) exit(2);
+    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
+    float *dkvp = dup_dev(kvp_h, sizeof(float) * R * W2), *dscp = dup_dev(scp_h, sizeof(float) * R * W2),
+          *dape = dup_dev(ape_h, sizeof(float) * r * W2), *dents = poisoned_dev(sizeof(float) * D);
+    uint16_t *dnw = dup_dev(nw_h, sizeof(uint16_t) * D);
+    uint8_t *got_pool[2];
+    float *got_st[2];
+    const float hs = 1.0f / sqrtf((float)D);
+    for (int way = 0; way < 2; way++) { /* 0: one launch, 1: the chain */
+        uint8_t *dpool = dup_dev(pool_h, pool_bytes);
+        float *dst_ = dup_dev(st_h, sizeof(float) * np * 2 * st_n);
+        mk_cuda_apiece ap[3];
+        for (int i = 0; i < np; i++) {
+            float *kvs = dst_ + (size_t)(2 * i) * st_n, *scs = kvs + st_n;
+            ap[i] = (mk_cuda_apiece){.tbl = dtbl + i * cap, .row0 = row0[i], .T = Ts[i], .start = starts[i],
+                                     .n_ckv = (starts[i] + Ts[i]) / r};
+            ap[i].cst[is_idx][0] = kvs;
+            ap[i].cst[is_idx][1] = scs;
+        }
+        mk_cuda_apiece *dap = dup_dev(ap, sizeof ap);
+        mk_cuda_paged pg = {dpool, NULL, block_bytes, off, epb};
+        if (way == 0) {
+            CK(mk_cuda_cmp_step_multi(ctx, dap, np, 1, is_idx, dkvp, dscp, W2, D, dape, r, ov, dnw, 1e-6f, rd, &dtab,
+                                      is_idx, hs, pg, &err_));
+        } else {
+            CK(mk_cuda_cmp_put_multi(ctx, dap, np, 1, is_idx, dkvp, dscp, W2, dape, r, ov, &err_));
+            for (int i = 0; i < np; i++) {
+                if (Ts[i] != 1 || (starts[i] + 1) % r) continue;
+                float *kvs = ap[i].cst[is_idx][0], *scs = ap[i].cst[is_idx][1];
+                CK(mk_cuda_cmp_pool(ctx, kvs, scs, W2, D, r, ov, 0, 1, dents, &err_));
+                if (ov) {
+                    CK(mk_cuda_copy(ctx, kvs, kvs + (size_t)r * W2, sizeof(float) * r * W2, &err_));
+                    CK(mk_cuda_copy(ctx, scs, scs + (size_t)r * W2, sizeof(float) * r * W2, &err_));
+                }
+                CK(mk_cuda_rmsnorm(ctx, dents, 1, D, dnw, 1e-6f, dents, &err_));
+                CK(mk_cuda_rope_step(ctx, dents + D - rd, 1, D, rd, &dtab, starts[i] + 1 - r, r, 0, &err_));
+                if (is_idx) {
+                    CK(mk_cuda_hadamard(ctx, dents, 1, D, hs, &err_));
+                    CK(mk_cuda_quant_sim(ctx, dents, 1, D, D, 32, 1, dents, &err_));
+                } else {
+                    CK(mk_cuda_quant_sim(ctx, dents, 1, D, D - rd, 64, 0, dents, &err_));
+                }
+                const int e = (starts[i] + 1) / r - 1;
+                uint8_t *row = dpool + (size_t)tbl_h[i][e / epb] * block_bytes + off + sizeof(float) * (e % epb) * D;
+                CK(mk_cuda_copy(ctx, row, dents, sizeof(float) * D, &err_));
+            }
+        }
+        got_pool[way] = xmalloc(pool_bytes);
+        got_st[way] = xmalloc(sizeof(float) * np * 2 * st_n);
+        fetch(got_pool[way], dpool, pool_bytes);
+        fetch(got_st[way], dst_, sizeof(float) * np * 2 * st_n);
+        mk_cuda_free(ctx, dpool), mk_cuda_free(ctx, dst_), mk_cuda_free(ctx, dap);
+    }
+    /* the chain did change something: the completed entry and the moved slots */
+    const int moved = memcmp(got_pool[1], pool_h, pool_bytes) != 0;
+    char shape[96];
+    snprintf(shape, sizeof shape, "%s D%d r%d%s, 3 pieces", is_idx ? "indexer" : "attention", D, r, ov ? " ov" : "");
+    n_checks++;
+    const int same = !memcmp(got_pool[0], got_pool[1], pool_bytes) &&
+                     !memcmp(got_st[0], got_st[1], sizeof(float) * np * 2 * st_n) && moved;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | one launch = the chain (states, blocks), bit for bit: %s |\n", "cmp_step_multi", shape,
+           same ? "PASS" : "FAIL");
+    for (int way = 0; way < 2; way++) free(got_pool[way]), free(got_st[way]);
+    mk_cuda_free(ctx, dtbl), mk_cuda_free(ctx, dkvp), mk_cuda_free(ctx, dscp), mk_cuda_free(ctx, dape);
+    mk_cuda_free(ctx, dents), mk_cuda_free(ctx, dnw);
+    mk_cuda_rope_table_free(ctx, &dtab);
+    mk_rope_table_free(&tab);
+    free(pool_h), free(st_h), free(kvp_h), free(scp_h), free(ape_h), free(nw_h);
+}
+
 static void test_multi_pieces(int ratio) {
     const int D = 64, win = 8, np = 3, IH = 4, ID = 64, topk = 6, bt = 64, epb = bt / 4;
     const int Ts[3] = {1, 5, 2}, starts[3] = {37, 100, 3};
@@ -1859,6 +1955,9 @@ int main(int argc, char **argv) {
         test_attn(64, 512, 24, ns3, 1000);
     }
 
+    test_cmp_step(0, 512, 4, 1);
+    test_cmp_step(1, 128, 4, 1);
+    test_cmp_step(0, 512, 128, 0);
     test_multi_pieces(4);
     test_multi_pieces(128);
     test_multi_pieces(0);

@@ -136,6 +136,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.rope_fuse = env_switch("MINKE_CUDA_ROPE_FUSE", 1);
     ctx->tune.norm_quant = env_switch("MINKE_CUDA_NORM_QUANT", 1);
     ctx->tune.moe_with_fp8 = env_switch("MINKE_CUDA_MOE_WITH_FP8", 1);
+    ctx->tune.cmp_step = env_switch("MINKE_CUDA_CMP_STEP", 1);
+    ctx->tune.graphs = env_switch("MINKE_CUDA_GRAPHS", 1);
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -212,6 +214,8 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
 /* ---- kernel trace ---------------------------------------------------------------------------- */
 
 #define MK_CUDA_TRACE_CAP 16384
+
+extern "C" int mk_cuda_trace_active(const mk_cuda_ctx *ctx) { return ctx->trace_on; }
 
 void mk_cuda_trace_mark(mk_cuda_ctx *ctx, const char *what) {
     if (ctx->trace_n >= ctx->trace_cap) return;

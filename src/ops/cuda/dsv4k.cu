@@ -344,11 +344,9 @@ extern "C" int mk_cuda_add_bcast_bf16(mk_cuda_ctx *ctx, const float *a, const fl
 /* Entry e pools its slots per channel: softmax over the slot scores, weighted sum of the slot
  * values (dsv4.c pool_slots), output rounded to bf16. Slots: segment A (rows a0.., columns 0..D,
  * nA of them), then segment B (rows b0.., columns offB.., r of them); see mk_cuda_cmp_pool. */
-__global__ void k_cmp_pool(const float *__restrict__ kv, const float *__restrict__ sc, int W2, int D,
-                           int r, int ov, int prefill, int n_ent, float *__restrict__ out) {
-    int e = blockIdx.y;
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= n_ent || ch >= D) return;
+/* Channel ch of entry e (prefill: the e-th group of the rows at kv / sc; else the state slots). */
+__device__ __forceinline__ float d_cmp_pool_ch(const float *__restrict__ kv, const float *__restrict__ sc, int W2,
+                                               int D, int r, int ov, int prefill, int e, int ch) {
     int a0, nA, b0, offB = ov ? D : 0;
     if (prefill) {
         a0 = (e - 1) * r; /* e = 0: the r rows before kv (see mk_cuda_cmp_pool) */
@@ -374,7 +372,15 @@ __global__ void k_cmp_pool(const float *__restrict__ kv, const float *__restrict
         size_t o = (size_t)(b0 + j) * W2 + offB + ch;
         acc += kv[o] * __fdiv_rn(expf(sc[o] - mx), sum);
     }
-    out[(size_t)e * D + ch] = mk_d_bf16r(acc);
+    return mk_d_bf16r(acc);
+}
+
+__global__ void k_cmp_pool(const float *__restrict__ kv, const float *__restrict__ sc, int W2, int D,
+                           int r, int ov, int prefill, int n_ent, float *__restrict__ out) {
+    int e = blockIdx.y;
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_ent || ch >= D) return;
+    out[(size_t)e * D + ch] = d_cmp_pool_ch(kv, sc, W2, D, r, ov, prefill, e, ch);
 }
 
 extern "C" int mk_cuda_cmp_pool(mk_cuda_ctx *ctx, const float *kv, const float *sc, int W2, int D,
@@ -514,6 +520,76 @@ extern "C" int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pie
     (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)((W2 + 255) / 256), (unsigned)np), 256, 0, k_cmp_put_multi, pieces, stride, which,
                                                                                            kvp, scp, W2, ape, r, ov);
     MK_CU_LAUNCHED(err, "cuda: cmp_put_multi launch");
+    return MK_OK;
+}
+
+/* A compressor's decode step for every one-token piece (mk_cuda_cmp_step_multi): block i is piece
+ * i, mk_cuda_rmsnorm_threads(D) threads. The state slot as k_cmp_put_multi; where the position
+ * completes a group, each step of the host-launched chain with its kernel's arithmetic (the pooled
+ * entry in shared memory: k_cmp_pool's channel function, k_rmsnorm's row function on the same
+ * thread count, k_rope_step's pair formula, k_hadamard's butterflies and scaling, k_quant_sim's
+ * warp per block), then the row into the piece's block. */
+__global__ void __launch_bounds__(1024) k_cmp_step_multi(const mk_cuda_apiece *__restrict__ pc, int stride, int which,
+                                                         const float *__restrict__ kvp, const float *__restrict__ scp,
+                                                         int W2, int D, const float *__restrict__ ape, int r, int ov,
+                                                         const uint16_t *__restrict__ nw, float eps, int rd,
+                                                         const float *__restrict__ cs, int tab_half, int max_pos,
+                                                         int is_idx, float hscale, mk_cuda_paged dst) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    extern __shared__ float es[];
+    const mk_cuda_apiece &P = pc[(size_t)blockIdx.x * stride];
+    if (P.T != 1) return;
+    float *kvs = P.cst[which][0], *scs = P.cst[which][1];
+    const int slot = (ov ? r : 0) + P.start % r;
+    for (int c = threadIdx.x; c < W2; c += blockDim.x) {
+        kvs[(size_t)slot * W2 + c] = kvp[(size_t)P.row0 * W2 + c];
+        scs[(size_t)slot * W2 + c] = __fadd_rn(scp[(size_t)P.row0 * W2 + c], ape[(size_t)(P.start % r) * W2 + c]);
+    }
+    if ((P.start + 1) % r) return; /* the whole block: no group completed */
+    __syncthreads();               /* the slot written above is read by other threads */
+    for (int ch = threadIdx.x; ch < D; ch += blockDim.x) es[ch] = d_cmp_pool_ch(kvs, scs, W2, D, r, ov, 0, 0, ch);
+    __syncthreads();
+    if (ov) /* the overlap slots [r, 2r) become the next group's [0, r) */
+        for (int i = threadIdx.x; i < r * W2; i += blockDim.x) {
+            kvs[i] = kvs[(size_t)r * W2 + i];
+            scs[i] = scs[(size_t)r * W2 + i];
+        }
+    mk_d_rmsnorm_row(es, D, nw, eps, es);
+    __syncthreads();
+    const int pos0 = P.start + 1 - r;
+    if (pos0 >= 0 && pos0 < max_pos) /* checked by the caller */
+        for (int i = threadIdx.x; i < rd / 2; i += blockDim.x) mk_d_rope_pair(es + D - rd, cs, tab_half, pos0, i, 0);
+    __syncthreads();
+    mk_cuda_paged pg = dst;
+    pg.tbl = P.tbl;
+    float *row = (float *)mk_d_paged_row(pg, (P.start + 1) / r - 1, D);
+    const int lane = threadIdx.x & 31, nw32 = blockDim.x >> 5;
+    if (is_idx) {
+        mk_d_hadamard_smem(es, D);
+        for (int i = threadIdx.x; i < D; i += blockDim.x) es[i] = mk_d_bf16r(__fmul_rn(es[i], hscale));
+        __syncthreads();
+        for (int b = threadIdx.x >> 5; b < (D + 31) / 32; b += nw32) quant_sim_block(es, row, D, 32, b, 1, lane);
+    } else {
+        const int nope = D - rd;
+        for (int b = threadIdx.x >> 5; b < (nope + 63) / 64; b += nw32) quant_sim_block(es, row, nope, 64, b, 0, lane);
+        for (int i = nope + threadIdx.x; i < D; i += blockDim.x) row[i] = es[i];
+    }
+}
+
+extern "C" int mk_cuda_cmp_step_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
+                                      const float *kvp, const float *scp, int W2, int D, const float *ape, int r,
+                                      int ov, const uint16_t *nw, float eps, int rd, const mk_rope_table *rope,
+                                      int is_idx, float hscale, mk_cuda_paged dst, mk_err *err) {
+    if (!ctx->tune.cmp_step || D < 1 || D > 4096 || W2 != (ov ? 2 : 1) * D || rd < 0 || rd % 2 || rd > D ||
+        rd / 2 > rope->half || !rope->cs || (is_idx && (D & (D - 1))) || r < 1 || which < 0 || which > 1)
+        return MK_ENOTSUP;
+    if (np <= 0) return MK_OK;
+    if (np > 65535 || dst.epb < 1) return mk_fail(err, MK_EINVAL, "cuda: cmp_step_multi: %d pieces, %d entries per block",
+                                                  np, dst.epb);
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)np, mk_cuda_rmsnorm_threads(D), sizeof(float) * D, k_cmp_step_multi,
+                             pieces, stride, which, kvp, scp, W2, D, ape, r, ov, nw, eps, rd, rope->cs, rope->half,
+                             rope->max_pos, is_idx, hscale, dst);
+    MK_CU_LAUNCHED(err, "cuda: cmp_step_multi launch");
     return MK_OK;
 }
 

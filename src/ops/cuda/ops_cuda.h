@@ -103,6 +103,10 @@ typedef struct {
                             * MINKE_CUDA_MOE_WITH_FP8=0 */
     int moe_route_plan;    /* 1: a one-token step's routing, weights and plan in one launch
                             * (mk_cuda_moe_route_plan; same bits); default 1, MINKE_CUDA_ROUTE_PLAN=0 */
+    int cmp_step;          /* 1: a compressor's decode step, its entry included, in one launch
+                            * (mk_cuda_cmp_step_multi; same bits); default 1, MINKE_CUDA_CMP_STEP=0 */
+    int graphs;            /* 1: the model replays its decode steps as CUDA graphs (dsv4_cuda.c);
+                            * default 1, MINKE_CUDA_GRAPHS=0 */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
@@ -116,6 +120,8 @@ void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
  * it), queued_us[i] when the host queued it and done_us[i] when the GPU finished it, both from
  * the start. done_us close to queued_us means the GPU was waiting for the host. */
 int mk_cuda_trace_start(mk_cuda_ctx *ctx, mk_err *err);
+/* Whether a trace is recording (a traced call must run as launches, not as a replayed graph). */
+int mk_cuda_trace_active(const mk_cuda_ctx *ctx);
 int mk_cuda_trace_stop(mk_cuda_ctx *ctx, int cap, const char **names, float *us, float *queued_us,
                        float *done_us, mk_err *err);
 
@@ -405,6 +411,20 @@ int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int n
 /* The decode rule of a compressor (which: 0 attention, 1 indexer) for every one-token piece: its
  * projected row kvp / scp (row0, width W2) goes to state slot (ov ? r : 0) + start % r, the score
  * row plus ape[start % r] (mk_cuda_add_ape's addition). Pieces of more tokens are left alone. */
+/* mk_cuda_cmp_put_multi, then for every one-token piece whose position completes a group of r
+ * (the device decides: (start + 1) % r == 0) the entry the host-launched chain would make, in the
+ * same launch and with the same bits: mk_cuda_cmp_pool (decode rule) of the piece's state, the
+ * overlap slots [r, 2r) moved to [0, r) (ov), mk_cuda_rmsnorm (weight nw, eps), mk_cuda_rope_step
+ * of the last rd values at position start + 1 - r, then the indexer's mk_cuda_hadamard(hscale) and
+ * mk_cuda_quant_sim(32, FP4) (is_idx) or the attention's mk_cuda_quant_sim(64, FP8) of the first
+ * D - rd values; the row goes to entry (start + 1) / r - 1 of dst (the piece's block table; dst.tbl
+ * is ignored). W2 = (ov ? 2 : 1) D. A position past the rope table is the caller's to refuse.
+ * MK_ENOTSUP (nothing launched) when tuning's cmp_step is off or the shape is not covered: the
+ * caller then runs the chain. */
+int mk_cuda_cmp_step_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
+                           const float *kvp, const float *scp, int W2, int D, const float *ape, int r, int ov,
+                           const uint16_t *nw, float eps, int rd, const mk_rope_table *rope, int is_idx,
+                           float hscale, mk_cuda_paged dst, mk_err *err);
 int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
                           const float *kvp, const float *scp, int W2, const float *ape, int r, int ov, mk_err *err);
 /* Snapshot of the ring after position e (>= win - 1) into dst bf16 [win, D] (slot q % win): rows
