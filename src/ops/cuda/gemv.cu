@@ -625,6 +625,138 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 }
 
 
+/* The decode expert GEMV with its weights landed in shared memory by bulk copies (moe_bulk tuning):
+ * the arithmetic of moe_fp4_body<., SL> (each warp its k-range [warp per, warp per + per) in
+ * order, fp4l_step per 128-block and slab, the warps summed in warp order: the same bits), but
+ * instead of two register stages per warp every warp's range of the block's SL * 16 rows (and the
+ * rows' block scales) is requested at the block's start, before the wait for the previous kernel,
+ * as one bulk copy per row and warp (a transaction barrier per warp: a warp computes as soon as
+ * its bytes have landed). Dynamic shared memory (bulk_smem): the rows at a stride of k/2 + 64
+ * bytes and the scale rows at k/32 + 16 (no bank conflicts between the lanes' rows). */
+static size_t bulk_smem(int k, int SL) {
+    return (size_t)SL * 16 * ((size_t)k / 2 + 64) + (size_t)SL * 16 * ((size_t)k / 32 + 16);
+}
+
+/* Whether the bulk path takes k (scale rows of a multiple of 16 bytes) and fits the device. */
+static int bulk_ok(const mk_cuda_ctx *ctx, int k) {
+    return ctx->tune.moe_bulk && k % 512 == 0 && bulk_smem(k, 2) <= ctx->caps.smem_optin;
+}
+
+template <int SL>
+__device__ __forceinline__ void moe_fp4_bulk_body(const uint3 bid, const void *const *__restrict__ Wt,
+                                                  const uint8_t *const *__restrict__ St,
+                                                  const void *const *__restrict__ Wt3,
+                                                  const uint8_t *const *__restrict__ St3,
+                                                  const uint8_t *__restrict__ xq, const float *__restrict__ sa,
+                                                  int n, int k, int per, const int32_t *__restrict__ plan, int TK,
+                                                  int E, int by_token, float *__restrict__ y,
+                                                  float *__restrict__ y3, int round, uint8_t *dsm) {
+    __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
+    __shared__ float tile[SL][8 * 16];
+    __shared__ uint64_t bar[GEMV_MAXW + 1]; /* per warp: its rows' range; the last: the scale rows */
+    if (bid.z) Wt = Wt3, St = St3, y = y3;
+    const int G = TK < E ? TK : E, grp = bid.y;
+    if (grp >= plan[0]) { /* the plan is two kernels old, as for moe_fp4_body */
+        mk_d_pdl_wait();
+        return;
+    }
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
+    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, nsb = k >> 5, NR = SL * 16;
+    const size_t rowb = (size_t)k >> 1;
+    const int rs = (int)rowb + 64, ss = nsb + 16;
+    uint8_t *wsm = dsm, *ssm = dsm + (size_t)NR * rs;
+    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
+    const size_t r0g = (size_t)bid.x * NR; /* the block's first row */
+    if (threadIdx.x == 0) {
+        for (int i = 0; i <= GEMV_MAXW; i++) mk_d_mbar_init(&bar[i], 1);
+        mk_d_mbar_init_fence();
+    }
+    __syncthreads();
+    if (warp == 0) { /* the scale rows: one copy per row */
+        if (lane == 0) mk_d_mbar_arrive_tx(&bar[GEMV_MAXW], (unsigned)(NR * nsb));
+        __syncwarp();
+        for (int r = lane; r < NR; r += 32)
+            mk_d_bulk_g2s(ssm + (size_t)r * ss, S + (r0g + r) * nsb, (unsigned)nsb, &bar[GEMV_MAXW]);
+    }
+    if (kb1 > kb0) { /* this warp's range of every row */
+        const unsigned bytes = (unsigned)(kb1 - kb0) * 64;
+        if (lane == 0) mk_d_mbar_arrive_tx(&bar[warp], bytes * NR);
+        __syncwarp();
+        for (int r = lane; r < NR; r += 32)
+            mk_d_bulk_g2s(wsm + (size_t)r * rs + (size_t)kb0 * 64, W + (r0g + r) * rowb + (size_t)kb0 * 64, bytes,
+                          &bar[warp]);
+    }
+    mk_d_pdl_wait();
+    mk_d_mbar_wait(&bar[GEMV_MAXW], 0);
+    if (kb1 > kb0) mk_d_mbar_wait(&bar[warp], 0);
+    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
+        const int m = min(8, c_hi - c0);
+        const int xr = g < m ? (by_token ? stok[c0 + g] : c0 + g) : 0; /* the lane's token column */
+        const int rr0 = 2 * t < m ? (by_token ? stok[c0 + 2 * t] : c0 + 2 * t) : -1;
+        const int rr1 = 2 * t + 1 < m ? (by_token ? stok[c0 + 2 * t + 1] : c0 + 2 * t + 1) : -1;
+        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
+        float acc[SL][4];
+#pragma unroll
+        for (int q = 0; q < SL; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+#pragma unroll 2
+        for (int kb = kb0; kb < kb1; kb++) {
+            uint2 x[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) x[j] = g < m ? *(const uint2 *)(xp + (size_t)kb * 128 + 32 * j) : make_uint2(0, 0);
+            const float s0 = rr0 >= 0 ? sa[(size_t)rr0 * nb + kb] : 0.0f;
+            const float s1 = rr1 >= 0 ? sa[(size_t)rr1 * nb + kb] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < SL; q++) {
+                const uint8_t *w0 = wsm + (size_t)(q * 16 + g) * rs + (size_t)kb * 64 + t * 16;
+                const uint4 a0 = *(const uint4 *)w0, a1 = *(const uint4 *)(w0 + (size_t)8 * rs);
+                const uint32_t sw0 = *(const uint32_t *)(ssm + (size_t)(q * 16 + g) * ss + 4 * kb);
+                const uint32_t sw1 = *(const uint32_t *)(ssm + (size_t)(q * 16 + g + 8) * ss + 4 * kb);
+                fp4l_step(a0, a1, sw0, sw1, x, s0, s1, acc[q]);
+            }
+        }
+        float r[SL * 4];
+#pragma unroll
+        for (int q = 0; q < SL; q++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) r[q * 4 + i] = acc[q][i];
+        gemv_reduce<SL * 4>(r, red);
+        if (warp == 0) {
+#pragma unroll
+            for (int q = 0; q < SL; q++) {
+                const int c0c = 2 * t, c1c = 2 * t + 1;
+                if (c0c < m) tile[q][c0c * 16 + g] = r[q * 4 + 0], tile[q][c0c * 16 + g + 8] = r[q * 4 + 2];
+                if (c1c < m) tile[q][c1c * 16 + g] = r[q * 4 + 1], tile[q][c1c * 16 + g + 8] = r[q * 4 + 3];
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < SL * m * 16; i += nthr) {
+            const int q = i / (m * 16), j = i - q * m * 16;
+            y[(size_t)(c0 + (j >> 4)) * n + (bid.x * SL + q) * 16 + (j & 15)] = gemv_out(tile[q][j], round);
+        }
+        __syncthreads();
+    }
+}
+
+template <int SL>
+__global__ void __launch_bounds__(256, 2) k_moe_fp4_bulk(const void *const *__restrict__ Wt,
+                                                         const uint8_t *const *__restrict__ St,
+                                                         const void *const *__restrict__ Wt3,
+                                                         const uint8_t *const *__restrict__ St3,
+                                                         const uint8_t *__restrict__ xq,
+                                                         const float *__restrict__ sa, int n, int k, int per,
+                                                         const int32_t *__restrict__ plan, int TK, int E,
+                                                         int by_token, float *__restrict__ y,
+                                                         float *__restrict__ y3, int round) {
+    extern __shared__ __align__(16) uint8_t bulk_dsm[];
+    mk_d_pdl_launch_dependents();
+    moe_fp4_bulk_body<SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round,
+                          bulk_dsm);
+}
+
 template <int U, int SL>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
@@ -643,6 +775,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
  * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
  * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
  * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
+template <bool BULK>
 __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -656,9 +789,13 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
         float *__restrict__ fy2) {
+    extern __shared__ __align__(16) uint8_t with_dsm[];
     mk_d_pdl_launch_dependents();
     const int b = blockIdx.x, nm = mx * my * mz;
-    if (b < nm)
+    if (b < nm && BULK)
+        moe_fp4_bulk_body<2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per,
+                             plan, TK, E, by_token, y, y3, round, with_dsm);
+    else if (b < nm)
         moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
@@ -790,7 +927,14 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs;
-    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0 && bulk_ok(ctx, k)) {
+        /* decode, two slabs per block, the weights by bulk copies */
+        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_BULK, (const void *)k_moe_fp4_bulk<2>, ctx->caps.smem_optin, err);
+        if (st) return st;
+        grid.x = (unsigned)(n / 32);
+        e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), bulk_smem(k, 2), k_moe_fp4_bulk<2>, W, S, W3, S3, xq, sa, n, k,
+                               per, plan, TK, E, by_token, y, y3, round);
+    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
@@ -826,7 +970,14 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
-    cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32, k_moe_fp4_with_fp8, W, S,
+    const int bulk = bulk_ok(ctx, k);
+    if (bulk) {
+        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_BULK_WITH, (const void *)k_moe_fp4_with_fp8<true>,
+                                    ctx->caps.smem_optin, err);
+        if (st) return st;
+    }
+    cudaError_t e = mk_cuda_launch_pdl(ctx, dim3((unsigned)(mx * my * mz + fslabs)), dim3(GEMV_MAXW * 32),
+                                bulk ? bulk_smem(k, 2) : 0, bulk ? k_moe_fp4_with_fp8<true> : k_moe_fp4_with_fp8<false>, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
