@@ -47,8 +47,11 @@ int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t 
     if (bytes > ctx->caps.smem_optin)
         return mk_fail(err, MK_ENOTSUP, "cuda: a kernel needs %zu bytes of shared memory, the device "
                        "allows %zu", bytes, ctx->caps.smem_optin);
-    MK_CU_TRY(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-              err, "cudaFuncSetAttribute(max dynamic shared memory)");
+    cudaError_t e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for the next launch's check */
+        return mk_cuda_fail(err, e, "cudaFuncSetAttribute(max dynamic shared memory)");
+    }
     ctx->optin |= 1u << bit;
     return MK_OK;
 }
