@@ -140,7 +140,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.norm_quant = env_switch("MINKE_CUDA_NORM_QUANT", 1);
     ctx->tune.moe_with_fp8 = env_switch("MINKE_CUDA_MOE_WITH_FP8", 1);
     ctx->tune.cmp_step = env_switch("MINKE_CUDA_CMP_STEP", 1);
-    ctx->tune.moe_bulk = env_switch("MINKE_CUDA_MOE_BULK", 1);
     ctx->tune.graphs = env_switch("MINKE_CUDA_GRAPHS", 1);
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));

@@ -94,7 +94,7 @@ void mk_cuda_note(mk_cuda_ctx *ctx, unsigned bit, const char *msg);
  * and context (bit: the kernel's slot in ctx->optin; the call is not repeated, so launches can be
  * captured into graphs). `bytes` must not grow between calls for one bit. */
 enum { MK_OPTIN_GEMM64 = 0, MK_OPTIN_GEMM128, MK_OPTIN_ATTN8, MK_OPTIN_ATTN4, MK_OPTIN_ATTN2,
-       MK_OPTIN_ATTN1, MK_OPTIN_MOE_STAGED, MK_OPTIN_MOE_BULK, MK_OPTIN_MOE_BULK_WITH };
+       MK_OPTIN_ATTN1, MK_OPTIN_MOE_STAGED };
 int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t bytes, mk_err *err);
 
 /* Threads per row of the RMSNorm kernel (basic.cu): about 4 values each, by d only (a row's bits
@@ -293,39 +293,6 @@ __device__ __forceinline__ void mk_d_cp_async_commit(void) {
 }
 template <int N> __device__ __forceinline__ void mk_d_cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* mbarrier and bulk copies (sm_90): a transaction barrier in shared memory that completes its phase
- * when its arrivals have happened and the bytes announced by expect_tx have landed. */
-__device__ __forceinline__ void mk_d_mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mk_d_smem_addr(bar)), "r"(count));
-}
-/* Makes initialized barriers visible to the bulk copies (the async proxy). */
-__device__ __forceinline__ void mk_d_mbar_init_fence(void) {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-/* One arrival that also announces `bytes` more to land in this phase. */
-__device__ __forceinline__ void mk_d_mbar_arrive_tx(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mk_d_smem_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-/* Waits until phase `parity` of the barrier has completed. */
-__device__ __forceinline__ void mk_d_mbar_wait(uint64_t *bar, unsigned parity) {
-    uint32_t done = 0;
-    while (!done)
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(mk_d_smem_addr(bar)), "r"(parity)
-                     : "memory");
-}
-/* Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
- * memory, counted on bar. */
-__device__ __forceinline__ void mk_d_bulk_g2s(void *smem, const void *gmem, unsigned bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     mk_d_smem_addr(smem)),
-                 "l"(gmem), "r"(bytes), "r"(mk_d_smem_addr(bar))
-                 : "memory");
 }
 
 /* ldmatrix x4 (four 8x8 b16 matrices = four 8-row x 16-byte tiles): lane l gives the address of

@@ -625,148 +625,6 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 }
 
 
-/* The decode expert GEMV as a pipeline (moe_bulk tuning): a grid of about two blocks per SM, each
- * block taking the work items (slab, expert group, matrix) b, b + gridDim, ... with two stages of
- * shared memory: while it computes one item, the next one's weight rows and block scales land by
- * bulk copies (one per row and warp range, a transaction barrier per stage and warp: a warp
- * computes as soon as its own bytes are there). The arithmetic is moe_fp4_body's (each warp its
- * k-range [warp per, warp per + per) in order, fp4l_step per 128-block, the warps summed in warp
- * order): the same bits. Dynamic shared memory (bulk_smem): per stage, the rows at a stride of
- * k/2 + 64 bytes and the scale rows at k/32 + 16 (no bank conflicts between the lanes' rows). */
-static size_t bulk_stage(int k) { return (size_t)16 * ((size_t)k / 2 + 64) + (size_t)16 * ((size_t)k / 32 + 16); }
-static size_t bulk_smem(int k) { return 2 * bulk_stage(k); }
-
-#define BULK_MAXK 8192 /* the kernels opt in to bulk_smem(BULK_MAXK) once */
-/* Whether the pipeline takes k (scale rows of a multiple of 16 bytes) and fits the device. */
-static int bulk_ok(const mk_cuda_ctx *ctx, int k) {
-    return ctx->tune.moe_bulk && k % 512 == 0 && k <= BULK_MAXK &&
-           bulk_smem(BULK_MAXK) + 16 * 1024 <= ctx->caps.smem_optin; /* + the static arrays */
-}
-/* Blocks of the pipeline for items work items. */
-static int bulk_blocks(const mk_cuda_ctx *ctx, int items) {
-    const int b = 2 * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
-    return items < b ? items : b;
-}
-
-__device__ __forceinline__ void moe_fp4_pipe_body(int b0, int nblk, int mx, int my, int mz,
-                                                  const void *const *__restrict__ Wt,
-                                                  const uint8_t *const *__restrict__ St,
-                                                  const void *const *__restrict__ Wt3,
-                                                  const uint8_t *const *__restrict__ St3,
-                                                  const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                                  int n, int k, int per, const int32_t *__restrict__ plan, int TK,
-                                                  int E, int by_token, float *__restrict__ y1,
-                                                  float *__restrict__ y3, int round, uint8_t *dsm) {
-    __shared__ float red[GEMV_MAXW * 32 * 4];
-    __shared__ float tile[8 * 16];
-    __shared__ uint64_t bar[2][GEMV_MAXW + 1]; /* [stage][warp: its rows' range; GEMV_MAXW: the scale rows] */
-    const int G = TK < E ? TK : E, items = mx * my * mz;
-    const int ng = plan[0]; /* the plan is two kernels old, as for moe_fp4_body */
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
-    const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5;
-    const size_t rowb = (size_t)k >> 1;
-    const int rs = (int)rowb + 64, ss = nsb + 16;
-    const size_t stage = (size_t)16 * rs + (size_t)16 * ss;
-    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
-    if (threadIdx.x == 0) {
-        for (int q = 0; q < 2; q++)
-            for (int i = 0; i <= GEMV_MAXW; i++) mk_d_mbar_init(&bar[q][i], 1);
-        mk_d_mbar_init_fence();
-    }
-    __syncthreads();
-    /* this warp's copies of item it into stage q (nothing for an unused expert group) */
-    auto issue = [&](int it, int q) {
-        const int ix = it % mx, iy = (it / mx) % my, iz = it / (mx * my);
-        if (iy >= ng) return;
-        const int ex = gexp[iy];
-        const uint8_t *W = (const uint8_t *)(iz ? Wt3 : Wt)[ex], *S = (iz ? St3 : St)[ex];
-        uint8_t *wsm = dsm + (size_t)q * stage, *ssm = wsm + (size_t)16 * rs;
-        const size_t r0g = (size_t)ix * 16;
-        if (warp == 0) {
-            if (lane == 0) mk_d_mbar_arrive_tx(&bar[q][GEMV_MAXW], (unsigned)(16 * nsb));
-            __syncwarp();
-            if (lane < 16) mk_d_bulk_g2s(ssm + (size_t)lane * ss, S + (r0g + lane) * nsb, (unsigned)nsb, &bar[q][GEMV_MAXW]);
-        }
-        if (kb1 > kb0) {
-            const unsigned bytes = (unsigned)(kb1 - kb0) * 64;
-            if (lane == 0) mk_d_mbar_arrive_tx(&bar[q][warp], bytes * 16);
-            __syncwarp();
-            if (lane < 16)
-                mk_d_bulk_g2s(wsm + (size_t)lane * rs + (size_t)kb0 * 64, W + (r0g + lane) * rowb + (size_t)kb0 * 64,
-                              bytes, &bar[q][warp]);
-        }
-    };
-    unsigned ph[2] = {0, 0}; /* completed phases per stage */
-    if (b0 < items) issue(b0, 0);
-    if (b0 + nblk < items) issue(b0 + nblk, 1);
-    mk_d_pdl_wait();
-    int j = 0;
-    for (int it = b0; it < items; it += nblk, j++) {
-        const int q = j & 1;
-        const int ix = it % mx, iy = (it / mx) % my, iz = it / (mx * my);
-        if (iy < ng) {
-            mk_d_mbar_wait(&bar[q][GEMV_MAXW], ph[q] & 1);
-            if (kb1 > kb0) mk_d_mbar_wait(&bar[q][warp], ph[q] & 1);
-            ph[q]++;
-            float *y = iz ? y3 : y1;
-            const uint8_t *wsm = dsm + (size_t)q * stage, *ssm = wsm + (size_t)16 * rs;
-            const int c_lo = goff[iy], c_hi = goff[iy + 1];
-            for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
-                const int m = min(8, c_hi - c0);
-                const int xr = g < m ? (by_token ? stok[c0 + g] : c0 + g) : 0; /* the lane's token column */
-                const int rr0 = 2 * t < m ? (by_token ? stok[c0 + 2 * t] : c0 + 2 * t) : -1;
-                const int rr1 = 2 * t + 1 < m ? (by_token ? stok[c0 + 2 * t + 1] : c0 + 2 * t + 1) : -1;
-                const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
-                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 2
-                for (int kb = kb0; kb < kb1; kb++) {
-                    uint2 x[4];
-#pragma unroll
-                    for (int jj = 0; jj < 4; jj++)
-                        x[jj] = g < m ? *(const uint2 *)(xp + (size_t)kb * 128 + 32 * jj) : make_uint2(0, 0);
-                    const float s0 = rr0 >= 0 ? sa[(size_t)rr0 * nb + kb] : 0.0f;
-                    const float s1 = rr1 >= 0 ? sa[(size_t)rr1 * nb + kb] : 0.0f;
-                    const uint8_t *w0 = wsm + (size_t)g * rs + (size_t)kb * 64 + t * 16;
-                    const uint4 a0 = *(const uint4 *)w0, a1 = *(const uint4 *)(w0 + (size_t)8 * rs);
-                    const uint32_t sw0 = *(const uint32_t *)(ssm + (size_t)g * ss + 4 * kb);
-                    const uint32_t sw1 = *(const uint32_t *)(ssm + (size_t)(g + 8) * ss + 4 * kb);
-                    fp4l_step(a0, a1, sw0, sw1, x, s0, s1, acc);
-                }
-                gemv_reduce<4>(acc, red);
-                if (warp == 0) {
-                    const int c0c = 2 * t, c1c = 2 * t + 1;
-                    if (c0c < m) tile[c0c * 16 + g] = acc[0], tile[c0c * 16 + g + 8] = acc[2];
-                    if (c1c < m) tile[c1c * 16 + g] = acc[1], tile[c1c * 16 + g + 8] = acc[3];
-                }
-                __syncthreads();
-                for (int i = threadIdx.x; i < m * 16; i += nthr)
-                    y[(size_t)(c0 + (i >> 4)) * n + ix * 16 + (i & 15)] = gemv_out(tile[i], round);
-                __syncthreads();
-            }
-        }
-        __syncthreads(); /* every warp is done with stage q: the item after the next lands there */
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        if (it + 2 * nblk < items) issue(it + 2 * nblk, q);
-    }
-}
-
-__global__ void __launch_bounds__(256, 2) k_moe_fp4_bulk(int mx, int my, int mz, const void *const *__restrict__ Wt,
-                                                         const uint8_t *const *__restrict__ St,
-                                                         const void *const *__restrict__ Wt3,
-                                                         const uint8_t *const *__restrict__ St3,
-                                                         const uint8_t *__restrict__ xq,
-                                                         const float *__restrict__ sa, int n, int k, int per,
-                                                         const int32_t *__restrict__ plan, int TK, int E,
-                                                         int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round) {
-    extern __shared__ __align__(16) uint8_t bulk_dsm[];
-    mk_d_pdl_launch_dependents();
-    moe_fp4_pipe_body((int)blockIdx.x, (int)gridDim.x, mx, my, mz, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E,
-                      by_token, y, y3, round, bulk_dsm);
-}
-
 template <int U, int SL>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
@@ -785,7 +643,6 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
  * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
  * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
  * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
-template <bool BULK>
 __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -795,18 +652,13 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int mx, int my, int mz,
-                                                         int nbulk,
         const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
         float *__restrict__ fy2) {
-    extern __shared__ __align__(16) uint8_t with_dsm[];
     mk_d_pdl_launch_dependents();
-    const int b = blockIdx.x, nm = BULK ? nbulk : mx * my * mz;
-    if (b < nm && BULK) /* the pipeline over 16-row slabs (mx counts 32-row ones) */
-        moe_fp4_pipe_body(b, nbulk, 2 * mx, my, mz, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3,
-                          round, with_dsm);
-    else if (b < nm)
+    const int b = blockIdx.x, nm = mx * my * mz;
+    if (b < nm)
         moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
@@ -938,14 +790,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs;
-    if (T == 1 && bulk_ok(ctx, k)) { /* decode: the pipeline */
-        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_BULK, (const void *)k_moe_fp4_bulk, bulk_smem(BULK_MAXK), err);
-        if (st) return st;
-        const int items = (int)(grid.x * grid.y * grid.z);
-        e = mk_cuda_launch_pdl(ctx, dim3((unsigned)bulk_blocks(ctx, items)), dim3(nw * 32), bulk_smem(k),
-                               k_moe_fp4_bulk, (int)grid.x, (int)grid.y, (int)grid.z, W, S, W3, S3, xq, sa, n, k, per,
-                               plan, TK, E, by_token, y, y3, round);
-    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
@@ -981,15 +826,8 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
-    const int bulk = bulk_ok(ctx, k), nbulk = bulk ? bulk_blocks(ctx, 2 * mx * my * mz) : 0;
-    if (bulk) {
-        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_BULK_WITH, (const void *)k_moe_fp4_with_fp8<true>,
-                                    bulk_smem(BULK_MAXK), err);
-        if (st) return st;
-    }
-    cudaError_t e = mk_cuda_launch_pdl(ctx, dim3((unsigned)((bulk ? nbulk : mx * my * mz) + fslabs)), dim3(GEMV_MAXW * 32),
-                                bulk ? bulk_smem(k) : 0, bulk ? k_moe_fp4_with_fp8<true> : k_moe_fp4_with_fp8<false>, W, S,
-                                W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mx, my, mz, nbulk,
+    cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32, k_moe_fp4_with_fp8, W, S,
+                                W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
                                 f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2);

@@ -101,8 +101,6 @@ typedef struct {
     int moe_with_fp8;      /* 1: the shared expert's FP8 GEMVs ride along in the routed experts' decode
                             * launches (mk_cuda_moe_gemv_fp4_with; same bits); default 1,
                             * MINKE_CUDA_MOE_WITH_FP8=0 */
-    int moe_bulk;          /* 1: the decode FP4 expert GEMV lands its weights in shared memory by bulk
-                            * copies (k_moe_fp4_bulk; same bits); default 1, MINKE_CUDA_MOE_BULK=0 */
     int moe_route_plan;    /* 1: a one-token step's routing, weights and plan in one launch
                             * (mk_cuda_moe_route_plan; same bits); default 1, MINKE_CUDA_ROUTE_PLAN=0 */
     int cmp_step;          /* 1: a compressor's decode step, its entry included, in one launch
