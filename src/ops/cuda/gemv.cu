@@ -49,8 +49,6 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
-#include <type_traits>
-
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
 
@@ -474,21 +472,6 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
  * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
  * x columns 2t, 2t + 1 as the MMA's C fragment. */
-/* One 128-block of the lane-ordered FP4 rows g, g + 8 against the activations' (x, scales sa0 / sa1
- * of the lane's C columns 2t, 2t + 1) into acc. Each 32-block is the e4m3 MMA m16n8k32 of the
- * widened nibbles, written out as the two f16 MMAs m16n8k16 that sm_90 runs it as (the low byte
- * pairs of every fragment register, then the high pairs accumulating onto them; e4m3 -> f16 is
- * exact), without the emulation's final addition of the zero C (it only turns -0 into +0, which the
- * sum into acc, never -0, does anyway): the same bits in fewer instructions. ONE: only C column 0
- * is wanted (one slot: acc[1] / acc[3] are left alone). */
-__device__ __forceinline__ uint32_t fp4l_lo(uint32_t w) { return mk_d_e4m3x2_to_f16x2(w); }
-__device__ __forceinline__ uint32_t fp4l_hi(uint32_t w) {
-    uint32_t r;
-    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(r) : "r"(w));
-    return r;
-}
-
-template <bool ONE = false>
 __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                           const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
 #pragma unroll
@@ -499,16 +482,13 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
         mk_d_fp4x8_to_e4m3(w0, e0, o0);
         mk_d_fp4x8_to_e4m3(w1, e1, o1);
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mk_d_mma_f16(c, fp4l_lo(e0), fp4l_lo(e1), fp4l_lo(o0), fp4l_lo(o1), fp4l_lo(x[q].x), fp4l_lo(x[q].y));
-        mk_d_mma_f16(c, fp4l_hi(e0), fp4l_hi(e1), fp4l_hi(o0), fp4l_hi(o1), fp4l_hi(x[q].x), fp4l_hi(x[q].y));
+        mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
         /* 64 undoes the 2^-6 of the widened nibbles; every factor is a power of two (exact) */
         const float s0 = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1 = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
+        acc[1] = fmaf(c[1], sa1 * s0, acc[1]);
         acc[2] = fmaf(c[2], sa0 * s1, acc[2]);
-        if (!ONE) {
-            acc[1] = fmaf(c[1], sa1 * s0, acc[1]);
-            acc[3] = fmaf(c[3], sa1 * s1, acc[3]);
-        }
+        acc[3] = fmaf(c[3], sa1 * s1, acc[3]);
     }
 }
 
@@ -591,43 +571,36 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
         float acc[SL][4];
 #pragma unroll
         for (int q = 0; q < SL; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
-        /* the k loop, with C column 0 only where the chunk is one slot (a decode's expert) */
-        auto kloop = [&](auto one) {
-            for (int kb = kb0; kb < kb1; kb += U) {
-                uint4 a[SL][U][2];
-                uint32_t sw[SL][U][2];
-                uint2 x[U][4];
-                float s0[U], s1[U];
+        for (int kb = kb0; kb < kb1; kb += U) {
+            uint4 a[SL][U][2];
+            uint32_t sw[SL][U][2];
+            uint2 x[U][4];
+            float s0[U], s1[U];
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (kb + u < kb1) {
+            for (int u = 0; u < U; u++) {
+                if (kb + u < kb1) {
 #pragma unroll
-                        for (int q = 0; q < SL; q++) {
-                            a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
-                            a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
-                            sw[q][u][0] = *(const uint32_t *)(s0p[q] + 4 * (kb + u));
-                            sw[q][u][1] = *(const uint32_t *)(s1p[q] + 4 * (kb + u));
-                        }
-#pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            x[u][j] = g < m ? *(const uint2 *)(xp + (size_t)(kb + u) * 128 + 32 * j) : make_uint2(0, 0);
-                        s0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
-                        s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
+                    for (int q = 0; q < SL; q++) {
+                        a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
+                        a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
+                        sw[q][u][0] = *(const uint32_t *)(s0p[q] + 4 * (kb + u));
+                        sw[q][u][1] = *(const uint32_t *)(s1p[q] + 4 * (kb + u));
                     }
-                }
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (kb + u < kb1) {
-#pragma unroll
-                        for (int q = 0; q < SL; q++)
-                            fp4l_step<decltype(one)::value>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u],
-                                                            s1[u], acc[q]);
-                    }
+                    for (int j = 0; j < 4; j++)
+                        x[u][j] = g < m ? *(const uint2 *)(xp + (size_t)(kb + u) * 128 + 32 * j) : make_uint2(0, 0);
+                    s0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
+                    s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-        };
-        if (m == 1) kloop(std::true_type{});
-        else kloop(std::false_type{});
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (kb + u < kb1) {
+#pragma unroll
+                    for (int q = 0; q < SL; q++) fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                }
+            }
+        }
         float r[SL * 4];
 #pragma unroll
         for (int q = 0; q < SL; q++)
