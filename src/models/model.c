@@ -71,12 +71,16 @@ static int upload_cuda(mk_model *m, int dev, mk_err *err) {
     /* the main linear kinds of a decode step (m = 1): attention, routed and shared experts, head */
     const dsv4_layer *l0 = &m->dsv4->layers[0];
     const mk_cuda_kernel K = MK_CUDA_K_AUTO;
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(m->cuda, &tu);
     fprintf(stderr,
             "minke: cuda: %s; %s; weights uploaded: %.2f GiB (%zu bytes); decode kernels (m = 1): attention "
-            "wq_a %s, routed experts %s, shared expert %s, head %s\n",
+            "wq_a %s, routed experts %s, shared expert %s, head %s; decode steps %s\n",
             desc, more ? more : "", (double)dsv4_cuda_weight_bytes(m->gpu) / (1u << 30), dsv4_cuda_weight_bytes(m->gpu),
             mk_cuda_linear_kernel_name(m->cuda, K, &l0->wq_a, 1), mk_cuda_linear_kernel_name(m->cuda, K, &l0->experts[0].w1, 1),
-            mk_cuda_linear_kernel_name(m->cuda, K, &l0->shared.w1, 1), mk_cuda_linear_kernel_name(m->cuda, K, &m->dsv4->head, 1));
+            mk_cuda_linear_kernel_name(m->cuda, K, &l0->shared.w1, 1), mk_cuda_linear_kernel_name(m->cuda, K, &m->dsv4->head, 1),
+            tu.graphs && tu.cmp_step ? "replayed as CUDA graphs (MINKE_CUDA_GRAPHS=0: as launches)"
+                                     : "as launches (CUDA graphs off by MINKE_CUDA_GRAPHS / MINKE_CUDA_CMP_STEP)");
     return MK_OK;
 }
 #endif
