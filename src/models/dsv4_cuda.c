@@ -343,12 +343,14 @@ size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p) { return p->lay.bytes
 
 /* A captured decode step and what it was captured for: the piece count, the indexer's score
  * columns (idx_cols), the head's mode (0: no logits, 1: logits rows, 2: and their argmax) and the
- * KV pool (whose base the kernels' arguments hold). */
+ * KV pool's device base and block size (which the kernels' arguments hold; the layout within a
+ * block follows from the model and the block size). */
 #define GRAPH_SLOTS 16
 typedef struct {
     mk_cuda_graph *g;
     int np, n_cap, mode;
-    const void *pool;
+    const void *base;
+    size_t block_bytes;
     unsigned long used;
 } ggraph;
 
@@ -1671,11 +1673,13 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
     dsv4_cuda_work *w = C->w;
     mk_cuda_ctx *ctx = C->ctx;
     const int mode = head_mode(C);
-    const void *pool = C->pc[0].s->pool;
+    const dsv4_cuda_pool *pool = C->pc[0].s->pool;
     ggraph *e = NULL, *lru = &w->graphs[0];
     for (int i = 0; i < GRAPH_SLOTS; i++) {
         ggraph *q = &w->graphs[i];
-        if (q->g && q->np == C->np && q->n_cap == n_cap && q->mode == mode && q->pool == pool) e = q;
+        if (q->g && q->np == C->np && q->n_cap == n_cap && q->mode == mode && q->base == pool->base &&
+            q->block_bytes == pool->lay.bytes)
+            e = q;
         if (!q->g || (lru->g && q->used < lru->used)) lru = q;
     }
     C->no_sync = 1;
@@ -1702,7 +1706,7 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
             return run_call(C, err);
         }
         mk_cuda_graph_free(lru->g);
-        *lru = (ggraph){gr, C->np, n_cap, mode, pool, 0};
+        *lru = (ggraph){gr, C->np, n_cap, mode, pool->base, pool->lay.bytes, 0};
         e = lru;
         w->gcount.captured++;
     }
