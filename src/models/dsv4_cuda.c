@@ -1619,7 +1619,8 @@ static int graph_ok(const gcall *C, int *n_cap) {
     const dsv4_config *c = &C->g->m->cfg;
     mk_cuda_tuning tu;
     mk_cuda_ctx_get_tuning(C->ctx, &tu);
-    if (!tu.graphs || !tu.cmp_step || C->w->graphs_off || prof_on() || mk_cuda_trace_active(C->ctx) || c->n_layers < 1 || head_mode(C) < 0)
+    if (!tu.graphs || !tu.cmp_step || C->w->graphs_off || prof_on() || mk_cuda_trace_active(C->ctx) ||
+        c->n_layers < 1 || head_mode(C) < 0)
         return 0;
     if (C->hk && (C->hk->dump || C->hk->indexer || C->hk->moe)) return 0;
     int n_all = 0, idx = 0;

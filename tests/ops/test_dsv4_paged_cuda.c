@@ -44,10 +44,10 @@ static void fill(int32_t *t, int n, int vocab, unsigned seed) {
     }
 }
 
-/* A standalone sequence fed `chunks` (summing to n) of toks, then NDEC decodes of dec; the logits
- * after the prompt into out[0], after decode i into out[1 + i]. */
 static dsv4_cuda_graph_counts last_counts; /* the graph counts of run_alone's sequence */
 
+/* A standalone sequence fed `chunks` (summing to n) of toks, then NDEC decodes of dec; the logits
+ * after the prompt into out[0], after decode i into out[1 + i]. */
 static void run_alone(dsv4_cuda *g, const int32_t *toks, const int *chunks, int nch, const int32_t *dec, int vocab,
                       float *out) {
     mk_err err = {0};

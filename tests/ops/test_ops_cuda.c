@@ -1494,13 +1494,6 @@ static void test_swiglu_quant(int m, int k, int moe, int perm) {
     free(g), free(u), free(sw), free(a1), free(a2), free(b1), free(b2), free(c1), free(c2);
 }
 
-/* ---- several pieces in one launch (the engine's batched steps) ----------------------------------
- * attn_rows_multi / ring_put_multi / index_multi over three pieces of different sequences (own
- * block tables and rings) against the host's rules (dsv4.c): each row's list of KV rows (its
- * window in order, from the call's rows or the piece's ring, then its compressed entries: the
- * valid picks in order, or every visible entry) as device addresses; the rings after the call;
- * the indexer's scores (tolerance: the dots sum in another order) and its picks by the top-k
- * rule on the returned scores, exactly. */
 /* mk_cuda_cmp_step_multi = mk_cuda_cmp_put_multi, then for each one-token piece completing a
  * group the host-launched chain (cmp_pool, the overlap move, rmsnorm, rope_step, hadamard + FP4
  * simulation or the FP8 simulation, the copy into the block), bit for bit: states and pool. Piece
@@ -1597,6 +1590,13 @@ static void test_cmp_step(int is_idx, int D, int r, int ov) {
     free(pool_h), free(st_h), free(kvp_h), free(scp_h), free(ape_h), free(nw_h);
 }
 
+/* ---- several pieces in one launch (the engine's batched steps) ----------------------------------
+ * attn_rows_multi / ring_put_multi / index_multi over three pieces of different sequences (own
+ * block tables and rings) against the host's rules (dsv4.c): each row's list of KV rows (its
+ * window in order, from the call's rows or the piece's ring, then its compressed entries: the
+ * valid picks in order, or every visible entry) as device addresses; the rings after the call;
+ * the indexer's scores (tolerance: the dots sum in another order) and its picks by the top-k
+ * rule on the returned scores, exactly. */
 static void test_multi_pieces(int ratio) {
     const int D = 64, win = 8, np = 3, IH = 4, ID = 64, topk = 6, bt = 64, epb = bt / 4;
     const int Ts[3] = {1, 5, 2}, starts[3] = {37, 100, 3};

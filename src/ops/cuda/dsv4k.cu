@@ -499,6 +499,16 @@ extern "C" int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pi
     return MK_OK;
 }
 
+/* Column c of a one-token piece's projected row into its state slot (ov ? r : 0) + start % r, the
+ * score plus ape[start % r]. */
+__device__ __forceinline__ void d_cmp_put(const mk_cuda_apiece &P, int which, const float *__restrict__ kvp,
+                                          const float *__restrict__ scp, int W2, const float *__restrict__ ape, int r,
+                                          int ov, int c) {
+    const int slot = (ov ? r : 0) + P.start % r;
+    P.cst[which][0][(size_t)slot * W2 + c] = kvp[(size_t)P.row0 * W2 + c];
+    P.cst[which][1][(size_t)slot * W2 + c] = __fadd_rn(scp[(size_t)P.row0 * W2 + c], ape[(size_t)(P.start % r) * W2 + c]);
+}
+
 __global__ void k_cmp_put_multi(const mk_cuda_apiece *__restrict__ pc, int stride, int which,
                                 const float *__restrict__ kvp, const float *__restrict__ scp, int W2,
                                 const float *__restrict__ ape, int r, int ov) {
@@ -506,9 +516,7 @@ __global__ void k_cmp_put_multi(const mk_cuda_apiece *__restrict__ pc, int strid
     const mk_cuda_apiece &P = pc[(size_t)blockIdx.y * stride];
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (P.T != 1 || c >= W2) return;
-    const int slot = (ov ? r : 0) + P.start % r;
-    P.cst[which][0][(size_t)slot * W2 + c] = kvp[(size_t)P.row0 * W2 + c];
-    P.cst[which][1][(size_t)slot * W2 + c] = __fadd_rn(scp[(size_t)P.row0 * W2 + c], ape[(size_t)(P.start % r) * W2 + c]);
+    d_cmp_put(P, which, kvp, scp, W2, ape, r, ov, c);
 }
 
 extern "C" int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
@@ -540,11 +548,7 @@ __global__ void __launch_bounds__(1024) k_cmp_step_multi(const mk_cuda_apiece *_
     const mk_cuda_apiece &P = pc[(size_t)blockIdx.x * stride];
     if (P.T != 1) return;
     float *kvs = P.cst[which][0], *scs = P.cst[which][1];
-    const int slot = (ov ? r : 0) + P.start % r;
-    for (int c = threadIdx.x; c < W2; c += blockDim.x) {
-        kvs[(size_t)slot * W2 + c] = kvp[(size_t)P.row0 * W2 + c];
-        scs[(size_t)slot * W2 + c] = __fadd_rn(scp[(size_t)P.row0 * W2 + c], ape[(size_t)(P.start % r) * W2 + c]);
-    }
+    for (int c = threadIdx.x; c < W2; c += blockDim.x) d_cmp_put(P, which, kvp, scp, W2, ape, r, ov, c);
     if ((P.start + 1) % r) return; /* the whole block: no group completed */
     __syncthreads();               /* the slot written above is read by other threads */
     for (int ch = threadIdx.x; ch < D; ch += blockDim.x) es[ch] = d_cmp_pool_ch(kvs, scs, W2, D, r, ov, 0, 0, ch);

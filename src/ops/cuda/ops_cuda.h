@@ -408,9 +408,6 @@ int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int 
                             const float **rows, int32_t *row_start, mk_err *err);
 int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R,
                            const float *kv_call, int win, int D, mk_err *err);
-/* The decode rule of a compressor (which: 0 attention, 1 indexer) for every one-token piece: its
- * projected row kvp / scp (row0, width W2) goes to state slot (ov ? r : 0) + start % r, the score
- * row plus ape[start % r] (mk_cuda_add_ape's addition). Pieces of more tokens are left alone. */
 /* mk_cuda_cmp_put_multi, then for every one-token piece whose position completes a group of r
  * (the device decides: (start + 1) % r == 0) the entry the host-launched chain would make, in the
  * same launch and with the same bits: mk_cuda_cmp_pool (decode rule) of the piece's state, the
@@ -425,6 +422,9 @@ int mk_cuda_cmp_step_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int n
                            const float *kvp, const float *scp, int W2, int D, const float *ape, int r, int ov,
                            const uint16_t *nw, float eps, int rd, const mk_rope_table *rope, int is_idx,
                            float hscale, mk_cuda_paged dst, mk_err *err);
+/* The decode rule of a compressor (which: 0 attention, 1 indexer) for every one-token piece: its
+ * projected row kvp / scp (row0, width W2) goes to state slot (ov ? r : 0) + start % r, the score
+ * row plus ape[start % r] (mk_cuda_add_ape's addition). Pieces of more tokens are left alone. */
 int mk_cuda_cmp_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int which,
                           const float *kvp, const float *scp, int W2, const float *ape, int r, int ov, mk_err *err);
 /* Snapshot of the ring after position e (>= win - 1) into dst bf16 [win, D] (slot q % win): rows
