@@ -14,7 +14,8 @@
 # DSV4_STEPS (64), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
 # batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
-# (batch-1 decode again under each tuning variable -> variants.txt), DSV4_TRACE=1 (one decode step with
+# (batch-1 decode again under each tuning variable -> variants.txt), DSV4_VARIANTS_FULL="VAR=value ..." (the
+# same with batch 64 / 256 and the 2048-token prefill), DSV4_TRACE=1 (one decode step with
 # an event after every launch: trace.txt in launch order, trace.md by launch name; the same for a 2048-token
 # prefill: trace_prefill.txt / .md). Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
@@ -143,6 +144,11 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         stamp "batch-1 decode with $v"
         env "$v" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
             grep -E "decode step|achieved /" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+    done
+    for v in ${DSV4_VARIANTS_FULL:-}; do # batch 1, batch 64 / 256 and prefill 2048 under a tuning variable
+        stamp "batch 1, 64, 256 and prefill with $v"
+        env "$v" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null 2>&1 |
+            grep -E "decode step|achieved /|decode, batch|prefill, 1 prompt" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
     done
     if [ "${DSV4_PROFILE:-0}" = 1 ]; then
         stamp "phase profile (MINKE_CUDA_PROFILE=1): batch 1, prefill 1024, batch 64 and 256"

@@ -321,6 +321,59 @@ static void test_linear_rows(mk_wkind kind, int n, int k, int m, int round) {
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(y1), free(scr);
 }
 
+/* The FP8 row-invariant GEMM (tuning gemv_tiles 4 or 8 rows-of-8 per block, forced by ri_min_blocks 1) =
+ * the GEMV's chunks of 8 (gemv_tiles 1), bit for bit, for m rows; also as a pair of the matrix with
+ * itself (one launch, the two matrices' slabs in one grid) against the single chunked launch. */
+static void test_linear_tiles(mk_wkind kind, int n, int k, int m, int round) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, kind, n, k);
+    float *x = xmalloc(sizeof(float) * m * k);
+    fill_act(x, (size_t)m * k, 1.0f);
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k), *dy = poisoned_dev(sizeof(float) * m * n);
+    float *dy2 = poisoned_dev(sizeof(float) * m * n);
+    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Wd, &Wd, m);
+    if (mk_cuda_linear_scratch(ctx, &Wd, m) > sb) sb = mk_cuda_linear_scratch(ctx, &Wd, m);
+    void *ds = poisoned_dev(sb);
+    const int F = MK_CUDA_LIN_ROW_INVARIANT;
+    mk_cuda_tuning t0, t;
+    mk_cuda_ctx_get_tuning(ctx, &t0);
+    t = t0;
+    float *ref = xmalloc(sizeof(float) * m * n), *y = xmalloc(sizeof(float) * m * n);
+    float *y2 = xmalloc(sizeof(float) * m * n);
+    t.gemv_tiles = 1;
+    mk_cuda_ctx_set_tuning(ctx, &t);
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
+    fetch(ref, dy, sizeof(float) * m * n);
+    int same = 1;
+    const int tiles[2] = {4, 8};
+    t.ri_min_blocks = 1;
+    for (int i = 0; i < 2; i++) {
+        t.gemv_tiles = tiles[i];
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
+        fetch(y, dy, sizeof(float) * m * n);
+        same = same && !memcmp(ref, y, sizeof(float) * m * n);
+        if (kind == MK_W_FP8) {
+            CK(mk_cuda_linear_pair(ctx, F, &Wd, &Wd, dx, m, dy, dy2, round, ds, sb, &err_));
+            fetch(y, dy, sizeof(float) * m * n), fetch(y2, dy2, sizeof(float) * m * n);
+            same = same && !memcmp(ref, y, sizeof(float) * m * n) && !memcmp(ref, y2, sizeof(float) * m * n);
+        }
+    }
+    mk_cuda_ctx_set_tuning(ctx, &t0);
+    char op[64], shape[64];
+    snprintf(op, sizeof op, "linear %s row-invariant gemm", kind_name(kind));
+    snprintf(shape, sizeof shape, "n%d k%d m%d%s", n, k, m, round ? " bf16out" : "");
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | tiles 4 / 8 (and as a pair) = the GEMV's chunks of 8, bit for bit: %s |\n", op, shape,
+           same ? "PASS" : "FAIL");
+    mk_cuda_wmat_free(ctx, &Wd);
+    void *dev[] = {dx, dy, dy2, ds};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free((void *)Wh.w), free((void *)Wh.scale), free(x), free(ref), free(y), free(y2);
+}
+
 /* Linears over one input (mk_cuda_linear_multi: one conversion and one launch when all are bf16
  * GEMVs with one plan) = each linear alone, bit for bit (rounded and unrounded outputs); the
  * first also against the CPU's mk_linear. ns[i] rows, kinds[i] kinds, round alternating. */
@@ -1857,6 +1910,10 @@ int main(int argc, char **argv) {
     test_linear_rows(MK_W_BF16, 2048, 4096, 19, 0);
     test_linear_rows(MK_W_BF16, 256, 4096, 130, 0);
     test_linear_rows(MK_W_FP8_DQ, 1024, 4096, 24, 1);
+    test_linear_tiles(MK_W_FP8, 1024, 4096, 150, 0); /* 3 blocks of 64 rows, the last partial; 8 segments */
+    test_linear_tiles(MK_W_FP8, 512, 1024, 13, 1);
+    test_linear_tiles(MK_W_FP8, 4096, 1024, 200, 1);  /* wq_b-like: few segments */
+    test_linear_tiles(MK_W_FP8, 272, 2048, 9, 0);     /* slabs not a multiple of 8 (idle warps) */
     test_linear_pair(MK_W_FP8, 1024, MK_W_FP8, 512, 4096, 1);  /* wq_a + wkv, decode (split-K) */
     test_linear_pair(MK_W_FP8, 2048, MK_W_FP8, 2048, 4096, 1); /* sh1 + sh3 */
     test_linear_pair(MK_W_FP8, 2048, MK_W_FP8, 2048, 4096, 5);

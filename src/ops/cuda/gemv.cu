@@ -260,6 +260,148 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
     gemv_fp8_body<U>(blockIdx, gridDim.z, W, S, xq, sa, m, n, k, per, y, round, ws, counters, W2, S2, n2, y2);
 }
 
+/* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
+
+/* The chunks-of-8 launch re-streams W for every 8 activation rows and gives each warp a k range,
+ * so its tiles cannot share staged activations. This kernel computes every (output row, activation
+ * row) with exactly the GEMV's operations in the GEMV's order, arranged as a GEMM: a block is 8
+ * warps x 16 rows (8 slabs) and 8 J activation rows; the activations' 128-blocks are staged in
+ * shared memory by cp.async (RI_ST stages ahead) and read by all 8 warps; each warp streams its own
+ * slab's weights once per block. A warp walks all of k itself: the GEMV's k ranges (plan_for's
+ * `per` 128-blocks each) become segments, each summed from zero with the GEMV's per-block MMAs and
+ * fmaf, and the segments are added in order — what gemv_reduce does with the warps' sums. So the
+ * result is the GEMV's, bit for bit, for every row count (op test: = the chunks of 8).
+ * Shared layout: stage s holds 8 J rows x 128 bytes; 16-byte chunk c of row r sits at chunk
+ * c ^ 4 (r & 1), so the 8 lanes of a quarter warp (rows g, g + 1; chunks t) hit 8 different bank
+ * groups. */
+#define RI_ST 4
+
+template <int J>
+__global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_gemm_fp8_ri(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
+                                                        const uint8_t *__restrict__ xq, const float *__restrict__ sa,
+                                                        int m, int n, int k, int per, float *__restrict__ y, int round,
+                                                        const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2,
+                                                        int n2, float *__restrict__ y2) {
+    __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 128];
+    __shared__ float ss[RI_ST][8 * J];
+    mk_d_pdl_launch_dependents();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7;
+    int slab = (int)blockIdx.y * 8 + warp;
+    const bool active = slab < (n >> 4) + (n2 >> 4);
+    if (slab >= (n >> 4)) { /* the second matrix */
+        slab -= n >> 4;
+        W = W2, S = S2, y = y2, n = n2;
+    }
+    if (!active) slab = 0;
+    const int r0 = (int)blockIdx.x * 8 * J, mt = min(8 * J, m - r0);
+    const int n0 = slab * 16;
+    const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16; /* row g */
+    const uint8_t *w1 = w0 + (size_t)8 * k;                /* row g + 8 */
+    const uint8_t *sbr = S + (size_t)(n0 >> 7) * nb;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+
+    /* activations of 128-block kb into stage kb % RI_ST (rows past m zero-filled) */
+    auto stage = [&](int kb) {
+        uint8_t *dst = xs[kb % RI_ST];
+#pragma unroll
+        for (int i = 0; i < (8 * J * 8) / 256; i++) {
+            const int id = tid + i * 256, r = id >> 3, c = id & 7;
+            const bool ok = r < mt;
+            mk_d_cp_async16(dst + r * 128 + ((c ^ ((r & 1) << 2)) << 4),
+                            xq + (size_t)(r0 + (ok ? r : 0)) * k + (size_t)kb * 128 + c * 16, ok ? 16 : 0);
+        }
+        if (tid < 8 * J) {
+            const bool ok = tid < mt;
+            mk_d_cp_async4(&ss[kb % RI_ST][tid], sa + (size_t)(r0 + (ok ? tid : 0)) * nb + kb, ok ? 4 : 0);
+        }
+    };
+
+    uint4 a[2][2], an[2][2]; /* this block's weights, the next block's */
+    if (active)
+#pragma unroll
+        for (int s = 0; s < 2; s++) an[s][0] = mk_d_ld_stream(w0 + s * 64), an[s][1] = mk_d_ld_stream(w1 + s * 64);
+    mk_d_pdl_wait();
+#pragma unroll
+    for (int p = 0; p < RI_ST - 1; p++) {
+        if (p < nb) stage(p);
+        mk_d_cp_async_commit();
+    }
+    float tot[4 * J], part[4 * J];
+#pragma unroll
+    for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
+    for (int kb = 0; kb < nb; kb++) {
+        mk_d_cp_async_wait<RI_ST - 2>();
+        __syncthreads(); /* stage kb landed for all; stage kb - 1 free */
+        if (kb + RI_ST - 1 < nb) stage(kb + RI_ST - 1);
+        mk_d_cp_async_commit();
+#pragma unroll
+        for (int s = 0; s < 2; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
+        if (active && kb + 1 < nb)
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const size_t off = (size_t)(kb + 1) * 128 + s * 64;
+                an[s][0] = mk_d_ld_stream(w0 + off), an[s][1] = mk_d_ld_stream(w1 + off);
+            }
+        if (active) {
+            const float sb = mk_d_e8m0(sbr[kb]);
+            const uint8_t *xst = xs[kb % RI_ST];
+            const float *sst = ss[kb % RI_ST];
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                if (8 * j >= mt) break;
+                const uint8_t *xr = xst + (8 * j + g) * 128;
+                uint4 b[2];
+#pragma unroll
+                for (int s = 0; s < 2; s++) b[s] = *(const uint4 *)(xr + (((s * 4 + t) ^ ((g & 1) << 2)) << 4));
+                const float f0 = sst[8 * j + c0] * sb, f1 = sst[8 * j + c1] * sb;
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    mk_d_mma_e4m3(c, a[s][0].x, a[s][1].x, a[s][0].y, a[s][1].y, b[s].x, b[s].y);
+                    mk_d_mma_e4m3(c, a[s][0].z, a[s][1].z, a[s][0].w, a[s][1].w, b[s].z, b[s].w);
+                }
+                part[4 * j + 0] = fmaf(c[0], f0, part[4 * j + 0]);
+                part[4 * j + 1] = fmaf(c[1], f1, part[4 * j + 1]);
+                part[4 * j + 2] = fmaf(c[2], f0, part[4 * j + 2]);
+                part[4 * j + 3] = fmaf(c[3], f1, part[4 * j + 3]);
+            }
+            if ((kb + 1) % per == 0 || kb + 1 == nb) { /* a GEMV warp's range ends: add it in order */
+                const bool first = kb < per;
+#pragma unroll
+                for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
+            }
+        }
+    }
+    mk_d_cp_async_wait<0>();
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int ra = 8 * j + c0, rb = 8 * j + c1;
+        if (ra < mt) {
+            y[(size_t)(r0 + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
+            y[(size_t)(r0 + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
+        }
+        if (rb < mt) {
+            y[(size_t)(r0 + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
+            y[(size_t)(r0 + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
+        }
+    }
+}
+
+/* Tiles of 8 rows per block of the row-invariant GEMM for m rows over `slabs` 16-row slabs: 8 when
+ * that fills the SMs (the tuning's ri_min_blocks, 0 = the SM count), else 4, else 1 (the GEMV's
+ * chunks of 8: more blocks in flight for a weight-bound batch); never more than the tuning's
+ * gemv_tiles. */
+static int ri_tiles_for(const mk_cuda_ctx *ctx, int m, int slabs) {
+    const int want = ctx->tune.ri_min_blocks > 0 ? ctx->tune.ri_min_blocks : ctx->caps.sm_count;
+    const int groups = (slabs + 7) / 8;
+    for (int J = 8; J >= 4; J >>= 1)
+        if (J <= ctx->tune.gemv_tiles && m > 8 && (long)((m + 8 * J - 1) / (8 * J)) * groups >= want) return J;
+    return 1;
+}
+
 int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2) {
     if (W->kind != MK_W_FP8 || W2->kind != MK_W_FP8 || W->k != W2->k || W->k % 128 || W->n % 16 || W2->n % 16 ||
         (W->n + W2->n) / 16 > 65535)
@@ -283,6 +425,18 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv pair: [%d, %d] and [%d, %d] do not share a launch plan", n, k,
                        W2->n, W2->k);
     gemv_plan p = plan_for(ctx, n / 16, k / 128);
+    const int J = p.splits == 1 ? ri_tiles_for(ctx, m, (n + n2) / 16) : 1;
+    if (J > 1) { /* the row-invariant GEMM: the same bits */
+        dim3 grid((m + 8 * J - 1) / (8 * J), ((n + n2) / 16 + 7) / 8, 1);
+        const uint8_t *w2 = W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL, *s2 = W2 ? W2->scale : NULL;
+        cudaError_t e = J == 4 ? gemv_launch(ctx, grid, 256, k_gemm_fp8_ri<4>, (const uint8_t *)W->w, W->scale, xq, sa,
+                                             m, n, k, p.per, y, round, w2, s2, n2, y2)
+                               : gemv_launch(ctx, grid, 256, k_gemm_fp8_ri<8>, (const uint8_t *)W->w, W->scale, xq, sa,
+                                             m, n, k, p.per, y, round, w2, s2, n2, y2);
+        MK_CU_TRY(e, err, "cuda: fp8 row-invariant gemm launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 row-invariant gemm launch");
+        return MK_OK;
+    }
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K takes at most 8 rows per launch (m %d)", m);
