@@ -1280,12 +1280,17 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     mk_cuda_free(ctx, dv3a);
     fetch(act, dact, sizeof(float) * TK * I);
     fetch(eo, deo, sizeof(float) * TK * d);
-    int staged_same = 1; /* several slots per expert: the staged kernel = the unstaged one, bit for bit */
-    if (T > 1) {
+    /* several slots per expert: the staged kernel = the unstaged one = the row-invariant GEMM (8 and 4
+     * tiles of 8 slots), bit for bit */
+    int staged_same = 1;
+    for (int variant = 0; T > 1 && variant < 4; variant++) {
         mk_cuda_tuning def, tu;
         mk_cuda_ctx_get_tuning(ctx, &def);
         tu = def;
-        tu.moe_staged = !def.moe_staged;
+        tu.moe_ri = 0;
+        if (variant == 0) tu.moe_staged = 0;
+        if (variant == 1) tu.moe_staged = 1;
+        if (variant >= 2) tu.moe_ri = 1, tu.gemv_tiles = variant == 2 ? 8 : 4;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         float *b1 = poisoned_dev(sizeof(float) * TK * I), *b3 = poisoned_dev(sizeof(float) * TK * I);
         float *bo = poisoned_dev(sizeof(float) * TK * d);
@@ -1299,7 +1304,7 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         mk_cuda_ctx_set_tuning(ctx, &def);
         float *h = xmalloc(sizeof(float) * TK * (I > d ? I : d));
         fetch(h, b1, sizeof(float) * TK * I);
-        staged_same = !memcmp(h, v1, sizeof(float) * TK * I);
+        staged_same = staged_same && !memcmp(h, v1, sizeof(float) * TK * I);
         fetch(h, b3, sizeof(float) * TK * I);
         staged_same = staged_same && !memcmp(h, v3, sizeof(float) * TK * I);
         fetch(h, bo, sizeof(float) * TK * d);
@@ -1394,8 +1399,8 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     if (T > 1) {
         n_checks++;
         if (!staged_same) n_fail++;
-        printf("| %-40s | %-26s | staged (weights once per block) = unstaged, bit for bit: %s |\n",
-               "moe fp4 mma staged", shape, staged_same ? "ok" : "FAIL");
+        printf("| %-40s | %-26s | staged = unstaged = row-invariant GEMM (8 / 4 tiles), bit for bit: %s |\n",
+               "moe fp4 mma staged / gemm", shape, staged_same ? "ok" : "FAIL");
     }
     for (int e = 0; e < E; e++) {
         mk_cuda_wmat_free(ctx, &D1[e]), mk_cuda_wmat_free(ctx, &D3[e]), mk_cuda_wmat_free(ctx, &D2[e]);

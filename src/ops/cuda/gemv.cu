@@ -927,6 +927,138 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
     finish(c_hi - 1 - (c_hi - 1 - c_lo) % 8, buf ^ 1);
 }
 
+/* The experts' row-invariant GEMM (prefill: many slots per expert). The same arithmetic per (slot,
+ * output row) as k_moe_gemv_fp4 and k_moe_fp4_staged — fp4l_step's MMA per 32-block and fmaf per
+ * block in k order within each of the 8 warp ranges (`per` 128-blocks), the ranges added in order —
+ * arranged as k_gemm_fp8_ri: a block is 8 warps x 16 rows of one expert and the group's slots in
+ * tiles of 8 J, the slots' activation 128-blocks staged in shared memory by cp.async (RI_ST ahead,
+ * gathered by token row) and shared by the 8 warps; each warp streams its slab's weights once per
+ * 8 J slots, widens the nibbles once for all J tiles, and walks all of k, its segments added in
+ * order. In shared memory 16-byte chunk c of row r sits at chunk c ^ 2 (r & 3), so that the 8-byte
+ * loads of a half warp (rows g..g+3, chunks 4 q + t) hit different banks. */
+template <int J>
+__global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *const *__restrict__ Wt,
+                                                                   const uint8_t *const *__restrict__ St,
+                                                                   const void *const *__restrict__ Wt3,
+                                                                   const uint8_t *const *__restrict__ St3,
+                                                                   const uint8_t *__restrict__ xq,
+                                                                   const float *__restrict__ sa, int n, int k, int per,
+                                                                   const int32_t *__restrict__ plan, int TK, int E,
+                                                                   int by_token, float *__restrict__ y,
+                                                                   float *__restrict__ y3, int round) {
+    __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 128];
+    __shared__ float ss[RI_ST][8 * J];
+    __shared__ int rows[8 * J];
+    mk_d_pdl_launch_dependents();
+    if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
+    const int G = TK < E ? TK : E, grp = blockIdx.y;
+    if (grp >= plan[0]) { /* the plan is two kernels old, as for k_moe_gemv_fp4 */
+        mk_d_pdl_wait();
+        return;
+    }
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, nsb = k >> 5;
+    const size_t rowb = (size_t)k >> 1;
+    const int slab = (int)blockIdx.x * 8 + warp;
+    const bool active = slab < (n >> 4);
+    const int n0 = active ? slab * 16 : 0;
+    const uint8_t *w0 = (const uint8_t *)Wt[ex] + (size_t)(n0 + g) * rowb + t * 16, *w1 = w0 + 8 * rowb;
+    const uint8_t *s0p = St[ex] + (size_t)(n0 + g) * nsb, *s1p = s0p + (size_t)8 * nsb;
+    mk_d_pdl_wait();
+    for (int tb = c_lo; tb < c_hi; tb += 8 * J) {
+        const int mt = min(8 * J, c_hi - tb);
+        __syncthreads(); /* the previous tile's reads of rows / stages are done */
+        if (tid < 8 * J) rows[tid] = tid < mt ? (by_token ? stok[tb + tid] : tb + tid) : 0;
+        __syncthreads();
+        auto stage = [&](int kb) {
+            uint8_t *dst = xs[kb % RI_ST];
+#pragma unroll
+            for (int i = 0; i < (8 * J * 8) / 256; i++) {
+                const int id = tid + i * 256, r = id >> 3, c = id & 7;
+                mk_d_cp_async16(dst + r * 128 + ((c ^ ((r & 3) << 1)) << 4),
+                                xq + (size_t)rows[r] * k + (size_t)kb * 128 + c * 16, r < mt ? 16 : 0);
+            }
+            if (tid < 8 * J)
+                mk_d_cp_async4(&ss[kb % RI_ST][tid], sa + (size_t)rows[tid] * nb + kb, tid < mt ? 4 : 0);
+        };
+#pragma unroll
+        for (int p = 0; p < RI_ST - 1; p++) {
+            if (p < nb) stage(p);
+            mk_d_cp_async_commit();
+        }
+        uint4 a0, a1, an0 = make_uint4(0, 0, 0, 0), an1 = an0;
+        uint32_t sw0 = 0, sw1 = 0, swn0 = 0, swn1 = 0;
+        if (active) {
+            an0 = mk_d_ld_stream(w0), an1 = mk_d_ld_stream(w1);
+            swn0 = *(const uint32_t *)s0p, swn1 = *(const uint32_t *)s1p;
+        }
+        float tot[4 * J], part[4 * J];
+#pragma unroll
+        for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
+        for (int kb = 0; kb < nb; kb++) {
+            mk_d_cp_async_wait<RI_ST - 2>();
+            __syncthreads();
+            if (kb + RI_ST - 1 < nb) stage(kb + RI_ST - 1);
+            mk_d_cp_async_commit();
+            a0 = an0, a1 = an1, sw0 = swn0, sw1 = swn1;
+            if (active && kb + 1 < nb) {
+                an0 = mk_d_ld_stream(w0 + (size_t)(kb + 1) * 64), an1 = mk_d_ld_stream(w1 + (size_t)(kb + 1) * 64);
+                swn0 = *(const uint32_t *)(s0p + 4 * (kb + 1)), swn1 = *(const uint32_t *)(s1p + 4 * (kb + 1));
+            }
+            if (!active) continue;
+            uint32_t e0[4], o0[4], e1[4], o1[4];
+            float s0[4], s1[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                mk_d_fp4x8_to_e4m3(q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w, e0[q], o0[q]);
+                mk_d_fp4x8_to_e4m3(q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w, e1[q], o1[q]);
+                s0[q] = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1[q] = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
+            }
+            const uint8_t *xst = xs[kb % RI_ST];
+            const float *sst = ss[kb % RI_ST];
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                if (8 * j >= mt) break;
+                const uint8_t *xr = xst + (8 * j + g) * 128;
+                const float sa0 = sst[8 * j + 2 * t], sa1 = sst[8 * j + 2 * t + 1];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint2 x = *(const uint2 *)(xr + (((4 * q + t) ^ ((g & 3) << 2)) << 3));
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mk_d_mma_e4m3(c, e0[q], e1[q], o0[q], o1[q], x.x, x.y);
+                    part[4 * j + 0] = fmaf(c[0], sa0 * s0[q], part[4 * j + 0]);
+                    part[4 * j + 1] = fmaf(c[1], sa1 * s0[q], part[4 * j + 1]);
+                    part[4 * j + 2] = fmaf(c[2], sa0 * s1[q], part[4 * j + 2]);
+                    part[4 * j + 3] = fmaf(c[3], sa1 * s1[q], part[4 * j + 3]);
+                }
+            }
+            if ((kb + 1) % per == 0 || kb + 1 == nb) { /* a warp range of the GEMV ends: add it in order */
+                const bool first = kb < per;
+#pragma unroll
+                for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
+            }
+        }
+        mk_d_cp_async_wait<0>();
+        if (active) {
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                const int ra = 8 * j + 2 * t, rb = ra + 1;
+                if (ra < mt) {
+                    y[(size_t)(tb + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
+                    y[(size_t)(tb + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
+                }
+                if (rb < mt) {
+                    y[(size_t)(tb + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
+                    y[(size_t)(tb + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
+                }
+            }
+        }
+    }
+}
+
 static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory */
     return (size_t)16 * ((size_t)k / 2 + 64) + (size_t)16 * ((size_t)k + 32) + sizeof(float) * 16 * (size_t)(k / 128);
 }
@@ -948,6 +1080,14 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round);
+    } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
+        /* many slots per expert (prefill): the row-invariant GEMM */
+        grid.x = (unsigned)((n / 16 + 7) / 8);
+        e = ctx->tune.gemv_tiles >= 8
+                ? gemv_launch(ctx, grid, 256, k_moe_fp4_ri<8>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token,
+                              y, y3, round)
+                : gemv_launch(ctx, grid, 256, k_moe_fp4_ri<4>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token,
+                              y, y3, round);
     } else if (T > 1 && ctx->tune.moe_staged && staged_smem(k) <= ctx->caps.smem_optin) { /* several slots per expert */
         int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_STAGED, (const void *)k_moe_fp4_staged, staged_smem(k), err);
         if (st) return st;

@@ -112,6 +112,9 @@ typedef struct {
                             * only (default 8; MINKE_CUDA_GEMV_TILES overrides it at context creation) */
     int ri_min_blocks;     /* the row-invariant GEMM is used when it has at least this many blocks
                             * (0: the SM count), else the GEMV's chunks of 8 (weight-bound batches) */
+    int moe_ri;            /* FP4 experts run the row-invariant GEMM (k_moe_fp4_ri, same bits) when the
+                            * call has at least this many slots per expert group on average (default
+                            * 16: prefill; 0 = never); MINKE_CUDA_MOE_RI overrides it */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
