@@ -366,8 +366,8 @@ static void test_linear_tiles(mk_wkind kind, int n, int k, int m, int round) {
     snprintf(shape, sizeof shape, "n%d k%d m%d%s", n, k, m, round ? " bf16out" : "");
     n_checks++;
     if (!same) n_fail++;
-    printf("| %-40s | %-26s | tiles 4 / 8 (and as a pair) = the GEMV's chunks of 8, bit for bit: %s |\n", op, shape,
-           same ? "PASS" : "FAIL");
+    printf("| %-40s | %-26s | tiles 4 / 8%s = the GEMV's chunks of 8, bit for bit: %s |\n", op, shape,
+           kind == MK_W_FP8 ? " (and as a pair)" : "", same ? "PASS" : "FAIL");
     mk_cuda_wmat_free(ctx, &Wd);
     void *dev[] = {dx, dy, dy2, ds};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
@@ -527,6 +527,22 @@ static void test_linear_grouped(int G, int gn, int k, int m) {
     CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx, m, dy, 1, ds, sb, &err_));
     fetch(y, dy, sizeof(float) * m * N);
     int same = 1;
+    if (m > 8) { /* the row-invariant GEMM (forced) = the GEMV's chunks of 8 */
+        mk_cuda_tuning t0, t;
+        mk_cuda_ctx_get_tuning(ctx, &t0);
+        float *yc = xmalloc(sizeof(float) * m * N);
+        for (int v = 0; v < 2; v++) {
+            t = t0;
+            if (v == 0) t.gemv_tiles = 1;
+            else t.ri_min_blocks = 1;
+            mk_cuda_ctx_set_tuning(ctx, &t);
+            CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx, m, dy, 1, ds, sb, &err_));
+            fetch(yc, dy, sizeof(float) * m * N);
+            same = same && !memcmp(yc, y, sizeof(float) * m * N);
+        }
+        mk_cuda_ctx_set_tuning(ctx, &t0);
+        free(yc);
+    }
     for (int gi = 0; gi < G; gi++) {
         mk_wmat Wg = Wh, Wgd = Wd;
         Wg.n = Wgd.n = gn;
@@ -548,7 +564,7 @@ static void test_linear_grouped(int G, int gn, int k, int m) {
     compare("linear fp8_dq grouped (wo_a)", shape, yref, y, (size_t)m * N, NORM, 1e-2);
     n_checks++;
     if (!same) n_fail++;
-    printf("| %-40s | %-26s | each group = its own launch, bit for bit: %s |\n", "linear fp8_dq grouped (wo_a)", shape,
+    printf("| %-40s | %-26s | each group = its own launch (gemm = chunks), bit for bit: %s |\n", "linear fp8_dq grouped (wo_a)", shape,
            same ? "PASS" : "FAIL");
     mk_cuda_wmat_free(ctx, &Wd);
     void *dev[] = {ds, dx, dy, dxg, dyg};
@@ -1919,6 +1935,8 @@ int main(int argc, char **argv) {
     test_linear_tiles(MK_W_FP8, 512, 1024, 13, 1);
     test_linear_tiles(MK_W_FP8, 4096, 1024, 200, 1);  /* wq_b-like: few segments */
     test_linear_tiles(MK_W_FP8, 272, 2048, 9, 0);     /* slabs not a multiple of 8 (idle warps) */
+    test_linear_tiles(MK_W_FP8_DQ, 1024, 4096, 45, 1);
+    test_linear_tiles(MK_W_FP8_DQ, 272, 1024, 70, 0);
     test_linear_pair(MK_W_FP8, 1024, MK_W_FP8, 512, 4096, 1);  /* wq_a + wkv, decode (split-K) */
     test_linear_pair(MK_W_FP8, 2048, MK_W_FP8, 2048, 4096, 1); /* sh1 + sh3 */
     test_linear_pair(MK_W_FP8, 2048, MK_W_FP8, 2048, 4096, 5);
@@ -1950,7 +1968,9 @@ int main(int argc, char **argv) {
         test_linear_grouped_rope(8, 1024, 4096, 1, 512, 64);
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
-    test_linear_grouped(4, 256, 512, 11);
+    test_linear_grouped(4, 256, 512, 11);   /* groups of 256 rows: gemm */
+    test_linear_grouped(8, 1024, 4096, 70); /* wo_a, prefill */
+    test_linear_grouped(2, 64, 512, 20);    /* groups of 64 rows: chunks only */
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048); /* V4-Flash: w1 / w3 with the shared expert's sh1 / sh3 */
     test_moe_with_fp8(4, 16, 1024, 512, 512, 256);

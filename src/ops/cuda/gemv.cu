@@ -1364,6 +1364,134 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
+/* k_gemv_dq's bits for many rows, arranged as k_gemm_fp8_ri (8 warps x 16 rows, 8 J activation
+ * rows per block, the f16 activations' 128-blocks (256 bytes a row) staged in shared memory by
+ * cp.async and shared by the warps, each warp's k walk split into the GEMV's warp ranges, added in
+ * order). Grouped (wo_a): the block's 128 rows lie in one group (gn % 128 == 0, checked by the
+ * caller). Each unit's weight bytes are widened to f16 once for all tiles. In shared memory
+ * 16-byte chunk c of row r sits at chunk c ^ (r & 1) (a quarter warp: rows g, g + 1, chunks 2 t
+ * (+ 1): 8 bank groups). */
+template <int J>
+__global__ void __launch_bounds__(256, 1) k_gemm_dq_ri(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
+                                                       const uint16_t *__restrict__ xh, const float *__restrict__ sx,
+                                                       int m, int n, int k, int per, float *__restrict__ y, int round,
+                                                       int xs_, int gn) {
+    __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 256];
+    __shared__ float ss[RI_ST][8 * J];
+    mk_d_pdl_launch_dependents();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, xnb = xs_ >> 7;
+    const int slab = (int)blockIdx.y * 8 + warp;
+    const bool active = slab < (n >> 4);
+    const int n0 = active ? slab * 16 : 0;
+    const int gi = gn ? (int)blockIdx.y * 128 / gn : 0; /* the group's columns of x */
+    const uint16_t *xg = xh + (size_t)gi * k;
+    const float *sg = sx + (size_t)gi * nb;
+    const int r0 = (int)blockIdx.x * 8 * J, mt = min(8 * J, m - r0);
+    const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16, *w1 = w0 + (size_t)8 * k;
+    const uint8_t *sbr = S + (size_t)(n0 >> 7) * nb;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    auto stage = [&](int kb) {
+        uint8_t *dst = xs[kb % RI_ST];
+#pragma unroll
+        for (int i = 0; i < (8 * J * 16) / 256; i++) {
+            const int id = tid + i * 256, r = id >> 4, c = id & 15;
+            const bool ok = r < mt;
+            mk_d_cp_async16(dst + r * 256 + ((c ^ (r & 1)) << 4),
+                            (const uint8_t *)(xg + (size_t)(r0 + (ok ? r : 0)) * xs_ + (size_t)kb * 128) + c * 16,
+                            ok ? 16 : 0);
+        }
+        if (tid < 8 * J) {
+            const bool ok = tid < mt;
+            mk_d_cp_async4(&ss[kb % RI_ST][tid], sg + (size_t)(r0 + (ok ? tid : 0)) * xnb + kb, ok ? 4 : 0);
+        }
+    };
+    uint4 an[2][2];
+    if (active)
+#pragma unroll
+        for (int s = 0; s < 2; s++) an[s][0] = mk_d_ld_stream(w0 + s * 64), an[s][1] = mk_d_ld_stream(w1 + s * 64);
+    mk_d_pdl_wait();
+#pragma unroll
+    for (int p = 0; p < RI_ST - 1; p++) {
+        if (p < nb) stage(p);
+        mk_d_cp_async_commit();
+    }
+    float tot[4 * J], part[4 * J];
+#pragma unroll
+    for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
+    for (int kb = 0; kb < nb; kb++) {
+        mk_d_cp_async_wait<RI_ST - 2>();
+        __syncthreads();
+        if (kb + RI_ST - 1 < nb) stage(kb + RI_ST - 1);
+        mk_d_cp_async_commit();
+        uint4 a[2][2];
+#pragma unroll
+        for (int s = 0; s < 2; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
+        if (active && kb + 1 < nb)
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const size_t off = (size_t)(kb + 1) * 128 + s * 64;
+                an[s][0] = mk_d_ld_stream(w0 + off), an[s][1] = mk_d_ld_stream(w1 + off);
+            }
+        if (!active) continue;
+        uint32_t h[2][4][4]; /* [64-k step][word q][A register] the widened weights */
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const uint32_t wg = u4_word(a[s][0], q), wg8 = u4_word(a[s][1], q);
+                h[s][q][0] = mk_d_e4m3x2_to_f16x2(wg & 0xffff), h[s][q][1] = mk_d_e4m3x2_to_f16x2(wg8 & 0xffff);
+                h[s][q][2] = mk_d_e4m3x2_to_f16x2(wg >> 16), h[s][q][3] = mk_d_e4m3x2_to_f16x2(wg8 >> 16);
+            }
+        const float sb = mk_d_e8m0(sbr[kb]);
+        const uint8_t *xst = xs[kb % RI_ST];
+        const float *sst = ss[kb % RI_ST];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            if (8 * j >= mt) break;
+            const uint8_t *xr = xst + (8 * j + g) * 256;
+            const float f0 = sst[8 * j + c0] * sb, f1 = sst[8 * j + c1] * sb;
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                uint4 b[2];
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) b[hh] = *(const uint4 *)(xr + (((s * 8 + 2 * t + hh) ^ (g & 1)) << 4));
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint4 &bb = b[q >> 1];
+                    const uint32_t bx = (q & 1) ? bb.z : bb.x, by = (q & 1) ? bb.w : bb.y;
+                    mk_d_mma_f16(c, h[s][q][0], h[s][q][1], h[s][q][2], h[s][q][3], bx, by);
+                }
+            }
+            part[4 * j + 0] = fmaf(c[0], f0, part[4 * j + 0]);
+            part[4 * j + 1] = fmaf(c[1], f1, part[4 * j + 1]);
+            part[4 * j + 2] = fmaf(c[2], f0, part[4 * j + 2]);
+            part[4 * j + 3] = fmaf(c[3], f1, part[4 * j + 3]);
+        }
+        if ((kb + 1) % per == 0 || kb + 1 == nb) {
+            const bool first = kb < per;
+#pragma unroll
+            for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
+        }
+    }
+    mk_d_cp_async_wait<0>();
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int ra = 8 * j + c0, rb = 8 * j + c1;
+        if (ra < mt) {
+            y[(size_t)(r0 + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
+            y[(size_t)(r0 + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
+        }
+        if (rb < mt) {
+            y[(size_t)(r0 + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
+            y[(size_t)(r0 + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
+        }
+    }
+}
+
 int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *xh, const float *sx, int m,
                     float *y, int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
@@ -1375,6 +1503,16 @@ int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *x
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8_dq gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: fp8_dq gemv: split-K takes at most 8 rows per launch (m %d)", m);
+    const int gn = G > 1 ? n / G : 0;
+    if (p.splits == 1 && (gn == 0 || gn % 128 == 0) && ri_tiles_for(ctx, m, n / 16) > 1) {
+        /* the row-invariant GEMM: the same bits (4 tiles: its f16 stages fill the static shared memory) */
+        dim3 grid((m + 31) / 32, (n / 16 + 7) / 8, 1);
+        MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_dq_ri<4>, (const uint8_t *)W->w, W->scale, xh, sx, m, n, k, p.per,
+                              y, round, G * k, gn),
+                  err, "cuda: fp8_dq row-invariant gemm launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq row-invariant gemm launch");
+        return MK_OK;
+    }
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_dq<2>, (const uint8_t *)W->w, W->scale, xh, sx,
                           m, n, k, p.per, y, round, ws, ctx->counters, G * k, G > 1 ? n / G : 0),
