@@ -143,6 +143,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.graphs = env_switch("MINKE_CUDA_GRAPHS", 1);
     ctx->tune.gemv_tiles = getenv("MINKE_CUDA_GEMV_TILES") ? atoi(getenv("MINKE_CUDA_GEMV_TILES")) : 8;
     ctx->tune.moe_ri = getenv("MINKE_CUDA_MOE_RI") ? atoi(getenv("MINKE_CUDA_MOE_RI")) : 16;
+    ctx->tune.hc_ri = getenv("MINKE_CUDA_HC_RI") ? atoi(getenv("MINKE_CUDA_HC_RI")) : 16;
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -275,6 +276,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.gemv_tiles > 8) ctx->tune.gemv_tiles = 8;
     if (ctx->tune.ri_min_blocks < 0) ctx->tune.ri_min_blocks = 0;
     if (ctx->tune.moe_ri < 0) ctx->tune.moe_ri = 0;
+    if (ctx->tune.hc_ri < 0) ctx->tune.hc_ri = 0;
     if (ctx->tune.gemv_max_splits > 16) ctx->tune.gemv_max_splits = 16;
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;

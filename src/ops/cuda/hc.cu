@@ -382,6 +382,60 @@ __global__ void __launch_bounds__(256) k_hc_post_part(const float *__restrict__ 
     hc_part_store(part, t, S, c, hc_block_sum(acc, red));
 }
 
+/* Split path, part 1 for many tokens (prefill) when a chunk is exactly one element per thread of
+ * k_hc_mix_part (hc d == 256 MK_CUDA_HC_SPLIT, V4's 4 x 4096): the same partials, bit for bit,
+ * without a block and a shuffle tree per (token, chunk). What k_hc_mix_part computes for column q
+ * of chunk c: each thread's one product (0.0 + v * f in double, exact), the xor-butterfly sum of
+ * each warp (lane 0's tree: a[i] + a[i + 16], then + 8, + 4, + 2, + 1), the 8 warps' sums added in
+ * order to 0.0. Here block (c, token group) stages the chunk's mix rows and HC_RI_TOK tokens'
+ * values in shared memory as doubles, and thread (token w, column q) computes that same tree in
+ * registers for each of the 8 warp groups and adds them in order. */
+#define HC_RI_TOK 8
+#define HC_RI_STRIDE 258 /* doubles per staged mix row (16-byte loads of 8 lanes on 8 bank groups) */
+static size_t hc_ri_smem(void) { return sizeof(double) * (size_t)(HC_MAXMIX * HC_RI_STRIDE + HC_RI_TOK * 256); }
+
+__global__ void __launch_bounds__(256) k_hc_mix_ri(const float *__restrict__ h, int ns, int n,
+                                                  const float *__restrict__ fn, int nmix, double *__restrict__ part) {
+    MK_PDL_ENTER();
+    extern __shared__ __align__(16) double hc_dsm[];
+    double *fs = hc_dsm, *hs = hc_dsm + HC_MAXMIX * HC_RI_STRIDE;
+    const int c = blockIdx.x, S = gridDim.x, t0 = blockIdx.y * HC_RI_TOK, lo = c * 256;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    for (int i = tid; i < nmix * 256; i += 256) {
+        const int q = i >> 8, e = i & 255;
+        fs[q * HC_RI_STRIDE + e] = (double)fn[(size_t)q * n + lo + e];
+    }
+#pragma unroll
+    for (int r = 0; r < HC_RI_TOK; r++)
+        hs[r * 256 + tid] = t0 + r < ns ? (double)h[(size_t)(t0 + r) * n + lo + tid] : 0.0;
+    __syncthreads();
+    const int q = lane, t = t0 + w;
+    if (t >= ns || !(q < nmix || q == HC_MAXMIX)) return;
+    const double *hv = hs + w * 256, *fv = fs + q * HC_RI_STRIDE;
+    double a = 0.0;
+    for (int g = 0; g < 8; g++) { /* k_hc_mix_part's warp g: elements lo + 32 g + l */
+        double p[32];
+#pragma unroll
+        for (int l = 0; l < 32; l += 2) {
+            const double2 v = *(const double2 *)(hv + 32 * g + l);
+            const double2 f = q == HC_MAXMIX ? v : *(const double2 *)(fv + 32 * g + l);
+            p[l] = __dadd_rn(0.0, __dmul_rn(v.x, f.x));
+            p[l + 1] = __dadd_rn(0.0, __dmul_rn(v.y, f.y));
+        }
+#pragma unroll
+        for (int l = 0; l < 16; l++) p[l] = __dadd_rn(p[l], p[l + 16]);
+#pragma unroll
+        for (int l = 0; l < 8; l++) p[l] = __dadd_rn(p[l], p[l + 8]);
+#pragma unroll
+        for (int l = 0; l < 4; l++) p[l] = __dadd_rn(p[l], p[l + 4]);
+#pragma unroll
+        for (int l = 0; l < 2; l++) p[l] = __dadd_rn(p[l], p[l + 2]);
+        p[0] = __dadd_rn(p[0], p[1]);
+        a = __dadd_rn(a, p[0]);
+    }
+    part[((size_t)t * S + c) * 32 + (q == HC_MAXMIX ? 31 : q)] = a;
+}
+
 static int hc_check(int s, int hc, int d, mk_err *err) {
     if (hc < 1 || hc > HC_MAX || d < 1 || s < 0)
         return mk_fail(err, MK_ENOTSUP, "cuda: hc: hc %d (1..%d), d %d, s %d", hc, HC_MAX, d, s);
@@ -404,6 +458,22 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int
                     const float *fn, int nmix, const char *what, mk_err *err) {
     const dim3 grid((unsigned)ns, MK_CUDA_HC_SPLIT);
     const size_t n = (size_t)hc * d;
+    if (ctx->tune.hc_ri && ns >= ctx->tune.hc_ri && n == (size_t)256 * MK_CUDA_HC_SPLIT) { /* many tokens */
+        int st = mk_cuda_smem_optin(ctx, MK_OPTIN_HC_RI, (const void *)k_hc_mix_ri, hc_ri_smem(), err);
+        if (st) return st;
+        if (pin) { /* the hc_post first (its elementwise kernel: the same values), then its rows' sums */
+            const size_t total = (size_t)ns * n;
+            (void)mk_cuda_launch_pdl(ctx, (unsigned)((total + 255) / 256), 256, 0, k_hc_post, pin->x + (size_t)t0 * d,
+                                     pin->res + t0 * n, pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc,
+                                     ns, hc, d, pin->out + t0 * n);
+            MK_CU_LAUNCHED(err, "cuda: hc_post launch");
+            h = pin->out;
+        }
+        (void)mk_cuda_launch_pdl(ctx, dim3(MK_CUDA_HC_SPLIT, (unsigned)((ns + HC_RI_TOK - 1) / HC_RI_TOK)), 256,
+                                 hc_ri_smem(), k_hc_mix_ri, h + t0 * n, ns, (int)n, fn, nmix, ctx->hc_partial);
+        MK_CU_LAUNCHED(err, what);
+        return MK_OK;
+    }
     if (pin)
         (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_post_part, pin->x + (size_t)t0 * d, pin->res + t0 * n,
                                  pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc, d,

@@ -115,6 +115,8 @@ typedef struct {
     int moe_ri;            /* FP4 experts run the row-invariant GEMM (k_moe_fp4_ri, same bits) when the
                             * call has at least this many slots per expert group on average (default
                             * 16: prefill; 0 = never); MINKE_CUDA_MOE_RI overrides it */
+    int hc_ri;             /* hc_pre / hc_head of at least this many tokens sum their chunks with
+                            * k_hc_mix_ri (same bits; 0 = never; default 16); MINKE_CUDA_HC_RI */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
