@@ -1093,6 +1093,25 @@ static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
     int l = snprintf(shape, sizeof shape, "H%d D%d n=", H, D);
     for (int t = 0; t < T && l < 60; t++) l += snprintf(shape + l, sizeof shape - l, "%s%d", t ? "," : "", ns[t]);
     compare("sparse_attn", shape, oref, o, (size_t)T * H * D, NORM, 8e-3);
+    if (T > 1) { /* a token alone (few heads per block) = in the call (up to 16 per block), bit for bit */
+        int same = 1;
+        float *o1 = xmalloc(sizeof(float) * H * D);
+        for (int k = 0; k < 2; k++) {
+            const int t = k ? T - 1 : 0;
+            int32_t st1[2] = {0, ns[t]};
+            int32_t *dst1 = dup_dev(st1, sizeof st1);
+            CK(mk_cuda_sparse_attn(ctx, dq + (size_t)t * H * D, 1, H, D, (const float *const *)drows + start[t], dst1,
+                                   dsink, scale, dout, &err_));
+            fetch(o1, dout, sizeof(float) * H * D);
+            same = same && !memcmp(o1, o + (size_t)t * H * D, sizeof(float) * H * D);
+            mk_cuda_free(ctx, dst1);
+        }
+        free(o1);
+        n_checks++;
+        if (!same) n_fail++;
+        printf("| %-40s | %-26s | tokens 0 and T-1 alone = in the call of %d, bit for bit: %s |\n", "sparse_attn invariance",
+               shape, T, same ? "PASS" : "FAIL");
+    }
     void *dev[] = {dkv, drows, dstart, dq, dsink, dout};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free(kvp), free(q), free(sink), free(idx), free(start), free(oref), free(o), free(rows), free(drows_h);
@@ -2035,6 +2054,9 @@ int main(int argc, char **argv) {
         int ns3[24]; /* enough tokens for 8 heads per block (the decode shapes above take 1) */
         for (int i = 0; i < 24; i++) ns3[i] = 1 + (i * 37) % 700;
         test_attn(64, 512, 24, ns3, 1000);
+        int ns4[40]; /* 16 heads per block (prefill) */
+        for (int i = 0; i < 40; i++) ns4[i] = 1 + (i * 53) % 660;
+        test_attn(64, 512, 40, ns4, 1000);
     }
 
     test_cmp_step(0, 512, 4, 1);

@@ -1,8 +1,8 @@
 /* attn.cu — sparse attention with the sink on the GPU (twin of mk_sparse_attn, basic.c): one
  * query token over a gathered set of KV rows (K = V, a single shared head), all H heads.
  *
- * A block serves one query token and a group of HG heads, so each gathered row is read once
- * per group rather than once per head; HG shrinks when there are too few tokens to fill the GPU
+ * A block serves one query token and a group of HG heads (16 for prefill and large batches), so
+ * each gathered row is read once per group rather than once per head; HG shrinks when there are too few tokens to fill the GPU
  * (each head's arithmetic is the same whatever its group). Rows are processed in chunks of 256 with the CPU's online
  * softmax: scores of the chunk (a warp per 4 rows, lanes over D, a reduce-scatter over the lanes:
  * one shuffle per (row, head) pair instead of five), the chunk maximum, rescaling of the
@@ -49,7 +49,10 @@ __device__ __forceinline__ float score_reduce(float (&v)[NP], int lane, int *idx
     return t;
 }
 
-template <int HG>
+/* HG heads per block; RW rows per warp in the scores (RW x HG values per lane for score_reduce:
+ * 4 x HG up to 8 heads, 2 x 16 for 16 heads: the same tree per (row, head)); DJ output elements per
+ * thread (D <= DJ x ATT_THREADS). */
+template <int HG, int RW = (HG > 8 ? 2 : 4), int DJ = (HG > 8 ? 2 : ATT_MAXD / ATT_THREADS)>
 __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__restrict__ q, int H,
                                                              int D,
                                                              const float *const *__restrict__ rows,
@@ -64,7 +67,6 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int t = blockIdx.y, h0 = blockIdx.x * HG;
     const int r0 = row_start[t], n = row_start[t + 1] - r0;
-    constexpr int DJ = ATT_MAXD / ATT_THREADS; /* output elements per thread */
     for (int i = tid; i < HG * D; i += ATT_THREADS) qs[i] = q[((size_t)t * H + h0) * D + i];
     if (tid < HG) {
         s_m[tid] = -INFINITY;
@@ -80,28 +82,28 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
         const int nb = min(ATT_CHUNK, n - b0);
         for (int j = tid; j < nb; j += ATT_THREADS) rp[j] = rows[r0 + b0 + j];
         __syncthreads();
-        /* scores: a warp per 4 rows, lanes over D; the 4 x HG partial sums of a lane are added
+        /* scores: a warp per RW rows, lanes over D; the RW x HG partial sums of a lane are added
          * over the warp by a reduce-scatter (score_reduce), not a butterfly per (row, head) */
-        for (int j0 = warp * 4; j0 < nb; j0 += ATT_THREADS / 32 * 4) {
-            const float *kv[4];
+        for (int j0 = warp * RW; j0 < nb; j0 += ATT_THREADS / 32 * RW) {
+            const float *kv[RW];
 #pragma unroll
-            for (int r = 0; r < 4; r++) kv[r] = rp[j0 + r < nb ? j0 + r : j0];
-            float s[4 * HG];
+            for (int r = 0; r < RW; r++) kv[r] = rp[j0 + r < nb ? j0 + r : j0];
+            float s[RW * HG];
 #pragma unroll
-            for (int i = 0; i < 4 * HG; i++) s[i] = 0.0f;
+            for (int i = 0; i < RW * HG; i++) s[i] = 0.0f;
             for (int d = lane; d < D; d += 32) {
-                float v[4];
+                float v[RW];
 #pragma unroll
-                for (int r = 0; r < 4; r++) v[r] = kv[r][d];
+                for (int r = 0; r < RW; r++) v[r] = kv[r][d];
 #pragma unroll
                 for (int h = 0; h < HG; h++) {
                     const float qv = qs[h * D + d];
 #pragma unroll
-                    for (int r = 0; r < 4; r++) s[r * HG + h] = fmaf(qv, v[r], s[r * HG + h]);
+                    for (int r = 0; r < RW; r++) s[r * HG + h] = fmaf(qv, v[r], s[r * HG + h]);
                 }
             }
             int pi;
-            const float tot = score_reduce<4 * HG>(s, lane, &pi);
+            const float tot = score_reduce<RW * HG>(s, lane, &pi);
             if (pi >= 0 && j0 + pi / HG < nb) sc[pi % HG][j0 + pi / HG] = __fmul_rn(tot, scale);
         }
         __syncthreads();
@@ -167,7 +169,9 @@ static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
                        float scale, float *o, mk_err *err) {
     /* opt in once for the largest D (the bit is per kernel, so the size must not grow later) */
     size_t smem = sizeof(float) * HG * D;
-    unsigned bit = HG == 8 ? MK_OPTIN_ATTN8 : HG == 4 ? MK_OPTIN_ATTN4 : HG == 2 ? MK_OPTIN_ATTN2 : MK_OPTIN_ATTN1;
+    unsigned bit = HG == 16 ? MK_OPTIN_ATTN16 : HG == 8 ? MK_OPTIN_ATTN8 : HG == 4 ? MK_OPTIN_ATTN4
+                 : HG == 2  ? MK_OPTIN_ATTN2 : MK_OPTIN_ATTN1;
+    /* (HG = 16 takes D <= 512, but its static arrays and 32 KB of queries also need the opt-in) */
     int st = mk_cuda_smem_optin(ctx, bit, (const void *)k_sparse_attn<HG>, sizeof(float) * HG * ATT_MAXD, err);
     if (st) return st;
     dim3 grid(H / HG, T);
@@ -185,6 +189,8 @@ extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int 
     /* 8 heads per block when the queries fit comfortably in shared memory and the grid still fills
      * the GPU; fewer for few tokens (a decode): a head's arithmetic does not depend on the group */
     const long fill = ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1;
+    if (ctx->tune.attn16 && H % 16 == 0 && D <= 512 && (long)T * (H / 16) >= fill) /* rows read half as often */
+        return attn_launch<16>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
     if (H % 8 == 0 && D <= 512 && (long)T * (H / 8) >= fill)
         return attn_launch<8>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
     if (H % 4 == 0 && (long)T * (H / 4) >= fill)

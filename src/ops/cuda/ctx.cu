@@ -144,6 +144,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_tiles = getenv("MINKE_CUDA_GEMV_TILES") ? atoi(getenv("MINKE_CUDA_GEMV_TILES")) : 8;
     ctx->tune.moe_ri = getenv("MINKE_CUDA_MOE_RI") ? atoi(getenv("MINKE_CUDA_MOE_RI")) : 16;
     ctx->tune.hc_ri = getenv("MINKE_CUDA_HC_RI") ? atoi(getenv("MINKE_CUDA_HC_RI")) : 16;
+    ctx->tune.attn16 = env_switch("MINKE_CUDA_ATTN16", 1);
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;

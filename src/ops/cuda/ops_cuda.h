@@ -117,6 +117,9 @@ typedef struct {
                             * 16: prefill; 0 = never); MINKE_CUDA_MOE_RI overrides it */
     int hc_ri;             /* hc_pre / hc_head of at least this many tokens sum their chunks with
                             * k_hc_mix_ri (same bits; 0 = never; default 16); MINKE_CUDA_HC_RI */
+    int attn16;            /* 1: the sparse attention serves 16 heads per block when the grid still fills
+                            * the GPU (prefill, large batches: each row read half as often; a head's bits
+                            * do not depend on its group); default 1, MINKE_CUDA_ATTN16=0 */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
 } mk_cuda_tuning;
