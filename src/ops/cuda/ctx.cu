@@ -133,7 +133,10 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_pdl = env_switch("MINKE_CUDA_PDL", 1);
     ctx->tune.moe_slabs = 2; /* H200: 1.610 vs 1.683 ms per decode step (bench/gpu/results-2026-12-03-perf.md) */
     if (getenv("MINKE_CUDA_MOE_SLABS")) ctx->tune.moe_slabs = atoi(getenv("MINKE_CUDA_MOE_SLABS"));
-    ctx->tune.moe_staged = env_switch("MINKE_CUDA_MOE_STAGED", 1);
+    /* 0: with the row-invariant GEMM taking groups of many slots, the unstaged kernel was faster for the
+     * few slots per group of batched decodes (H200, batch 64: 5829 vs 5347 tokens/s; 256: 10936 vs
+     * 10409; bench/gpu/results-2026-12-04-prefill.md) */
+    ctx->tune.moe_staged = env_switch("MINKE_CUDA_MOE_STAGED", 0);
     ctx->tune.linear_multi = env_switch("MINKE_CUDA_LINEAR_MULTI", 1);
     ctx->tune.moe_route_plan = env_switch("MINKE_CUDA_ROUTE_PLAN", 1);
     ctx->tune.rope_fuse = env_switch("MINKE_CUDA_ROPE_FUSE", 1);

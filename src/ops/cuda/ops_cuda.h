@@ -91,7 +91,9 @@ typedef struct {
                             * MINKE_CUDA_MOE_SLABS overrides it at context creation) */
     int moe_staged;        /* 1: FP4 experts with several slots per call run k_moe_fp4_staged (weights
                             * loaded once per block, activations staged in shared memory; same bits
-                            * as the unstaged kernel); default 1, MINKE_CUDA_MOE_STAGED=0 turns it off */
+                            * as the unstaged kernel); default 0 (measured slower than the unstaged
+                            * kernel once k_moe_fp4_ri takes the groups of many slots),
+                            * MINKE_CUDA_MOE_STAGED=1 turns it on */
     int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
     int norm_quant;        /* 1: mk_cuda_rmsnorm_quant and mk_cuda_idx_q_prep in one launch each (same
