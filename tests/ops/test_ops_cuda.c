@@ -321,9 +321,10 @@ static void test_linear_rows(mk_wkind kind, int n, int k, int m, int round) {
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(y1), free(scr);
 }
 
-/* The FP8 row-invariant GEMM (tuning gemv_tiles 4 or 8 rows-of-8 per block, forced by ri_min_blocks 1) =
- * the GEMV's chunks of 8 (gemv_tiles 1), bit for bit, for m rows; also as a pair of the matrix with
- * itself (one launch, the two matrices' slabs in one grid) against the single chunked launch. */
+/* The row-invariant GEMMs (FP8, FP8_DQ, BF16; tuning gemv_tiles 4 or 8 rows-of-8 per block, forced
+ * by ri_min_blocks 1) = the GEMV's chunks of 8 (gemv_tiles 1), bit for bit, for m rows; FP8 also as
+ * a pair of the matrix with itself (one launch, the two matrices' slabs in one grid) against the
+ * single chunked launch. */
 static void test_linear_tiles(mk_wkind kind, int n, int k, int m, int round) {
     mk_wmat Wh, Wd;
     make_weights(&Wh, kind, n, k);
@@ -1954,6 +1955,8 @@ int main(int argc, char **argv) {
     test_linear_tiles(MK_W_FP8, 512, 1024, 13, 1);
     test_linear_tiles(MK_W_FP8, 4096, 1024, 200, 1);  /* wq_b-like: few segments */
     test_linear_tiles(MK_W_FP8, 272, 2048, 9, 0);     /* slabs not a multiple of 8 (idle warps) */
+    test_linear_tiles(MK_W_BF16, 2048, 4096, 77, 0);  /* the head over a batch */
+    test_linear_tiles(MK_W_BF16, 272, 1024, 130, 1);
     test_linear_tiles(MK_W_FP8_DQ, 1024, 4096, 45, 1);
     test_linear_tiles(MK_W_FP8_DQ, 272, 1024, 70, 0);
     test_linear_pair(MK_W_FP8, 1024, MK_W_FP8, 512, 4096, 1);  /* wq_a + wkv, decode (split-K) */

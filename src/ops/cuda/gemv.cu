@@ -1203,6 +1203,102 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
+/* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged
+ * as k_gemm_fp8_ri: 8 warps x 16 rows and 8 J activation rows per block, the bf16 activations
+ * staged in shared memory 128 k (256 bytes a row) at a time by cp.async (ST stages), each warp
+ * walking all of k in 32-k steps with the GEMV's warp ranges (plan_for's `per` steps) as segments: each segment's
+ * MMA chain from zero, the segments added in order. In shared memory 16-byte chunk c of row r sits
+ * at chunk c ^ 4 (r & 1) (a quarter warp: rows g, g + 1, chunks 4 s + t: 8 bank groups). */
+template <int J, int ST = 3>
+__global__ void __launch_bounds__(256, 1) k_gemm_bf16_ri(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb,
+                                                         int m, int n, int k, int per, float *__restrict__ y,
+                                                         int round) {
+    __shared__ __align__(16) uint8_t xs[ST][8 * J * 256]; /* 3 stages of 64 rows: 48 KiB */
+    mk_d_pdl_launch_dependents();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int nu = k >> 7, ns = k >> 5; /* 128-k stages, 32-k steps */
+    const int slab = (int)blockIdx.y * 8 + warp;
+    const bool active = slab < (n >> 4);
+    const int n0 = active ? slab * 16 : 0;
+    const int r0 = (int)blockIdx.x * 8 * J, mt = min(8 * J, m - r0);
+    const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16, *w1 = w0 + (size_t)16 * k;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    auto stage = [&](int u) {
+        uint8_t *dst = xs[u % ST];
+#pragma unroll
+        for (int i = 0; i < (8 * J * 16) / 256; i++) {
+            const int id = tid + i * 256, r = id >> 4, c = id & 15;
+            const bool ok = r < mt;
+            mk_d_cp_async16(dst + r * 256 + ((c ^ ((r & 1) << 2)) << 4),
+                            (const uint8_t *)(xb + (size_t)(r0 + (ok ? r : 0)) * k + (size_t)u * 128) + c * 16,
+                            ok ? 16 : 0);
+        }
+    };
+    uint4 an[4][2];
+    if (active)
+#pragma unroll
+        for (int s = 0; s < 4; s++) an[s][0] = mk_d_ld_stream(w0 + s * 64), an[s][1] = mk_d_ld_stream(w1 + s * 64);
+    mk_d_pdl_wait();
+#pragma unroll
+    for (int p = 0; p < ST - 1; p++) {
+        if (p < nu) stage(p);
+        mk_d_cp_async_commit();
+    }
+    float tot[4 * J], part[4 * J];
+#pragma unroll
+    for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
+    for (int u = 0; u < nu; u++) {
+        mk_d_cp_async_wait<ST - 2>();
+        __syncthreads();
+        if (u + ST - 1 < nu) stage(u + ST - 1);
+        mk_d_cp_async_commit();
+        uint4 a[4][2];
+#pragma unroll
+        for (int s = 0; s < 4; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
+        if (active && u + 1 < nu)
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const size_t off = (size_t)(u + 1) * 256 + s * 64;
+                an[s][0] = mk_d_ld_stream(w0 + off), an[s][1] = mk_d_ld_stream(w1 + off);
+            }
+        if (!active) continue;
+        const uint8_t *xst = xs[u % ST];
+#pragma unroll
+        for (int s = 0; s < 4; s++) { /* step 4 u + s */
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                if (8 * j >= mt) break;
+                const uint4 b = *(const uint4 *)(xst + (8 * j + g) * 256 + (((4 * s + t) ^ ((g & 1) << 2)) << 4));
+                float cc[4] = {part[4 * j], part[4 * j + 1], part[4 * j + 2], part[4 * j + 3]};
+                mk_d_mma_bf16(cc, a[s][0].x, a[s][1].x, a[s][0].y, a[s][1].y, b.x, b.y);
+                mk_d_mma_bf16(cc, a[s][0].z, a[s][1].z, a[s][0].w, a[s][1].w, b.z, b.w);
+                part[4 * j] = cc[0], part[4 * j + 1] = cc[1], part[4 * j + 2] = cc[2], part[4 * j + 3] = cc[3];
+            }
+            const int st = 4 * u + s;
+            if ((st + 1) % per == 0 || st + 1 == ns) { /* a GEMV warp's range ends: add it in order */
+                const bool first = st < per;
+#pragma unroll
+                for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
+            }
+        }
+    }
+    mk_d_cp_async_wait<0>();
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int ra = 8 * j + c0, rb = 8 * j + c1;
+        if (ra < mt) {
+            y[(size_t)(r0 + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
+            y[(size_t)(r0 + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
+        }
+        if (rb < mt) {
+            y[(size_t)(r0 + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
+            y[(size_t)(r0 + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
+        }
+    }
+}
+
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
@@ -1213,6 +1309,13 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
+    if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) { /* the row-invariant GEMM: the same bits */
+        dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
+        MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round),
+                  err, "cuda: bf16 row-invariant gemm launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
+        return MK_OK;
+    }
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
