@@ -276,6 +276,72 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
  * groups. */
 #define RI_ST 4
 
+/* Helpers of the row-invariant GEMMs (this kernel and the FP8_DQ, bf16 and expert ones below). */
+
+/* Stage u of a cp.async pipeline of ST stages: wait for stage u, make it visible to the block (and
+ * free stage u - 1 for reuse), issue stage u + ST - 1 (stage(v) queues its copies) and commit. The
+ * first ST - 1 stages are issued by ri_prologue. A commit per step even when nothing is issued keeps
+ * the group count in step with u. */
+template <int ST, typename F> __device__ __forceinline__ void ri_prologue(F &&stage, int nu) {
+#pragma unroll
+    for (int p = 0; p < ST - 1; p++) {
+        if (p < nu) stage(p);
+        mk_d_cp_async_commit();
+    }
+}
+template <int ST, typename F> __device__ __forceinline__ void ri_advance(F &&stage, int u, int nu) {
+    mk_d_cp_async_wait<ST - 2>();
+    __syncthreads();
+    if (u + ST - 1 < nu) stage(u + ST - 1);
+    mk_d_cp_async_commit();
+}
+
+/* Rows [0, 8 J) of CH 16-byte chunks each into dst (row r at r * 16 CH; chunk c at swz(r, c)), row
+ * r's chunk c from src(r) + 16 c, rows >= mt zero-filled; 256 threads. */
+template <int J, int CH, typename SWZ, typename SRC>
+__device__ __forceinline__ void ri_stage_rows(uint8_t *dst, int mt, SWZ swz, SRC src) {
+#pragma unroll
+    for (int i = 0; i < (8 * J * CH) / 256; i++) {
+        const int id = threadIdx.x + i * 256, r = id / CH, c = id % CH;
+        const bool ok = r < mt;
+        mk_d_cp_async16(dst + r * 16 * CH + swz(r, c) * 16, src(ok ? r : 0) + c * 16, ok ? 16 : 0);
+    }
+}
+
+/* S 64-byte steps of a warp's rows g / g + 8 (w0 / w1: the lane's bytes) from byte off, into a. */
+template <int S>
+__device__ __forceinline__ void ri_load_w(uint4 (&a)[S][2], const uint8_t *w0, const uint8_t *w1, size_t off) {
+#pragma unroll
+    for (int s = 0; s < S; s++) a[s][0] = mk_d_ld_stream(w0 + off + s * 64), a[s][1] = mk_d_ld_stream(w1 + off + s * 64);
+}
+
+/* The end of a GEMV warp range (a segment): its sum (part, from zero) added to the earlier ones in
+ * order, as gemv_reduce adds the warps' sums; part restarts from zero. */
+template <int NV> __device__ __forceinline__ void ri_fold(float (&tot)[NV], float (&part)[NV], bool first) {
+#pragma unroll
+    for (int i = 0; i < NV; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
+}
+
+/* The warp's 16 rows (n0 + g, n0 + g + 8) x 8 J activation rows (tile j's C columns 2 t, 2 t + 1) of
+ * tot into y rows r0 + .. (those < mt), as gemv_finish_at writes them. */
+template <int J>
+__device__ __forceinline__ void ri_store(const float (&tot)[4 * J], float *__restrict__ y, int n, int n0, int r0, int mt,
+                                         int round) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int ra = 8 * j + 2 * t, rb = ra + 1;
+        if (ra < mt) {
+            y[(size_t)(r0 + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
+            y[(size_t)(r0 + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
+        }
+        if (rb < mt) {
+            y[(size_t)(r0 + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
+            y[(size_t)(r0 + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
+        }
+    }
+}
+
 template <int J>
 __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_gemm_fp8_ri(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
                                                         const uint8_t *__restrict__ xq, const float *__restrict__ sa,
@@ -304,14 +370,8 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_gemm_fp8_ri(const uint8
 
     /* activations of 128-block kb into stage kb % RI_ST (rows past m zero-filled) */
     auto stage = [&](int kb) {
-        uint8_t *dst = xs[kb % RI_ST];
-#pragma unroll
-        for (int i = 0; i < (8 * J * 8) / 256; i++) {
-            const int id = tid + i * 256, r = id >> 3, c = id & 7;
-            const bool ok = r < mt;
-            mk_d_cp_async16(dst + r * 128 + ((c ^ ((r & 1) << 2)) << 4),
-                            xq + (size_t)(r0 + (ok ? r : 0)) * k + (size_t)kb * 128 + c * 16, ok ? 16 : 0);
-        }
+        ri_stage_rows<J, 8>(xs[kb % RI_ST], mt, [](int r, int c) { return c ^ ((r & 1) << 2); },
+                            [&](int r) { return xq + (size_t)(r0 + r) * k + (size_t)kb * 128; });
         if (tid < 8 * J) {
             const bool ok = tid < mt;
             mk_d_cp_async4(&ss[kb % RI_ST][tid], sa + (size_t)(r0 + (ok ? tid : 0)) * nb + kb, ok ? 4 : 0);
@@ -319,31 +379,17 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_gemm_fp8_ri(const uint8
     };
 
     uint4 a[2][2], an[2][2]; /* this block's weights, the next block's */
-    if (active)
-#pragma unroll
-        for (int s = 0; s < 2; s++) an[s][0] = mk_d_ld_stream(w0 + s * 64), an[s][1] = mk_d_ld_stream(w1 + s * 64);
+    if (active) ri_load_w(an, w0, w1, 0);
     mk_d_pdl_wait();
-#pragma unroll
-    for (int p = 0; p < RI_ST - 1; p++) {
-        if (p < nb) stage(p);
-        mk_d_cp_async_commit();
-    }
+    ri_prologue<RI_ST>(stage, nb);
     float tot[4 * J], part[4 * J];
 #pragma unroll
     for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
     for (int kb = 0; kb < nb; kb++) {
-        mk_d_cp_async_wait<RI_ST - 2>();
-        __syncthreads(); /* stage kb landed for all; stage kb - 1 free */
-        if (kb + RI_ST - 1 < nb) stage(kb + RI_ST - 1);
-        mk_d_cp_async_commit();
+        ri_advance<RI_ST>(stage, kb, nb);
 #pragma unroll
         for (int s = 0; s < 2; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
-        if (active && kb + 1 < nb)
-#pragma unroll
-            for (int s = 0; s < 2; s++) {
-                const size_t off = (size_t)(kb + 1) * 128 + s * 64;
-                an[s][0] = mk_d_ld_stream(w0 + off), an[s][1] = mk_d_ld_stream(w1 + off);
-            }
+        if (active && kb + 1 < nb) ri_load_w(an, w0, w1, (size_t)(kb + 1) * 128);
         if (active) {
             const float sb = mk_d_e8m0(sbr[kb]);
             const uint8_t *xst = xs[kb % RI_ST];
@@ -367,27 +413,11 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_gemm_fp8_ri(const uint8
                 part[4 * j + 2] = fmaf(c[2], f0, part[4 * j + 2]);
                 part[4 * j + 3] = fmaf(c[3], f1, part[4 * j + 3]);
             }
-            if ((kb + 1) % per == 0 || kb + 1 == nb) { /* a GEMV warp's range ends: add it in order */
-                const bool first = kb < per;
-#pragma unroll
-                for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
-            }
+            if ((kb + 1) % per == 0 || kb + 1 == nb) ri_fold(tot, part, kb < per); /* a GEMV warp's range ends */
         }
     }
     mk_d_cp_async_wait<0>();
-    if (!active) return;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int ra = 8 * j + c0, rb = 8 * j + c1;
-        if (ra < mt) {
-            y[(size_t)(r0 + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
-            y[(size_t)(r0 + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
-        }
-        if (rb < mt) {
-            y[(size_t)(r0 + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
-            y[(size_t)(r0 + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
-        }
-    }
+    if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
 /* Tiles of 8 rows per block of the row-invariant GEMM for m rows over `slabs` 16-row slabs: 8 when
@@ -974,21 +1004,12 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
         if (tid < 8 * J) rows[tid] = tid < mt ? (by_token ? stok[tb + tid] : tb + tid) : 0;
         __syncthreads();
         auto stage = [&](int kb) {
-            uint8_t *dst = xs[kb % RI_ST];
-#pragma unroll
-            for (int i = 0; i < (8 * J * 8) / 256; i++) {
-                const int id = tid + i * 256, r = id >> 3, c = id & 7;
-                mk_d_cp_async16(dst + r * 128 + ((c ^ ((r & 3) << 1)) << 4),
-                                xq + (size_t)rows[r] * k + (size_t)kb * 128 + c * 16, r < mt ? 16 : 0);
-            }
+            ri_stage_rows<J, 8>(xs[kb % RI_ST], mt, [](int r, int c) { return c ^ ((r & 3) << 1); },
+                                [&](int r) { return xq + (size_t)rows[r] * k + (size_t)kb * 128; });
             if (tid < 8 * J)
                 mk_d_cp_async4(&ss[kb % RI_ST][tid], sa + (size_t)rows[tid] * nb + kb, tid < mt ? 4 : 0);
         };
-#pragma unroll
-        for (int p = 0; p < RI_ST - 1; p++) {
-            if (p < nb) stage(p);
-            mk_d_cp_async_commit();
-        }
+        ri_prologue<RI_ST>(stage, nb);
         uint4 a0, a1, an0 = make_uint4(0, 0, 0, 0), an1 = an0;
         uint32_t sw0 = 0, sw1 = 0, swn0 = 0, swn1 = 0;
         if (active) {
@@ -999,10 +1020,7 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
 #pragma unroll
         for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
         for (int kb = 0; kb < nb; kb++) {
-            mk_d_cp_async_wait<RI_ST - 2>();
-            __syncthreads();
-            if (kb + RI_ST - 1 < nb) stage(kb + RI_ST - 1);
-            mk_d_cp_async_commit();
+            ri_advance<RI_ST>(stage, kb, nb);
             a0 = an0, a1 = an1, sw0 = swn0, sw1 = swn1;
             if (active && kb + 1 < nb) {
                 an0 = mk_d_ld_stream(w0 + (size_t)(kb + 1) * 64), an1 = mk_d_ld_stream(w1 + (size_t)(kb + 1) * 64);
@@ -1035,27 +1053,10 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
                     part[4 * j + 3] = fmaf(c[3], sa1 * s1[q], part[4 * j + 3]);
                 }
             }
-            if ((kb + 1) % per == 0 || kb + 1 == nb) { /* a warp range of the GEMV ends: add it in order */
-                const bool first = kb < per;
-#pragma unroll
-                for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
-            }
+            if ((kb + 1) % per == 0 || kb + 1 == nb) ri_fold(tot, part, kb < per); /* a GEMV warp's range ends */
         }
         mk_d_cp_async_wait<0>();
-        if (active) {
-#pragma unroll
-            for (int j = 0; j < J; j++) {
-                const int ra = 8 * j + 2 * t, rb = ra + 1;
-                if (ra < mt) {
-                    y[(size_t)(tb + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
-                    y[(size_t)(tb + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
-                }
-                if (rb < mt) {
-                    y[(size_t)(tb + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
-                    y[(size_t)(tb + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
-                }
-            }
-        }
+        if (active) ri_store<J>(tot, y, n, n0, tb, mt, round);
     }
 }
 
@@ -1223,45 +1224,23 @@ __global__ void __launch_bounds__(256, 1) k_gemm_bf16_ri(const uint16_t *__restr
     const int n0 = active ? slab * 16 : 0;
     const int r0 = (int)blockIdx.x * 8 * J, mt = min(8 * J, m - r0);
     const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16, *w1 = w0 + (size_t)16 * k;
-    const int c0 = 2 * t, c1 = 2 * t + 1;
     auto stage = [&](int u) {
-        uint8_t *dst = xs[u % ST];
-#pragma unroll
-        for (int i = 0; i < (8 * J * 16) / 256; i++) {
-            const int id = tid + i * 256, r = id >> 4, c = id & 15;
-            const bool ok = r < mt;
-            mk_d_cp_async16(dst + r * 256 + ((c ^ ((r & 1) << 2)) << 4),
-                            (const uint8_t *)(xb + (size_t)(r0 + (ok ? r : 0)) * k + (size_t)u * 128) + c * 16,
-                            ok ? 16 : 0);
-        }
+        ri_stage_rows<J, 16>(xs[u % ST], mt, [](int r, int c) { return c ^ ((r & 1) << 2); },
+                             [&](int r) { return (const uint8_t *)(xb + (size_t)(r0 + r) * k + (size_t)u * 128); });
     };
     uint4 an[4][2];
-    if (active)
-#pragma unroll
-        for (int s = 0; s < 4; s++) an[s][0] = mk_d_ld_stream(w0 + s * 64), an[s][1] = mk_d_ld_stream(w1 + s * 64);
+    if (active) ri_load_w(an, w0, w1, 0);
     mk_d_pdl_wait();
-#pragma unroll
-    for (int p = 0; p < ST - 1; p++) {
-        if (p < nu) stage(p);
-        mk_d_cp_async_commit();
-    }
+    ri_prologue<ST>(stage, nu);
     float tot[4 * J], part[4 * J];
 #pragma unroll
     for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
     for (int u = 0; u < nu; u++) {
-        mk_d_cp_async_wait<ST - 2>();
-        __syncthreads();
-        if (u + ST - 1 < nu) stage(u + ST - 1);
-        mk_d_cp_async_commit();
+        ri_advance<ST>(stage, u, nu);
         uint4 a[4][2];
 #pragma unroll
         for (int s = 0; s < 4; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
-        if (active && u + 1 < nu)
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const size_t off = (size_t)(u + 1) * 256 + s * 64;
-                an[s][0] = mk_d_ld_stream(w0 + off), an[s][1] = mk_d_ld_stream(w1 + off);
-            }
+        if (active && u + 1 < nu) ri_load_w(an, w0, w1, (size_t)(u + 1) * 256);
         if (!active) continue;
         const uint8_t *xst = xs[u % ST];
 #pragma unroll
@@ -1276,27 +1255,11 @@ __global__ void __launch_bounds__(256, 1) k_gemm_bf16_ri(const uint16_t *__restr
                 part[4 * j] = cc[0], part[4 * j + 1] = cc[1], part[4 * j + 2] = cc[2], part[4 * j + 3] = cc[3];
             }
             const int st = 4 * u + s;
-            if ((st + 1) % per == 0 || st + 1 == ns) { /* a GEMV warp's range ends: add it in order */
-                const bool first = st < per;
-#pragma unroll
-                for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
-            }
+            if ((st + 1) % per == 0 || st + 1 == ns) ri_fold(tot, part, st < per); /* a GEMV warp's range ends */
         }
     }
     mk_d_cp_async_wait<0>();
-    if (!active) return;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int ra = 8 * j + c0, rb = 8 * j + c1;
-        if (ra < mt) {
-            y[(size_t)(r0 + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
-            y[(size_t)(r0 + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
-        }
-        if (rb < mt) {
-            y[(size_t)(r0 + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
-            y[(size_t)(r0 + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
-        }
-    }
+    if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
@@ -1496,47 +1459,26 @@ __global__ void __launch_bounds__(256, 1) k_gemm_dq_ri(const uint8_t *__restrict
     const uint8_t *sbr = S + (size_t)(n0 >> 7) * nb;
     const int c0 = 2 * t, c1 = 2 * t + 1;
     auto stage = [&](int kb) {
-        uint8_t *dst = xs[kb % RI_ST];
-#pragma unroll
-        for (int i = 0; i < (8 * J * 16) / 256; i++) {
-            const int id = tid + i * 256, r = id >> 4, c = id & 15;
-            const bool ok = r < mt;
-            mk_d_cp_async16(dst + r * 256 + ((c ^ (r & 1)) << 4),
-                            (const uint8_t *)(xg + (size_t)(r0 + (ok ? r : 0)) * xs_ + (size_t)kb * 128) + c * 16,
-                            ok ? 16 : 0);
-        }
+        ri_stage_rows<J, 16>(xs[kb % RI_ST], mt, [](int r, int c) { return c ^ (r & 1); },
+                             [&](int r) { return (const uint8_t *)(xg + (size_t)(r0 + r) * xs_ + (size_t)kb * 128); });
         if (tid < 8 * J) {
             const bool ok = tid < mt;
             mk_d_cp_async4(&ss[kb % RI_ST][tid], sg + (size_t)(r0 + (ok ? tid : 0)) * xnb + kb, ok ? 4 : 0);
         }
     };
     uint4 an[2][2];
-    if (active)
-#pragma unroll
-        for (int s = 0; s < 2; s++) an[s][0] = mk_d_ld_stream(w0 + s * 64), an[s][1] = mk_d_ld_stream(w1 + s * 64);
+    if (active) ri_load_w(an, w0, w1, 0);
     mk_d_pdl_wait();
-#pragma unroll
-    for (int p = 0; p < RI_ST - 1; p++) {
-        if (p < nb) stage(p);
-        mk_d_cp_async_commit();
-    }
+    ri_prologue<RI_ST>(stage, nb);
     float tot[4 * J], part[4 * J];
 #pragma unroll
     for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
     for (int kb = 0; kb < nb; kb++) {
-        mk_d_cp_async_wait<RI_ST - 2>();
-        __syncthreads();
-        if (kb + RI_ST - 1 < nb) stage(kb + RI_ST - 1);
-        mk_d_cp_async_commit();
+        ri_advance<RI_ST>(stage, kb, nb);
         uint4 a[2][2];
 #pragma unroll
         for (int s = 0; s < 2; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
-        if (active && kb + 1 < nb)
-#pragma unroll
-            for (int s = 0; s < 2; s++) {
-                const size_t off = (size_t)(kb + 1) * 128 + s * 64;
-                an[s][0] = mk_d_ld_stream(w0 + off), an[s][1] = mk_d_ld_stream(w1 + off);
-            }
+        if (active && kb + 1 < nb) ri_load_w(an, w0, w1, (size_t)(kb + 1) * 128);
         if (!active) continue;
         uint32_t h[2][4][4]; /* [64-k step][word q][A register] the widened weights */
 #pragma unroll
@@ -1573,26 +1515,10 @@ __global__ void __launch_bounds__(256, 1) k_gemm_dq_ri(const uint8_t *__restrict
             part[4 * j + 2] = fmaf(c[2], f0, part[4 * j + 2]);
             part[4 * j + 3] = fmaf(c[3], f1, part[4 * j + 3]);
         }
-        if ((kb + 1) % per == 0 || kb + 1 == nb) {
-            const bool first = kb < per;
-#pragma unroll
-            for (int i = 0; i < 4 * J; i++) tot[i] = first ? part[i] : tot[i] + part[i], part[i] = 0.0f;
-        }
+        if ((kb + 1) % per == 0 || kb + 1 == nb) ri_fold(tot, part, kb < per);
     }
     mk_d_cp_async_wait<0>();
-    if (!active) return;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int ra = 8 * j + c0, rb = 8 * j + c1;
-        if (ra < mt) {
-            y[(size_t)(r0 + ra) * n + n0 + g] = gemv_out(tot[4 * j + 0], round);
-            y[(size_t)(r0 + ra) * n + n0 + g + 8] = gemv_out(tot[4 * j + 2], round);
-        }
-        if (rb < mt) {
-            y[(size_t)(r0 + rb) * n + n0 + g] = gemv_out(tot[4 * j + 1], round);
-            y[(size_t)(r0 + rb) * n + n0 + g + 8] = gemv_out(tot[4 * j + 3], round);
-        }
-    }
+    if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
 int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *xh, const float *sx, int m,
