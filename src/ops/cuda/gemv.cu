@@ -43,6 +43,15 @@
  * order), but on the H200 that extra pass cost more than it gained, so it is off by default
  * (mk_cuda_tuning.gemv_max_splits; bench/gpu/results-2026-12-02.md has the measurements).
  *
+ * Many rows (prefill, batches): the engine needs a row's bits not to depend on the other rows, so
+ * m > 8 rows get the GEMV's arithmetic, not a GEMM's. The row-invariant GEMMs (k_gemm_fp8_ri,
+ * k_gemm_dq_ri, k_gemm_bf16_ri, and k_moe_fp4_ri for the experts) compute it in a GEMM's
+ * arrangement: a block is 8 warps x 16 weight rows over 32 or 64 activation rows staged in shared
+ * memory, and each warp walks all of k, summing each of the GEMV's warp ranges from zero as a
+ * segment and adding the segments in warp order — what the GEMV's warps and gemv_reduce do. The
+ * weights then stream once per 64 rows instead of once per 8 (bench/gpu/results-2026-12-04-prefill.md);
+ * they are used where their grid fills the GPU, the chunks of 8 elsewhere.
+ *
  * Numerics: products of e4m3 x e4m3 (and e2m1 x e4m3, bf16 x bf16) are exact; the tensor core
  * adds them with its own internal precision (the reference's TileLang kernel does the same), and
  * scales are powers of two, so results match mk_linear up to summation order within a block.
@@ -312,7 +321,8 @@ __device__ __forceinline__ void ri_stage_rows(uint8_t *dst, int mt, SWZ swz, SRC
 template <int S>
 __device__ __forceinline__ void ri_load_w(uint4 (&a)[S][2], const uint8_t *w0, const uint8_t *w1, size_t off) {
 #pragma unroll
-    for (int s = 0; s < S; s++) a[s][0] = mk_d_ld_stream(w0 + off + s * 64), a[s][1] = mk_d_ld_stream(w1 + off + s * 64);
+    for (int s = 0; s < S; s++)
+        a[s][0] = mk_d_ld_stream(w0 + off + s * 64), a[s][1] = mk_d_ld_stream(w1 + off + s * 64);
 }
 
 /* The end of a GEMV warp range (a segment): its sum (part, from zero) added to the earlier ones in
@@ -325,8 +335,8 @@ template <int NV> __device__ __forceinline__ void ri_fold(float (&tot)[NV], floa
 /* The warp's 16 rows (n0 + g, n0 + g + 8) x 8 J activation rows (tile j's C columns 2 t, 2 t + 1) of
  * tot into y rows r0 + .. (those < mt), as gemv_finish_at writes them. */
 template <int J>
-__device__ __forceinline__ void ri_store(const float (&tot)[4 * J], float *__restrict__ y, int n, int n0, int r0, int mt,
-                                         int round) {
+__device__ __forceinline__ void ri_store(const float (&tot)[4 * J], float *__restrict__ y, int n, int n0, int r0,
+                                         int mt, int round) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
     for (int j = 0; j < J; j++) {
@@ -343,11 +353,10 @@ __device__ __forceinline__ void ri_store(const float (&tot)[4 * J], float *__res
 }
 
 template <int J>
-__global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_gemm_fp8_ri(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
-                                                        const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                                        int m, int n, int k, int per, float *__restrict__ y, int round,
-                                                        const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2,
-                                                        int n2, float *__restrict__ y2) {
+__global__ void __launch_bounds__(256, J == 8 ? 1 : 2)
+    k_gemm_fp8_ri(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S, const uint8_t *__restrict__ xq,
+                  const float *__restrict__ sa, int m, int n, int k, int per, float *__restrict__ y, int round,
+                  const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2, int n2, float *__restrict__ y2) {
     __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 128];
     __shared__ float ss[RI_ST][8 * J];
     mk_d_pdl_launch_dependents();
@@ -1211,9 +1220,9 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
  * MMA chain from zero, the segments added in order. In shared memory 16-byte chunk c of row r sits
  * at chunk c ^ 4 (r & 1) (a quarter warp: rows g, g + 1, chunks 4 s + t: 8 bank groups). */
 template <int J, int ST = 3>
-__global__ void __launch_bounds__(256, 1) k_gemm_bf16_ri(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb,
-                                                         int m, int n, int k, int per, float *__restrict__ y,
-                                                         int round) {
+__global__ void __launch_bounds__(256, 1)
+    k_gemm_bf16_ri(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb, int m, int n, int k, int per,
+                   float *__restrict__ y, int round) {
     __shared__ __align__(16) uint8_t xs[ST][8 * J * 256]; /* 3 stages of 64 rows: 48 KiB */
     mk_d_pdl_launch_dependents();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -12,9 +12,11 @@
  *   BF16 m <= 8: GEMV;  m > 8: cuBLAS — else GEMV chunks, else simple
  *   FP8_DQ GEMV (f16 tensor cores; chunks of 8 rows when m > 8) — else simple
  *   F32: simple
- *   MK_CUDA_LIN_ROW_INVARIANT: the GEMV (chunks of 8, one launch) for every m where the shape allows it, else
- *   simple: both compute a row the same way whatever m and whatever the other rows are (the GEMV's
- *   launch plan depends on W only; each output is one MMA column's sum in k order).
+ *   MK_CUDA_LIN_ROW_INVARIANT: the GEMV for every m where the shape allows it, else simple: both
+ *   compute a row the same way whatever m and whatever the other rows are (the GEMV's launch plan
+ *   depends on W only; each output is one MMA column's sum in k order). For m > 8 the GEMV runs as
+ *   its row-invariant GEMM where that fills the GPU (FP8, FP8_DQ, bf16: the same bits; gemv.cu),
+ *   else in chunks of 8 rows in one launch.
  * Scratch parts by path: xq/sa for FP8/FP4; xb for bf16; xb (as f16) and sa (as the f16 scales)
  * for FP8_DQ.
  */
