@@ -367,8 +367,8 @@ static void test_linear_tiles(mk_wkind kind, int n, int k, int m, int round) {
     snprintf(shape, sizeof shape, "n%d k%d m%d%s", n, k, m, round ? " bf16out" : "");
     n_checks++;
     if (!same) n_fail++;
-    printf("| %-40s | %-26s | tiles 4 / 8%s = the GEMV's chunks of 8, bit for bit: %s |\n", op, shape,
-           kind == MK_W_FP8 ? " (and as a pair)" : "", same ? "PASS" : "FAIL");
+    printf("| %-40s | %-26s | %s = the GEMV's chunks of 8, bit for bit: %s |\n", op, shape,
+           kind == MK_W_FP8 ? "tiles 4 / 8 (and as a pair)" : "the gemm", same ? "PASS" : "FAIL");
     mk_cuda_wmat_free(ctx, &Wd);
     void *dev[] = {dx, dy, dy2, ds};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);

@@ -2,8 +2,8 @@
  * query token over a gathered set of KV rows (K = V, a single shared head), all H heads.
  *
  * A block serves one query token and a group of HG heads (16 for prefill and large batches), so
- * each gathered row is read once per group rather than once per head; HG shrinks when there are too few tokens to fill the GPU
- * (each head's arithmetic is the same whatever its group). Rows are processed in chunks of 256 with the CPU's online
+ * each gathered row is read once per group rather than once per head; HG shrinks when there are
+ * too few tokens to fill the GPU (each head's arithmetic is the same whatever its group). Rows are processed in chunks of 256 with the CPU's online
  * softmax: scores of the chunk (a warp per 4 rows, lanes over D, a reduce-scatter over the lanes:
  * one shuffle per (row, head) pair instead of five), the chunk maximum, rescaling of the
  * running output and denominator when the maximum grows, probabilities rounded to bf16 before the
@@ -186,8 +186,8 @@ extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int 
     if (T <= 0 || H <= 0) return MK_OK;
     if (D < 1 || D > ATT_MAXD)
         return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention: D = %d (1..%d)", D, ATT_MAXD);
-    /* 8 heads per block when the queries fit comfortably in shared memory and the grid still fills
-     * the GPU; fewer for few tokens (a decode): a head's arithmetic does not depend on the group */
+    /* 16 or 8 heads per block when the queries fit comfortably in shared memory and the grid still
+     * fills the GPU; fewer for few tokens (a decode): a head's arithmetic does not depend on the group */
     const long fill = ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1;
     if (ctx->tune.attn16 && H % 16 == 0 && D <= 512 && (long)T * (H / 16) >= fill) /* rows read half as often */
         return attn_launch<16>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);

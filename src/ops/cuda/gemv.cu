@@ -1216,8 +1216,8 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
 /* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged
  * as k_gemm_fp8_ri: 8 warps x 16 rows and 8 J activation rows per block, the bf16 activations
  * staged in shared memory 128 k (256 bytes a row) at a time by cp.async (ST stages), each warp
- * walking all of k in 32-k steps with the GEMV's warp ranges (plan_for's `per` steps) as segments: each segment's
- * MMA chain from zero, the segments added in order. In shared memory 16-byte chunk c of row r sits
+ * walking all of k in 32-k steps with the GEMV's warp ranges (plan_for's `per` steps) as segments:
+ * each segment's MMA chain from zero, the segments added in order. In shared memory 16-byte chunk c of row r sits
  * at chunk c ^ 4 (r & 1) (a quarter warp: rows g, g + 1, chunks 4 s + t: 8 bank groups). */
 template <int J, int ST = 3>
 __global__ void __launch_bounds__(256, 1)

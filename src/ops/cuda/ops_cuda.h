@@ -109,9 +109,10 @@ typedef struct {
                             * (mk_cuda_cmp_step_multi; same bits); default 1, MINKE_CUDA_CMP_STEP=0 */
     int graphs;            /* 1: the model replays its decode steps as CUDA graphs (dsv4_cuda.c);
                             * default 1, MINKE_CUDA_GRAPHS=0 */
-    int gemv_tiles;        /* tiles of 8 activation rows per block of the FP8 row-invariant GEMM (the
-                            * FP8 GEMV's bits for m > 8, gemv.cu): 8 or 4, 1 = the GEMV in chunks of 8
-                            * only (default 8; MINKE_CUDA_GEMV_TILES overrides it at context creation) */
+    int gemv_tiles;        /* tiles of 8 activation rows per block of the row-invariant GEMMs (the
+                            * GEMVs' bits for m > 8, gemv.cu): 8 or 4 for the FP8 and expert ones (FP8_DQ
+                            * always takes 4, bf16 8); 1 = none of them, the GEMVs in chunks of 8 only
+                            * (default 8; MINKE_CUDA_GEMV_TILES overrides it at context creation) */
     int ri_min_blocks;     /* the row-invariant GEMM is used when it has at least this many blocks
                             * (0: the SM count), else the GEMV's chunks of 8 (weight-bound batches) */
     int moe_ri;            /* FP4 experts run the row-invariant GEMM (k_moe_fp4_ri, same bits) when the
