@@ -375,6 +375,69 @@ static void test_linear_tiles(mk_wkind kind, int n, int k, int m, int round) {
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(ref), free(y), free(y2);
 }
 
+/* The pipelined decode FP8 GEMV (tuning gemv_pipe: one wave of blocks, each over several slabs,
+ * the next item's weights in flight) = the one-slab-per-block GEMV, bit for bit: alone and as a
+ * pair (n and n2 rows), m rows (at most 8), with the grid's default size and a forced small grid
+ * (several slabs per block, unevenly). */
+static void test_linear_pipe(int n, int n2, int k, int m, int round) {
+    mk_wmat Wh, Wd, W2h, W2d;
+    make_weights(&Wh, MK_W_FP8, n, k);
+    const int has2 = n2 > 0;
+    make_weights(&W2h, MK_W_FP8, has2 ? n2 : 16, k);
+    float *x = xmalloc(sizeof(float) * m * k);
+    fill_act(x, (size_t)m * k, 1.0f);
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    CK(mk_cuda_wmat_upload(ctx, &W2h, &W2d, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k), *dy = poisoned_dev(sizeof(float) * m * n);
+    n2 = W2h.n;
+    float *dy2 = poisoned_dev(sizeof(float) * m * n2);
+    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Wd, &W2d, m);
+    if (mk_cuda_linear_scratch(ctx, &Wd, m) > sb) sb = mk_cuda_linear_scratch(ctx, &Wd, m);
+    void *ds = poisoned_dev(sb);
+    const int F = MK_CUDA_LIN_ROW_INVARIANT;
+    mk_cuda_tuning t0, t;
+    mk_cuda_ctx_get_tuning(ctx, &t0);
+    t = t0;
+    float *ref = xmalloc(sizeof(float) * m * n), *ref2 = xmalloc(sizeof(float) * m * n2);
+    float *y = xmalloc(sizeof(float) * m * n), *y2 = xmalloc(sizeof(float) * m * n2);
+    float *p1 = xmalloc(sizeof(float) * m * n), *p2 = xmalloc(sizeof(float) * m * n2);
+    t.gemv_pipe = 0;
+    mk_cuda_ctx_set_tuning(ctx, &t);
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
+    fetch(ref, dy, sizeof(float) * m * n);
+    const int pair = has2 && mk_cuda_linear_pair_one_launch(ctx, F, &Wd, &W2d, m);
+    if (pair) {
+        CK(mk_cuda_linear_pair(ctx, F, &Wd, &W2d, dx, m, dy, dy2, round, ds, sb, &err_));
+        fetch(p1, dy, sizeof(float) * m * n), fetch(ref2, dy2, sizeof(float) * m * n2);
+    }
+    int same = !pair || !memcmp(p1, ref, sizeof(float) * m * n);
+    const int grids[2] = {0, 5};
+    for (int i = 0; i < 2; i++) {
+        t.gemv_pipe = 1, t.gemv_pipe_grid = grids[i];
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
+        fetch(y, dy, sizeof(float) * m * n);
+        same = same && !memcmp(ref, y, sizeof(float) * m * n);
+        if (pair) {
+            CK(mk_cuda_linear_pair(ctx, F, &Wd, &W2d, dx, m, dy, dy2, round, ds, sb, &err_));
+            fetch(y, dy, sizeof(float) * m * n), fetch(y2, dy2, sizeof(float) * m * n2);
+            same = same && !memcmp(ref, y, sizeof(float) * m * n) && !memcmp(ref2, y2, sizeof(float) * m * n2);
+        }
+    }
+    mk_cuda_ctx_set_tuning(ctx, &t0);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%d+%d k%d m%d%s", n, has2 ? n2 : 0, k, m, round ? " bf16out" : "");
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = one slab per block, bit for bit (default grid, 5 blocks%s): %s |\n",
+           "fp8 gemv pipelined (decode)", shape, pair ? "; alone and as a pair" : "", same ? "PASS" : "FAIL");
+    mk_cuda_wmat_free(ctx, &Wd), mk_cuda_wmat_free(ctx, &W2d);
+    void *dev[] = {dx, dy, dy2, ds};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free((void *)Wh.w), free((void *)Wh.scale), free((void *)W2h.w), free((void *)W2h.scale), free(x);
+    free(ref), free(ref2), free(y), free(y2), free(p1), free(p2);
+}
+
 /* Linears over one input (mk_cuda_linear_multi: one conversion and one launch when all are bf16
  * GEMVs with one plan) = each linear alone, bit for bit (rounded and unrounded outputs); the
  * first also against the CPU's mk_linear. ns[i] rows, kinds[i] kinds, round alternating. */
@@ -1951,6 +2014,11 @@ int main(int argc, char **argv) {
     test_linear_rows(MK_W_BF16, 2048, 4096, 19, 0);
     test_linear_rows(MK_W_BF16, 256, 4096, 130, 0);
     test_linear_rows(MK_W_FP8_DQ, 1024, 4096, 24, 1);
+    test_linear_pipe(256, 256, 8192, 1, 0);   /* wo_b-like: 8 warps x 8 blocks, 4 items per slab */
+    test_linear_pipe(256, 128, 8320, 3, 1);   /* 65 blocks: 5 items per slab, the last warp's range short */
+    test_linear_pipe(32768, 0, 1024, 1, 1);   /* wq_b: 2 warps per slab, 2 slabs per block */
+    test_linear_pipe(1024, 512, 4096, 8, 0);  /* wq_a + wkv */
+    test_linear_pipe(272, 48, 2048, 5, 0);    /* slabs not a multiple of 128 rows */
     test_linear_tiles(MK_W_FP8, 1024, 4096, 150, 0); /* 3 blocks of 64 rows, the last partial; 8 segments */
     test_linear_tiles(MK_W_FP8, 512, 1024, 13, 1);
     test_linear_tiles(MK_W_FP8, 4096, 1024, 200, 1);  /* wq_b-like: few segments */
@@ -2025,6 +2093,8 @@ int main(int argc, char **argv) {
     test_swiglu_quant(3, 384, 0, 1);
     test_argmax_rows(129280);
     test_argmax_rows(1000);
+    test_argmax_rows(1001); /* rows not 16-byte aligned: the scalar path */
+    test_argmax_rows(4102); /* a float4 body and a tail */
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);

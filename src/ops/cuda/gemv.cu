@@ -93,6 +93,14 @@ static cudaError_t gemv_launch(mk_cuda_ctx *ctx, dim3 grid, int threads, void (*
     return mk_cuda_launch_pdl(ctx, grid, dim3(threads), 0, kern, args...);
 }
 
+/* The grid of a pipelined decode GEMV over `slabs` slabs with blocks of nw warps: one wave at the
+ * plan's register budget (16 warps of 128 registers per SM), or the tuning's gemv_pipe_grid. */
+static int pipe_grid(const mk_cuda_ctx *ctx, int slabs, int nw) {
+    long g = ctx->tune.gemv_pipe_grid > 0 ? ctx->tune.gemv_pipe_grid
+                                          : (long)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * (16 / nw);
+    return (int)(g < slabs ? g : slabs);
+}
+
 int mk_cuda_gemv_splits(const mk_cuda_ctx *ctx, const mk_wmat *W) {
     return plan_for(ctx, W->n / 16, gemv_units(W)).splits;
 }
@@ -267,6 +275,113 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
                                                      int n2, float *__restrict__ y2) {
     mk_d_pdl_launch_dependents();
     gemv_fp8_body<U>(blockIdx, gridDim.z, W, S, xq, sa, m, n, k, per, y, round, ws, counters, W2, S2, n2, y2);
+}
+
+/* The FP8 GEMV for at most 8 rows, pipelined (tuning gemv_pipe): a block of nw warps serves the
+ * slabs blockIdx.y, + gridDim.y, ... (both matrices' slabs, as k_gemv_fp8's grid numbers them);
+ * each warp walks its k range of each slab (plan_for's, as in k_gemv_fp8) in items of two
+ * 128-blocks, and loads item i + 1's weights before it computes item i, across slab boundaries, so
+ * a warp always has a load in flight instead of alternating load bursts and arithmetic. Each slab
+ * gets k_gemv_fp8's per-block MMAs, fmaf order and warp-order sum: the same bits. All warps run the
+ * same number of items per slab (empty ones skip), so the per-slab barriers line up. */
+struct fp8_item {
+    uint4 a[2][2][2]; /* [block][64-k step][row half] */
+    float sb[2];
+};
+
+__global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
+                                                          const uint8_t *__restrict__ xq, const float *__restrict__ sa,
+                                                          int m, int n, int k, int per, float *__restrict__ y,
+                                                          int round, const uint8_t *__restrict__ W2,
+                                                          const uint8_t *__restrict__ S2, int n2,
+                                                          float *__restrict__ y2) {
+    mk_d_pdl_launch_dependents();
+    __shared__ float red[GEMV_MAXW * 32 * 4];
+    __shared__ float tile[8 * 16];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, s1 = n >> 4, ns = s1 + (n2 >> 4);
+    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
+    const int ng = (per + 1) >> 1; /* items per slab */
+    const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
+    const int total = nsl * ng;
+    const bool xcol = g < m;
+    const uint8_t *xr = xq + (size_t)(xcol ? g : 0) * k + t * 16;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    const bool v0 = c0 < m, v1 = c1 < m;
+    const float *sa0 = sa + (size_t)(v0 ? c0 : 0) * nb;
+    const float *sa1 = sa + (size_t)(v1 ? c1 : 0) * nb;
+    auto load = [&](fp8_item &it, int i) {
+        int slab = (int)blockIdx.y + (i / ng) * (int)gridDim.y;
+        const uint8_t *Wm = W, *Sm = S;
+        if (slab >= s1) slab -= s1, Wm = W2, Sm = S2;
+        const int kb = kb0 + 2 * (i % ng), n0 = slab * 16;
+        const uint8_t *w0 = Wm + (size_t)(n0 + g) * k + t * 16, *w1 = w0 + (size_t)8 * k;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (kb + u < kb1) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const size_t off = (size_t)(kb + u) * 128 + s * 64;
+                    it.a[u][s][0] = mk_d_ld_stream(w0 + off);
+                    it.a[u][s][1] = mk_d_ld_stream(w1 + off);
+                }
+                it.sb[u] = mk_d_e8m0(Sm[(size_t)(n0 >> 7) * nb + kb + u]);
+            }
+        }
+    };
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto comp = [&](const fp8_item &it, int i) {
+        const int kb = kb0 + 2 * (i % ng);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (kb + u < kb1) {
+                uint4 b[2];
+#pragma unroll
+                for (int s = 0; s < 2; s++)
+                    b[s] = xcol ? mk_d_ld16(xr + (size_t)(kb + u) * 128 + s * 64) : make_uint4(0, 0, 0, 0);
+                const float f0 = v0 ? sa0[kb + u] * it.sb[u] : 0.0f, f1 = v1 ? sa1[kb + u] * it.sb[u] : 0.0f;
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    mk_d_mma_e4m3(c, it.a[u][s][0].x, it.a[u][s][1].x, it.a[u][s][0].y, it.a[u][s][1].y, b[s].x,
+                                  b[s].y);
+                    mk_d_mma_e4m3(c, it.a[u][s][0].z, it.a[u][s][1].z, it.a[u][s][0].w, it.a[u][s][1].w, b[s].z,
+                                  b[s].w);
+                }
+                acc[0] = fmaf(c[0], f0, acc[0]);
+                acc[1] = fmaf(c[1], f1, acc[1]);
+                acc[2] = fmaf(c[2], f0, acc[2]);
+                acc[3] = fmaf(c[3], f1, acc[3]);
+            }
+        }
+        if (i % ng == ng - 1) { /* the slab's last item: warp-order sum, store, next slab from zero */
+            int slab = (int)blockIdx.y + (i / ng) * (int)gridDim.y, nn = n;
+            float *yy = y;
+            if (slab >= s1) slab -= s1, yy = y2, nn = n2;
+            gemv_reduce<4>(acc, red);
+            if (warp == 0) {
+                if (v0) tile[c0 * 16 + g] = acc[0], tile[c0 * 16 + g + 8] = acc[2];
+                if (v1) tile[c1 * 16 + g] = acc[1], tile[c1 * 16 + g + 8] = acc[3];
+            }
+            __syncthreads();
+            for (int j = threadIdx.x; j < m * 16; j += blockDim.x)
+                yy[(size_t)(j >> 4) * nn + slab * 16 + (j & 15)] = gemv_out(tile[j], round);
+            __syncthreads(); /* red and tile are reused by the next slab */
+            acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+        }
+    };
+    fp8_item A, B;
+    if (total > 0) load(A, 0);
+    if (total > 1) load(B, 1);
+    mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
+    for (int i = 0; i < total; i += 2) {
+        comp(A, i);
+        if (i + 2 < total) load(A, i + 2);
+        if (i + 1 >= total) break;
+        comp(B, i + 1);
+        if (i + 3 < total) load(B, i + 3);
+    }
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -474,6 +589,15 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
                                              m, n, k, p.per, y, round, w2, s2, n2, y2);
         MK_CU_TRY(e, err, "cuda: fp8 row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 row-invariant gemm launch");
+        return MK_OK;
+    }
+    if (p.splits == 1 && m <= 8 && ctx->tune.gemv_pipe) { /* decode: the pipelined GEMV, the same bits */
+        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
+                              (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
+                              W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
+                  err, "cuda: fp8 gemv launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;
     }
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: fp8 gemv: split-K needs a workspace");

@@ -45,6 +45,21 @@ __device__ __forceinline__ void hc_acc_add(double *acc, double v, const float *_
         if (q < nmix) acc[q] += v * (double)fn[(size_t)q * n + i];
 }
 
+/* hc_acc_add with the mix weights of position i already in f (hc_fn_load); the same bits. */
+__device__ __forceinline__ void hc_acc_add_f(double *acc, double v, const float (&f)[HC_MAXMIX], int nmix) {
+    acc[HC_MAXMIX] += v * v;
+#pragma unroll
+    for (int q = 0; q < HC_MAXMIX; q++)
+        if (q < nmix) acc[q] += v * (double)f[q];
+}
+
+/* The mix weights of position i (i < hi) into f, for hc_acc_add_f. */
+__device__ __forceinline__ void hc_fn_load(float (&f)[HC_MAXMIX], const float *__restrict__ fn, int nmix, int n, int i,
+                                           int hi) {
+#pragma unroll
+    for (int q = 0; q < HC_MAXMIX; q++) f[q] = q < nmix && i < hi ? __ldg(fn + (size_t)q * n + i) : 0.0f;
+}
+
 /* The block's accumulators added up: warp trees, then the warps in order. Returns (to thread
  * q <= HC_MAXMIX) column q. */
 __device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[HC_MAXMIX + 1]) {
@@ -60,21 +75,6 @@ __device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[
         for (int w = 0; w < nw; w++) a += red[w][threadIdx.x];
     __syncthreads(); /* red is reused by the next chunk */
     return a;
-}
-
-/* Chunk c of S of the row (n values), block-wide: the mix dots and the sum of squares of the
- * chunk, thread-strided in double (thread i: lo + i, lo + i + blockDim.x, ...), warp trees, warps
- * in order. Returns (to thread q <= HC_MAXMIX) column q. k_hc_post_part sums its chunk of hc_post
- * outputs with the same steps (the same bits). */
-__device__ double hc_chunk_sum(const float *__restrict__ ht, int n, const float *__restrict__ fn, int nmix, int S,
-                               int c, double (*red)[HC_MAXMIX + 1]) {
-    int lo, hi;
-    hc_chunk_bounds(n, S, c, &lo, &hi);
-    double acc[HC_MAXMIX + 1];
-#pragma unroll
-    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) hc_acc_add(acc, ht[i], fn, nmix, n, i);
-    return hc_block_sum(acc, red);
 }
 
 /* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
@@ -165,14 +165,30 @@ __device__ __forceinline__ void hc_part_store(double *__restrict__ part, int t, 
 }
 
 /* Split path, part 1: block (t, c) reduces chunk c of token t's row into part[(t*S + c)*32 + q]
- * (q < nmix: the mix dots, q = 31: the sum of squares). */
+ * (q < nmix: the mix dots, q = 31: the sum of squares): the chunk's values thread-strided in
+ * double (thread i: lo + i, lo + i + blockDim.x, ...), warp trees, warps in order (hc_block_sum). */
 __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h, int n,
                                                      const float *__restrict__ fn, int nmix,
                                                      double *__restrict__ part) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    /* launched with programmatic dependent launch: only the constant mix weights are read before the
+     * wait (the thread's first position, as in k_hc_post_part) */
+    mk_d_pdl_launch_dependents();
     __shared__ double red[8][HC_MAXMIX + 1];
     const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y;
-    hc_part_store(part, t, S, c, hc_chunk_sum(h + (size_t)t * n, n, fn, nmix, S, c, red));
+    int lo, hi;
+    hc_chunk_bounds(n, S, c, &lo, &hi);
+    float f0[HC_MAXMIX];
+    hc_fn_load(f0, fn, nmix, n, lo + threadIdx.x, hi);
+    mk_d_pdl_wait();
+    const float *ht = h + (size_t)t * n;
+    double acc[HC_MAXMIX + 1];
+#pragma unroll
+    for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, ht[i], f0, nmix);
+        else hc_acc_add(acc, ht[i], fn, nmix, n, i);
+    }
+    hc_part_store(part, t, S, c, hc_block_sum(acc, red));
 }
 
 /* The Sinkhorn split of src/ops/cpu/hc.c on one warp, in registers: lane l < hc*hc owns element
@@ -353,23 +369,28 @@ __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__
 
 /* hc_post fused with the following hc_pre / hc_head's split part 1 (k_hc_mix_part) of its output:
  * block (t, c) computes and stores exactly the outputs of chunk c of token t's row, each thread
- * the elements hc_chunk_sum's thread reads, in the same order, and sums the values it stored
+ * the elements k_hc_mix_part's thread reads, in the same order, and sums the values it stored
  * (bf16-rounded) into part like k_hc_mix_part: both outputs are those of k_hc_post then
  * k_hc_mix_part, bit for bit. A block needs no other block's outputs (no grid-wide sync). Reads
  * post / comb and writes neither (the finishing kernel, launched after it, may overwrite them). */
-__global__ void __launch_bounds__(256) k_hc_post_part(const float *__restrict__ x, const float *__restrict__ res,
+__global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict__ x, const float *__restrict__ res,
                                                       const float *__restrict__ post,
                                                       const float *__restrict__ comb, int hc, int d,
                                                       float *__restrict__ out, const float *__restrict__ fn,
                                                       int nmix, double *__restrict__ part) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    /* launched with programmatic dependent launch: the thread's first mix weights (constant) are
+     * loaded before the wait, so their memory latency overlaps the previous kernel */
+    mk_d_pdl_launch_dependents();
     __shared__ double red[8][HC_MAXMIX + 1];
     const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y, n = hc * d;
+    int lo, hi;
+    hc_chunk_bounds(n, S, c, &lo, &hi);
+    float f0[HC_MAXMIX];
+    hc_fn_load(f0, fn, nmix, n, lo + threadIdx.x, hi);
+    mk_d_pdl_wait();
     const float *xt = x + (size_t)t * d, *rt = res + (size_t)t * n, *pt = post + (size_t)t * hc,
                 *ct = comb + (size_t)t * hc * hc;
     float *ot = out + (size_t)t * n;
-    int lo, hi;
-    hc_chunk_bounds(n, S, c, &lo, &hi);
     double acc[HC_MAXMIX + 1];
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
@@ -377,7 +398,8 @@ __global__ void __launch_bounds__(256) k_hc_post_part(const float *__restrict__ 
         const int j = i / d, k = i - j * d;
         const float o = mk_d_bf16r(hc_post_elem(xt, rt, pt, ct, hc, d, j, k));
         ot[i] = o;
-        hc_acc_add(acc, o, fn, nmix, n, i);
+        if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, o, f0, nmix);
+        else hc_acc_add(acc, o, fn, nmix, n, i);
     }
     hc_part_store(part, t, S, c, hc_block_sum(acc, red));
 }
