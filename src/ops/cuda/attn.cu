@@ -59,7 +59,9 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
                                                              const int32_t *__restrict__ row_start,
                                                              const float *__restrict__ sink,
                                                              float scale, float *__restrict__ o) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the sinks */
+    if (sink) mk_d_l2_prefetch_block(sink + blockIdx.x * HG, sizeof(float) * HG); /* before the wait */
+    mk_d_pdl_wait();
     extern __shared__ float qs[];                 /* [HG][D] */
     __shared__ float sc[HG][ATT_CHUNK];           /* scores, then bf16 probabilities */
     __shared__ const float *rp[ATT_CHUNK];        /* the chunk's row pointers */

@@ -15,14 +15,18 @@
 /* One block per row. y may alias x: each thread reads its elements again before writing them. */
 __global__ void __launch_bounds__(1024) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
                                                   float eps, float *y) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the weights */
+    mk_d_l2_prefetch_block(w, (size_t)d * 2); /* are touched (prefetched) before the wait */
+    mk_d_pdl_wait();
     mk_d_rmsnorm_row(x + (size_t)blockIdx.x * d, d, w, eps, y + (size_t)blockIdx.x * d);
 }
 
 __global__ void __launch_bounds__(1024) k_rmsnorm_quant(const float *x, int d, const uint16_t *__restrict__ w,
                                                         float eps, float *y, int perm, uint8_t *__restrict__ q,
                                                         float *__restrict__ sa) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the weights */
+    mk_d_l2_prefetch_block(w, (size_t)d * 2); /* are touched (prefetched) before the wait */
+    mk_d_pdl_wait();
     const size_t r = blockIdx.x;
     mk_d_rmsnorm_quant_row(x + r * d, d, w, eps, y + r * d, perm, q + r * d, sa + r * (d >> 7));
 }

@@ -262,6 +262,17 @@ __device__ __forceinline__ void mk_d_pdl_wait(void) {
         mk_d_pdl_wait();              \
     } while (0)
 
+/* The 128-byte lines of [p, p + bytes) into L2 by the whole block: constant data (norm weights,
+ * biases) that a kernel reads after its wait for the previous kernel is requested before it, so
+ * its memory latency overlaps the previous kernel (the layers' weight streams evict it from L2
+ * every step). A hint: nothing waits for it. */
+__device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t bytes) {
+    if (!p) return;
+    const char *c = (const char *)p;
+    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + off));
+}
+
 /* 16-byte streaming load of weights: not kept in L1 (each byte is used once per call). */
 __device__ __forceinline__ uint4 mk_d_ld_stream(const void *p) {
     uint4 v;

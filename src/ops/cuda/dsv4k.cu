@@ -147,7 +147,9 @@ __global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, i
 __global__ void __launch_bounds__(1024) k_kv_norm_rope_q(float *kv, int D, const uint16_t *__restrict__ w, float eps,
                                                          int rd, const float *__restrict__ cs, int tab_half,
                                                          const int32_t *__restrict__ pos_of, int max_pos) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the weights */
+    mk_d_l2_prefetch_block(w, (size_t)D * 2); /* are touched (prefetched) before the wait */
+    mk_d_pdl_wait();
     float *x = kv + (size_t)blockIdx.x * D;
     mk_d_rmsnorm_row(x, D, w, eps, x);
     __syncthreads();
@@ -543,7 +545,10 @@ __global__ void __launch_bounds__(1024) k_cmp_step_multi(const mk_cuda_apiece *_
                                                          const uint16_t *__restrict__ nw, float eps, int rd,
                                                          const float *__restrict__ cs, int tab_half, int max_pos,
                                                          int is_idx, float hscale, mk_cuda_paged dst) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the constant */
+    mk_d_l2_prefetch_block(nw, (size_t)D * 2); /* weights are touched (prefetched) before the wait */
+    mk_d_l2_prefetch_block(ape, sizeof(float) * (size_t)r * W2);
+    mk_d_pdl_wait();
     extern __shared__ float es[];
     const mk_cuda_apiece &P = pc[(size_t)blockIdx.x * stride];
     if (P.T != 1) return;

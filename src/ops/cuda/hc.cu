@@ -277,6 +277,10 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     mk_d_pdl_launch_dependents();
     hc_row_vals rv;
     if (NORM) hc_row_weights(nw, d, rv);
+    if (threadIdx.x < 32) { /* the mixes' scales and biases, read by the serial part after the wait */
+        mk_d_l2_prefetch_block(scale, sizeof(float) * 3);
+        mk_d_l2_prefetch_block(base, sizeof(float) * (2 + hc) * hc);
+    }
     mk_d_pdl_wait();
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
@@ -317,6 +321,10 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
     mk_d_pdl_launch_dependents();
     hc_row_vals rv;
     if (NORM) hc_row_weights(nw, d, rv);
+    if (threadIdx.x < 32) { /* the scale and biases, read by the serial part after the wait */
+        mk_d_l2_prefetch_block(scale, sizeof(float));
+        mk_d_l2_prefetch_block(base, sizeof(float) * hc);
+    }
     mk_d_pdl_wait();
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];

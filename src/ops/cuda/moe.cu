@@ -46,6 +46,7 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
                             int vocab, int32_t *__restrict__ idx, float *__restrict__ margin, float route_scale,
                             float *__restrict__ w, int32_t *__restrict__ plan, float *__restrict__ sw) {
     if (!plan) mk_d_pdl_launch_dependents(); /* with the plan: no early start (MOE_PLAN_NOTE) */
+    mk_d_l2_prefetch_block(bias, sizeof(float) * (size_t)E); /* constant: requested before the wait */
     mk_d_pdl_wait();
     extern __shared__ float bsc[]; /* [E] biased scores */
     __shared__ int32_t top[65];
