@@ -72,8 +72,17 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
     int kk = K + 1 <= E ? K + 1 : K;
     for (int j = threadIdx.x; j < E; j += blockDim.x) {
         float x = bsc[j];
-        int rank = 0;
-        for (int i = 0; i < E && rank < kk; i++) {
+        int rank = 0, i = 0;
+        /* eight candidates per step (independent loads, one exit test): a top expert's count runs
+         * over all E entries, which one dependent load per entry made the step's long pole */
+        for (; i + 8 <= E && rank < kk; i += 8) {
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float y = bsc[i + u];
+                rank += (y > x) || (y == x && i + u < j);
+            }
+        }
+        for (; i < E && rank < kk; i++) {
             float y = bsc[i];
             rank += (y > x) || (y == x && i < j);
         }
