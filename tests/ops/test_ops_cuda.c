@@ -413,7 +413,7 @@ static void test_linear_pipe(int n, int n2, int k, int m, int round) {
     int same = !pair || !memcmp(p1, ref, sizeof(float) * m * n);
     const int grids[2] = {0, 5};
     for (int i = 0; i < 2; i++) {
-        t.gemv_pipe = 3, t.gemv_pipe_grid = grids[i];
+        t.gemv_pipe = 1, t.gemv_pipe_grid = grids[i];
         mk_cuda_ctx_set_tuning(ctx, &t);
         CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
         fetch(y, dy, sizeof(float) * m * n);
@@ -436,41 +436,6 @@ static void test_linear_pipe(int n, int n2, int k, int m, int round) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free((void *)Wh.w), free((void *)Wh.scale), free((void *)W2h.w), free((void *)W2h.scale), free(x);
     free(ref), free(ref2), free(y), free(y2), free(p1), free(p2);
-}
-
-/* The pipelined decode bf16 GEMV (the head's kind) = the one-slab-per-block GEMV, bit for bit,
- * with the default grid and a forced grid of 5 blocks. */
-static void test_linear_pipe_bf16(int n, int k, int m, int round) {
-    mk_wmat Wh, Wd;
-    make_weights(&Wh, MK_W_BF16, n, k);
-    float *x = xmalloc(sizeof(float) * m * k);
-    fill_act(x, (size_t)m * k, 1.0f);
-    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
-    size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
-    void *ds = poisoned_dev(sb);
-    float *dx = dup_dev(x, sizeof(float) * m * k), *dy = poisoned_dev(sizeof(float) * m * n);
-    float *ref = xmalloc(sizeof(float) * m * n), *y = xmalloc(sizeof(float) * m * n);
-    mk_cuda_tuning t0, t;
-    mk_cuda_ctx_get_tuning(ctx, &t0);
-    t = t0;
-    int same = 1;
-    for (int v = 0; v < 3; v++) {
-        t.gemv_pipe = v > 0 ? 3 : 0, t.gemv_pipe_grid = v == 2 ? 5 : 0;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, dy, round, ds, sb, &err_));
-        fetch(v ? y : ref, dy, sizeof(float) * m * n);
-        if (v) same = same && !memcmp(ref, y, sizeof(float) * m * n);
-    }
-    mk_cuda_ctx_set_tuning(ctx, &t0);
-    char shape[64];
-    snprintf(shape, sizeof shape, "n%d k%d m%d%s", n, k, m, round ? " bf16out" : "");
-    n_checks++;
-    if (!same) n_fail++;
-    printf("| %-40s | %-26s | = one slab per block, bit for bit (default grid, 5 blocks): %s |\n",
-           "bf16 gemv pipelined (decode)", shape, same ? "PASS" : "FAIL");
-    mk_cuda_wmat_free(ctx, &Wd);
-    mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dy), mk_cuda_free(ctx, ds);
-    free((void *)Wh.w), free(x), free(ref), free(y);
 }
 
 /* Linears over one input (mk_cuda_linear_multi: one conversion and one launch when all are bf16
@@ -498,27 +463,10 @@ static void test_linear_multi(int count, const mk_wkind *kinds, const int *ns, i
     float *dx = dup_dev(x, sizeof(float) * m * k);
     void *ds = poisoned_dev(sb);
     const int F = MK_CUDA_LIN_ROW_INVARIANT;
-    /* each alone with the one-slab-per-block GEMVs; the multi launch pipelined (the default) and
-     * pipelined on a forced grid of 5 blocks (several slabs per block) */
-    mk_cuda_tuning t0, t;
-    mk_cuda_ctx_get_tuning(ctx, &t0);
-    t = t0;
-    t.gemv_pipe = 0;
-    mk_cuda_ctx_set_tuning(ctx, &t);
+    CK(mk_cuda_linear_multi(ctx, F, count, Dp, dx, m, y1, rnd, ds, sb, &err_));
     for (int i = 0; i < count; i++)
         CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &D[i], dx, m, y2[i], rnd[i], ds, sb, &err_));
     int same = 1;
-    t.gemv_pipe = 3, t.gemv_pipe_grid = 5;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    CK(mk_cuda_linear_multi(ctx, F, count, Dp, dx, m, y1, rnd, ds, sb, &err_));
-    for (int i = 0; i < count; i++) {
-        float *a = xmalloc(sizeof(float) * m * ns[i]), *b = xmalloc(sizeof(float) * m * ns[i]);
-        fetch(a, y1[i], sizeof(float) * m * ns[i]), fetch(b, y2[i], sizeof(float) * m * ns[i]);
-        same = same && !memcmp(a, b, sizeof(float) * m * ns[i]);
-        free(a), free(b);
-    }
-    mk_cuda_ctx_set_tuning(ctx, &t0);
-    CK(mk_cuda_linear_multi(ctx, F, count, Dp, dx, m, y1, rnd, ds, sb, &err_));
     char shape[96];
     int len = snprintf(shape, sizeof shape, "%d x %s, k%d m%d", count, kind_name(kinds[0]), k, m);
     (void)len;
@@ -531,8 +479,7 @@ static void test_linear_multi(int count, const mk_wkind *kinds, const int *ns, i
     }
     n_checks++;
     if (!same) n_fail++;
-    printf("| %-40s | %-26s | = each linear alone (one slab per block), bit for bit, pipelined on the default "
-           "grid and on 5 blocks: %s |\n", "linear multi", shape, same ? "PASS" : "FAIL");
+    printf("| %-40s | %-26s | = each linear alone, bit for bit: %s |\n", "linear multi", shape, same ? "PASS" : "FAIL");
     for (int i = 0; i < count; i++) {
         mk_cuda_wmat_free(ctx, &D[i]);
         mk_cuda_free(ctx, y1[i]), mk_cuda_free(ctx, y2[i]);
@@ -2072,9 +2019,6 @@ int main(int argc, char **argv) {
     test_linear_pipe(32768, 0, 1024, 1, 1);   /* wq_b: 2 warps per slab, 2 slabs per block */
     test_linear_pipe(1024, 512, 4096, 8, 0);  /* wq_a + wkv */
     test_linear_pipe(272, 48, 2048, 5, 0);    /* slabs not a multiple of 128 rows */
-    test_linear_pipe_bf16(34816, 1024, 1, 0); /* 2176 slabs: a warp per slab (the head's plan), 8 items */
-    test_linear_pipe_bf16(2048, 4096, 3, 1);
-    test_linear_pipe_bf16(272, 1056, 8, 0);   /* 33 steps: a short last item */
     test_linear_tiles(MK_W_FP8, 1024, 4096, 150, 0); /* 3 blocks of 64 rows, the last partial; 8 segments */
     test_linear_tiles(MK_W_FP8, 512, 1024, 13, 1);
     test_linear_tiles(MK_W_FP8, 4096, 1024, 200, 1);  /* wq_b-like: few segments */

@@ -591,7 +591,7 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 row-invariant gemm launch");
         return MK_OK;
     }
-    if (p.splits == 1 && m <= 8 && (ctx->tune.gemv_pipe & 1)) { /* decode: the pipelined GEMV, the same bits */
+    if (p.splits == 1 && m <= 8 && ctx->tune.gemv_pipe) { /* decode: the pipelined GEMV, the same bits */
         MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
@@ -1337,87 +1337,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
-/* k_gemv_bf16 for at most 8 rows, pipelined like k_gemv_fp8_pipe (tuning gemv_pipe): a block of nw
- * warps serves the slabs blockIdx.y, + gridDim.y, ... of M; each warp walks its steps of each slab
- * (plan_for's range, as k_gemv_bf16) in items of four 32-k steps, the next item's weights loaded
- * before the current one is computed. Each slab gets k_gemv_bf16's MMA chain and warp-order sum:
- * the same bits. */
-struct bf16_item {
-    uint4 a[4][2]; /* [step][row half] */
-};
-
-__global__ void __launch_bounds__(256, 2) k_gemv_bf16_pipe(const bf16_set M, const uint16_t *__restrict__ xb, int m,
-                                                           int k, int per) {
-    mk_d_pdl_launch_dependents();
-    __shared__ float red[GEMV_MAXW * 32 * 4];
-    __shared__ float tile[8 * 16];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int nst = k >> 5, ns = M.s0[M.count];
-    const int st0 = warp * per, st1 = min(nst, st0 + per);
-    const int ng = (per + 3) >> 2; /* items per slab */
-    const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
-    const int total = nsl * ng;
-    const bool xcol = g < m;
-    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
-    const int c0 = 2 * t, c1 = 2 * t + 1;
-    auto matrix_of = [&](int slab) { /* M's matrix holding grid slab `slab` */
-        int j = 0;
-        while (j + 1 < M.count && slab >= M.s0[j + 1]) j++;
-        return j;
-    };
-    auto load = [&](bf16_item &it, int i) {
-        const int slab = (int)blockIdx.y + (i / ng) * (int)gridDim.y, j = matrix_of(slab);
-        const int n0 = (slab - M.s0[j]) * 16, st = st0 + 4 * (i % ng);
-        const uint8_t *w0 = (const uint8_t *)(M.W[j] + (size_t)(n0 + g) * k) + t * 16;
-        const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (st + u < st1) {
-                it.a[u][0] = mk_d_ld_stream(w0 + (size_t)(st + u) * 64);
-                it.a[u][1] = mk_d_ld_stream(w1 + (size_t)(st + u) * 64);
-            }
-        }
-    };
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto comp = [&](const bf16_item &it, int i) {
-        const int st = st0 + 4 * (i % ng);
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (st + u < st1) {
-                const uint4 b = xcol ? mk_d_ld16(xr + (size_t)(st + u) * 64) : make_uint4(0, 0, 0, 0);
-                mk_d_mma_bf16(c, it.a[u][0].x, it.a[u][1].x, it.a[u][0].y, it.a[u][1].y, b.x, b.y);
-                mk_d_mma_bf16(c, it.a[u][0].z, it.a[u][1].z, it.a[u][0].w, it.a[u][1].w, b.z, b.w);
-            }
-        }
-        if (i % ng == ng - 1) { /* the slab's last item: warp-order sum, store, next slab from zero */
-            const int slab = (int)blockIdx.y + (i / ng) * (int)gridDim.y, j = matrix_of(slab);
-            const int n0 = (slab - M.s0[j]) * 16, n = M.n[j];
-            gemv_reduce<4>(c, red);
-            if (warp == 0) {
-                if (c0 < m) tile[c0 * 16 + g] = c[0], tile[c0 * 16 + g + 8] = c[2];
-                if (c1 < m) tile[c1 * 16 + g] = c[1], tile[c1 * 16 + g + 8] = c[3];
-            }
-            __syncthreads();
-            for (int e = threadIdx.x; e < m * 16; e += blockDim.x)
-                M.y[j][(size_t)(e >> 4) * n + n0 + (e & 15)] = gemv_out(tile[e], M.round[j]);
-            __syncthreads(); /* red and tile are reused by the next slab */
-            c[0] = c[1] = c[2] = c[3] = 0.0f;
-        }
-    };
-    bf16_item A, B;
-    if (total > 0) load(A, 0);
-    if (total > 1) load(B, 1);
-    mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
-    for (int i = 0; i < total; i += 2) {
-        comp(A, i);
-        if (i + 2 < total) load(A, i + 2);
-        if (i + 1 >= total) break;
-        comp(B, i + 1);
-        if (i + 3 < total) load(B, i + 3);
-    }
-}
-
 /* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged
  * as k_gemm_fp8_ri: 8 warps x 16 rows and 8 J activation rows per block, the bf16 activations
  * staged in shared memory 128 k (256 bytes a row) at a time by cp.async (ST stages), each warp
@@ -1496,13 +1415,6 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    if (p.splits == 1 && m <= 8 && (ctx->tune.gemv_pipe & 2)) { /* decode: the pipelined GEMV, the same bits */
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, n / 16, p.nw), 1), p.nw * 32, k_gemv_bf16_pipe, M, xb, m,
-                              k, p.per),
-                  err, "cuda: bf16 gemv launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (pipelined) launch");
-        return MK_OK;
-    }
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
               "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
@@ -1536,13 +1448,6 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
     }
     M.count = count;
     gemv_plan p = plan_for(ctx, W[0]->n / 16, W[0]->k / 32);
-    if (m <= 8 && (ctx->tune.gemv_pipe & 2)) { /* decode: the pipelined GEMV, the same bits */
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, M.s0[count], p.nw), 1), p.nw * 32, k_gemv_bf16_pipe, M, xb,
-                              m, W[0]->k, p.per),
-                  err, "cuda: bf16 gemv launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (pipelined) launch");
-        return MK_OK;
-    }
     dim3 grid((m + 7) / 8, M.s0[count], 1);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, W[0]->k, p.per, (float *)NULL,
                           ctx->counters),

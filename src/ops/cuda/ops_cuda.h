@@ -125,10 +125,9 @@ typedef struct {
                             * do not depend on its group); default 1, MINKE_CUDA_ATTN16=0 */
     int index_block_pairs; /* the indexer's scores use a block per (row, entry) below this many
                             * pairs, a warp per pair from it on (0: 32 per SM; same bits either way) */
-    int gemv_pipe;         /* decode GEMVs (at most 8 rows, no split) pipelined: one wave of blocks each
-                            * walking several slabs with the next item's weights in flight (same bits);
-                            * bit 1: FP8 (k_gemv_fp8_pipe), bit 2: bf16 (k_gemv_bf16_pipe, the head and
-                            * the compressors' projections); default 3, MINKE_CUDA_GEMV_PIPE */
+    int gemv_pipe;         /* 1: decode FP8 GEMVs (at most 8 rows, no split) run k_gemv_fp8_pipe, one
+                            * wave of blocks each walking several slabs with the next item's weights in
+                            * flight (same bits); default 1, MINKE_CUDA_GEMV_PIPE=0 */
     int gemv_pipe_grid;    /* blocks of the pipelined GEMV's grid (0: one wave; tests force fewer) */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
