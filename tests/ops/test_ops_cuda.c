@@ -400,7 +400,7 @@ static void test_linear_pipe(int n, int n2, int k, int m, int round) {
     t = t0;
     float *ref = xmalloc(sizeof(float) * m * n), *ref2 = xmalloc(sizeof(float) * m * n2);
     float *y = xmalloc(sizeof(float) * m * n), *y2 = xmalloc(sizeof(float) * m * n2);
-    float *p1 = xmalloc(sizeof(float) * m * n), *p2 = xmalloc(sizeof(float) * m * n2);
+    float *p1 = xmalloc(sizeof(float) * m * n);
     t.gemv_pipe = 0;
     mk_cuda_ctx_set_tuning(ctx, &t);
     CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
@@ -435,7 +435,7 @@ static void test_linear_pipe(int n, int n2, int k, int m, int round) {
     void *dev[] = {dx, dy, dy2, ds};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free((void *)Wh.w), free((void *)Wh.scale), free((void *)W2h.w), free((void *)W2h.scale), free(x);
-    free(ref), free(ref2), free(y), free(y2), free(p1), free(p2);
+    free(ref), free(ref2), free(y), free(y2), free(p1);
 }
 
 /* Linears over one input (mk_cuda_linear_multi: one conversion and one launch when all are bf16
