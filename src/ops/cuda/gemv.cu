@@ -365,8 +365,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
                 if (v1) tile[c1 * 16 + g] = acc[1], tile[c1 * 16 + g + 8] = acc[3];
             }
             __syncthreads();
-            for (int j = threadIdx.x; j < m * 16; j += blockDim.x)
-                yy[(size_t)(j >> 4) * nn + slab * 16 + (j & 15)] = gemv_out(tile[j], round);
+            gemv_finish_at(tile, m, nn, slab * 16, yy, round, NULL, NULL, 1, 0, 0); /* one split: the store */
             __syncthreads(); /* red and tile are reused by the next slab */
             acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
         }
