@@ -1240,13 +1240,12 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
     int same = 1, ran = 0;
     mk_cuda_tuning def;
     mk_cuda_ctx_get_tuning(ctx, &def);
-    /* the launch's kernels: the pipelined one (3 items in flight) on its default grid, (4) on 5 blocks
-     * and (2) on 3 blocks (raised to what the unit tables need; the FP8 part on one block), and the
-     * one-unit-per-block one */
+    /* the launch's kernels: the pipelined one on its default grid, on 5 and on 3 blocks (the FP8 part
+     * on one block), and the one-unit-per-block one */
     for (int v = 0; v < 8; v++) {
         const int pair = v & 1, var = v >> 1;
         mk_cuda_tuning tu = def;
-        tu.moe_pipe = var == 0 ? 3 : var == 1 ? 4 : var == 2 ? 2 : 0, tu.gemv_pipe_grid = var == 1 ? 5 : var == 2 ? 3 : 0;
+        tu.moe_pipe = var < 3, tu.gemv_pipe_grid = var == 1 ? 5 : var == 2 ? 3 : 0;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         void *outs[] = {w1, w3, ya, yb}; /* every run writes into poison */
         const size_t ob[] = {sizeof(float) * vn, sizeof(float) * vn, sizeof(float) * nA, sizeof(float) * nB};
@@ -1395,15 +1394,15 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     fetch(eo, deo, sizeof(float) * TK * d);
     /* several slots per expert: the staged kernel = the unstaged one = the row-invariant GEMM (8 and 4
      * tiles of 8 slots), bit for bit */
-    /* one token: the two-slab blocks = the pipelined kernel (2 items in flight on 5 blocks, 4 on 2:
-     * raised to what the unit tables need, several units per block, unevenly), bit for bit */
+    /* one token: the two-slab blocks = the pipelined kernel on its default grid, on 5 blocks and on
+     * 2 (several units per block, unevenly), bit for bit */
     int staged_same = 1;
     for (int variant = 0; variant < (T > 1 ? 4 : 3); variant++) {
         mk_cuda_tuning def, tu;
         mk_cuda_ctx_get_tuning(ctx, &def);
         tu = def;
         tu.moe_ri = 0;
-        if (T == 1) tu.moe_pipe = 2 * variant, tu.gemv_pipe_grid = variant == 1 ? 5 : variant == 2 ? 2 : 0;
+        if (T == 1) tu.moe_pipe = variant > 0, tu.gemv_pipe_grid = variant == 1 ? 5 : variant == 2 ? 2 : 0;
         else if (variant == 0) tu.moe_staged = 0;
         else if (variant == 1) tu.moe_staged = 1;
         else tu.moe_ri = 1, tu.gemv_tiles = variant == 2 ? 8 : 4;
@@ -1518,7 +1517,7 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         printf("| %-40s | %-26s | staged = unstaged = row-invariant GEMM (8 / 4 tiles), bit for bit: %s |\n",
                "moe fp4 mma staged / gemm", shape, staged_same ? "ok" : "FAIL");
     else
-        printf("| %-40s | %-26s | two-slab blocks = pipelined (2 / 4 items in flight, small grids), bit for bit: %s |\n",
+        printf("| %-40s | %-26s | two-slab blocks = pipelined (grids: default, 5, 2), bit for bit: %s |\n",
                "moe fp4 mma decode pipeline", shape, staged_same ? "ok" : "FAIL");
     for (int e = 0; e < E; e++) {
         mk_cuda_wmat_free(ctx, &D1[e]), mk_cuda_wmat_free(ctx, &D3[e]), mk_cuda_wmat_free(ctx, &D2[e]);

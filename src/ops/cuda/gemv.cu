@@ -990,24 +990,24 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
-/* The decode expert GEMV pipelined (tuning moe_pipe; one token): the units (32 rows = two 16-row
- * slabs of one group's matrix; x fastest, then the group, then the matrix: w1, w3) are walked by
- * blocks bx, bx + gx, ... (at most MOE_PIPE_MAXU each: the host sizes the grid). Each warp walks its
- * k range of a unit (the `per` 128-blocks of k_moe_gemv_fp4's warp) in items of two 128-blocks of
- * one slab (full 128-byte lines of its rows), the slabs alternating, and keeps NST items'
- * weights and scales in flight in registers, across unit boundaries (k_gemv_fp8_pipe's scheme). The
- * units' pointers are tabled in shared memory before the PDL wait (the plan is two kernels old, see
- * moe_fp4_body) and the activation rows (the token's, or every slot's for w2) staged there after it,
- * so an item has no dependent global loads but its own. Per slab the fp4l_step order (k ascending)
- * and the warp-order sum are k_moe_gemv_fp4<2, 2>'s: the same bits. */
-#define MOE_PIPE_MAXU 32  /* units per block */
-#define MOE_PIPE_XS 16384 /* bytes of staged activation rows (slots x k) */
+/* The decode expert GEMV pipelined (tuning moe_pipe; one token, so each expert group has at most 8
+ * slots, one chunk): the units (16 rows x 2 slabs of one group's matrix, x fastest, then the group,
+ * then the matrix: w1, w3) are walked by blocks bx, bx + gx, ...; each warp walks its k range of a
+ * unit (the `per` 128-blocks of k_moe_gemv_fp4's warp) in items of two 128-blocks of both slabs and
+ * loads item i + 1's weights and scales before it computes item i, across unit boundaries, as
+ * k_gemv_fp8_pipe does. Per unit the fp4l_step order and the warp-order sum are k_moe_gemv_fp4<2, 2>'s:
+ * the same bits. The plan is read before the PDL wait (see moe_fp4_body). */
+#ifndef MOE_PIPE_V
+#define MOE_PIPE_V 1 /* 128-blocks per item */
+#define MOE_PIPE_NST 3 /* items in registers */
+#endif
+template <int V>
 struct fp4_item {
-    uint4 a[2][2];     /* [128-block][row half] */
-    uint32_t sw[2][2]; /* their four e8m0 scales */
+    uint4 a[2][V][2];     /* [slab][block][row half] */
+    uint32_t sw[2][V][2]; /* their four e8m0 scales */
 };
 
-template <int NST> /* items in flight per warp (the tuning's moe_pipe) */
+template <int V, int NST>
 __device__ __forceinline__ void moe_fp4_pipe_body(const int bx, const int gx, const void *const *__restrict__ Wt,
                                                   const uint8_t *const *__restrict__ St,
                                                   const void *const *__restrict__ Wt3,
@@ -1018,112 +1018,92 @@ __device__ __forceinline__ void moe_fp4_pipe_body(const int bx, const int gx, co
                                                   int round, int mz) {
     __shared__ float red[GEMV_MAXW * 32 * 8];
     __shared__ float tile[2][8 * 16];
-    __shared__ const uint8_t *uw[MOE_PIPE_MAXU], *us[MOE_PIPE_MAXU];
-    __shared__ float *uy[MOE_PIPE_MAXU];
-    __shared__ int ucl[MOE_PIPE_MAXU], um[MOE_PIPE_MAXU];
-    __shared__ __align__(16) uint8_t xs[MOE_PIPE_XS];
-    __shared__ float sas[MOE_PIPE_XS / 128];
     const int G = TK < E ? TK : E, G0 = plan[0];
-    const int32_t *gexp = plan + 1, *goff = gexp + G;
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, nsb = k >> 5, mx = n >> 5, nu = mx * G0 * mz;
     const size_t rowb = (size_t)k >> 1;
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
-    const int ngu = 2 * ((per + 1) >> 1); /* items per unit: the two slabs alternating */
-    const int nsl = bx < nu ? min(MOE_PIPE_MAXU, (nu - bx + gx - 1) / gx) : 0;
-    const int total = nsl * ngu;
-    if ((int)threadIdx.x < nsl) { /* the unit table */
-        const int u = bx + (int)threadIdx.x * gx, x = u % mx, grp = (u / mx) % G0, z = u / (mx * G0);
-        const int ex = gexp[grp], c_lo = goff[grp];
-        uw[threadIdx.x] = (const uint8_t *)(z ? Wt3 : Wt)[ex] + (size_t)(32 * x) * rowb;
-        us[threadIdx.x] = (z ? St3 : St)[ex] + (size_t)(32 * x) * nsb;
-        uy[threadIdx.x] = (z ? y3 : y) + (size_t)c_lo * n + 32 * x;
-        ucl[threadIdx.x] = c_lo;
-        um[threadIdx.x] = min(8, goff[grp + 1] - c_lo);
-    }
-    __syncthreads();
-    int lj = 0, li = 0; /* the next item to load: unit lj, item li of it */
-    auto load = [&](fp4_item &it) {
-        const int q = li & 1, kb = kb0 + 2 * (li >> 1);
-        const uint8_t *w0 = uw[lj] + (size_t)(16 * q + g) * rowb + t * 16, *s0 = us[lj] + (size_t)(16 * q + g) * nsb;
+    const int ng = (per + V - 1) / V; /* items per unit */
+    const int nsl = bx < nu ? (nu - bx + gx - 1) / gx : 0;
+    const int total = nsl * ng;
+    auto load = [&](fp4_item<V> &it, int i) {
+        const int u = bx + (i / ng) * gx, x = u % mx, grp = (u / mx) % G0, z = u / (mx * G0);
+        const int ex = gexp[grp], kb = kb0 + V * (i % ng);
+        const uint8_t *W = (const uint8_t *)(z ? Wt3 : Wt)[ex], *S = (z ? St3 : St)[ex];
 #pragma unroll
-        for (int v = 0; v < 2; v++) {
-            if (kb + v < kb1) {
-                it.a[v][0] = mk_d_ld_stream(w0 + (size_t)(kb + v) * 64);
-                it.a[v][1] = mk_d_ld_stream(w0 + 8 * rowb + (size_t)(kb + v) * 64);
-                it.sw[v][0] = *(const uint32_t *)(s0 + 4 * (kb + v));
-                it.sw[v][1] = *(const uint32_t *)(s0 + (size_t)8 * nsb + 4 * (kb + v));
+        for (int q = 0; q < 2; q++) {
+            const int r = (2 * x + q) * 16 + g;
+            const uint8_t *w0 = W + (size_t)r * rowb + t * 16, *s0 = S + (size_t)r * nsb;
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                if (kb + v < kb1) {
+                    it.a[q][v][0] = mk_d_ld_stream(w0 + (size_t)(kb + v) * 64);
+                    it.a[q][v][1] = mk_d_ld_stream(w0 + 8 * rowb + (size_t)(kb + v) * 64);
+                    it.sw[q][v][0] = *(const uint32_t *)(s0 + 4 * (kb + v));
+                    it.sw[q][v][1] = *(const uint32_t *)(s0 + (size_t)8 * nsb + 4 * (kb + v));
+                }
             }
         }
-        if (++li == ngu) li = 0, lj++;
     };
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    int cj = 0, ci = 0; /* the next item to compute */
-    auto comp = [&](const fp4_item &it) {
-        const int q = ci & 1, kb = kb0 + 2 * (ci >> 1), m = um[cj], c_lo = ucl[cj];
-        /* one token: w1 / w3 read its row (staged row 0), w2 the slots' rows (staged by slot) */
-        const int xr = g < m ? (by_token ? 0 : c_lo + g) : 0;
-        const int r0 = 2 * t < m ? (by_token ? 0 : c_lo + 2 * t) : -1;
-        const int r1 = 2 * t + 1 < m ? (by_token ? 0 : c_lo + 2 * t + 1) : -1;
-        const uint8_t *xp = xs + (size_t)xr * k + 8 * t;
+    auto comp = [&](const fp4_item<V> &it, int i) {
+        const int u = bx + (i / ng) * gx, x = u % mx, grp = (u / mx) % G0, z = u / (mx * G0);
+        const int c_lo = goff[grp], m = min(8, goff[grp + 1] - c_lo), kb = kb0 + V * (i % ng);
+        const int xr = g < m ? (by_token ? stok[c_lo + g] : c_lo + g) : 0; /* the lane's token column */
+        const int r0 = 2 * t < m ? (by_token ? stok[c_lo + 2 * t] : c_lo + 2 * t) : -1;
+        const int r1 = 2 * t + 1 < m ? (by_token ? stok[c_lo + 2 * t + 1] : c_lo + 2 * t + 1) : -1;
+        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
 #pragma unroll
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < V; v++) {
             if (kb + v < kb1) {
                 uint2 xv[4];
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     xv[j] = g < m ? *(const uint2 *)(xp + (size_t)(kb + v) * 128 + 32 * j) : make_uint2(0, 0);
-                const float s0 = r0 >= 0 ? sas[r0 * nb + kb + v] : 0.0f;
-                const float s1 = r1 >= 0 ? sas[r1 * nb + kb + v] : 0.0f;
-                if (q == 0) fp4l_step(it.a[v][0], it.a[v][1], it.sw[v][0], it.sw[v][1], xv, s0, s1, acc[0]);
-                else fp4l_step(it.a[v][0], it.a[v][1], it.sw[v][0], it.sw[v][1], xv, s0, s1, acc[1]);
+                const float s0 = r0 >= 0 ? sa[(size_t)r0 * nb + kb + v] : 0.0f;
+                const float s1 = r1 >= 0 ? sa[(size_t)r1 * nb + kb + v] : 0.0f;
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+                    fp4l_step(it.a[q][v][0], it.a[q][v][1], it.sw[q][v][0], it.sw[q][v][1], xv, s0, s1, acc[q]);
             }
         }
-        if (++ci == ngu) { /* the unit's last item: warp-order sum, store, next unit from zero */
+        if (i % ng == ng - 1) { /* the unit's last item: warp-order sum, store, next unit from zero */
             float r[8];
 #pragma unroll
-            for (int qq = 0; qq < 2; qq++)
+            for (int q = 0; q < 2; q++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) r[qq * 4 + j] = acc[qq][j], acc[qq][j] = 0.0f;
+                for (int j = 0; j < 4; j++) r[q * 4 + j] = acc[q][j], acc[q][j] = 0.0f;
             gemv_reduce<8>(r, red);
             if (warp == 0) {
 #pragma unroll
-                for (int qq = 0; qq < 2; qq++) {
+                for (int q = 0; q < 2; q++) {
                     const int c0c = 2 * t, c1c = 2 * t + 1;
-                    if (c0c < m) tile[qq][c0c * 16 + g] = r[qq * 4 + 0], tile[qq][c0c * 16 + g + 8] = r[qq * 4 + 2];
-                    if (c1c < m) tile[qq][c1c * 16 + g] = r[qq * 4 + 1], tile[qq][c1c * 16 + g + 8] = r[qq * 4 + 3];
+                    if (c0c < m) tile[q][c0c * 16 + g] = r[q * 4 + 0], tile[q][c0c * 16 + g + 8] = r[q * 4 + 2];
+                    if (c1c < m) tile[q][c1c * 16 + g] = r[q * 4 + 1], tile[q][c1c * 16 + g + 8] = r[q * 4 + 3];
                 }
             }
             __syncthreads();
-            float *yy = uy[cj];
+            float *yy = z ? y3 : y;
             for (int j = threadIdx.x; j < 2 * m * 16; j += blockDim.x) {
-                const int qq = j / (m * 16), e = j - qq * m * 16;
-                yy[(size_t)(e >> 4) * n + qq * 16 + (e & 15)] = gemv_out(tile[qq][e], round);
+                const int q = j / (m * 16), e = j - q * m * 16;
+                yy[(size_t)(c_lo + (e >> 4)) * n + (2 * x + q) * 16 + (e & 15)] = gemv_out(tile[q][e], round);
             }
             __syncthreads(); /* red and tile are reused by the next unit */
-            ci = 0, cj++;
         }
     };
-    fp4_item it[NST];
+    fp4_item<V> it[NST];
 #pragma unroll
     for (int s = 0; s < NST; s++)
-        if (s < total) load(it[s]);
-    mk_d_pdl_wait(); /* the weights of the first items are on their way; now the activations */
-    if (nsl > 0) {
-        const int rows = by_token ? 1 : TK;
-        const uint4 *src = (const uint4 *)xq;
-        uint4 *dst = (uint4 *)xs;
-        for (int i = threadIdx.x; i < rows * k / 16; i += blockDim.x) dst[i] = src[i];
-        for (int i = threadIdx.x; i < rows * nb; i += blockDim.x) sas[i] = sa[i];
-    }
-    __syncthreads();
+        if (s < total) load(it[s], s);
+    mk_d_pdl_wait(); /* the weights of NST items are on their way; now the activations */
     for (int i = 0; i < total; i += NST) {
 #pragma unroll
         for (int s = 0; s < NST; s++) {
             if (i + s < total) {
-                comp(it[s]);
-                if (i + s + NST < total) load(it[s]);
+                comp(it[s], i + s);
+                if (i + s + NST < total) load(it[s], i + s + NST);
             }
         }
     }
@@ -1132,7 +1112,6 @@ __device__ __forceinline__ void moe_fp4_pipe_body(const int bx, const int gx, co
 /* The pipelined decode expert GEMV (blocks [0, P)) and, optionally, an FP8 GEMV (one matrix or a
  * pair, k_gemv_fp8_pipe's body: blocks [P, grid)) in one launch, each output with its own kernel's
  * bits; the host splits the grid by the bytes each part streams. */
-template <int NST>
 __global__ void __launch_bounds__(256, 2) k_moe_pipe(const void *const *__restrict__ Wt,
                                                      const uint8_t *const *__restrict__ St,
                                                      const void *const *__restrict__ Wt3,
@@ -1150,7 +1129,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_pipe(const void *const *__restri
     mk_d_pdl_launch_dependents();
     const int b = blockIdx.x;
     if (b < P)
-        moe_fp4_pipe_body<NST>(b, P, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mz);
+        moe_fp4_pipe_body<MOE_PIPE_V, MOE_PIPE_NST>(b, P, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mz);
     else
         gemv_fp8_pipe_body(b - P, (int)gridDim.x - P, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround, FW2, FS2, fn2,
                            fy2);
@@ -1374,12 +1353,6 @@ static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory *
 /* The pipelined decode expert GEMV (k_moe_pipe) with, if f, its FP8 GEMV(s) (plan fp, no split):
  * one wave of blocks (or the tuning's gemv_pipe_grid), split between the two parts by the bytes each
  * streams (a 32-row FP4 unit: 16 k bytes; a 16-row FP8 slab: 16 k bytes of its own k). */
-/* Whether k_moe_pipe takes a one-token call: the activation rows it stages fit, 16-byte aligned. */
-static int moe_pipe_ok(const mk_cuda_ctx *ctx, int n, int k, int TK, int by_token, const uint8_t *xq) {
-    return ctx->tune.moe_pipe && ctx->tune.moe_slabs == 2 && n % 32 == 0 && k % 128 == 0 &&
-           (long)(by_token ? 1 : TK) * k <= MOE_PIPE_XS && (uintptr_t)xq % 16 == 0;
-}
-
 static cudaError_t moe_pipe_launch(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S,
                                    const void *const *W3, const uint8_t *const *S3, int n, int k, const uint8_t *xq,
                                    const float *sa, int by_token, const int32_t *plan, int TK, int E, float *y,
@@ -1389,8 +1362,6 @@ static cudaError_t moe_pipe_launch(mk_cuda_ctx *ctx, const void *const *W, const
     long total = ctx->tune.gemv_pipe_grid > 0 ? ctx->tune.gemv_pipe_grid
                                               : (long)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 2;
     if (total > nu + fs) total = nu + fs;
-    if (total < (nu + MOE_PIPE_MAXU - 1) / MOE_PIPE_MAXU + (fs > 0)) /* the blocks' unit tables */
-        total = (nu + MOE_PIPE_MAXU - 1) / MOE_PIPE_MAXU + (fs > 0);
     if (fs > 0 && total < 2) total = 2;
     long P = total;
     if (fs > 0) {
@@ -1400,10 +1371,8 @@ static cudaError_t moe_pipe_launch(mk_cuda_ctx *ctx, const void *const *W, const
         if (P > total - 1) P = total - 1;
         if (P > nu) P = nu;
         if (total - P > fs) P = total - fs;
-        if (P < (nu + MOE_PIPE_MAXU - 1) / MOE_PIPE_MAXU) P = (nu + MOE_PIPE_MAXU - 1) / MOE_PIPE_MAXU;
     }
-    return gemv_launch(ctx, dim3((unsigned)total), GEMV_MAXW * 32,
-                       ctx->tune.moe_pipe == 2 ? k_moe_pipe<2> : ctx->tune.moe_pipe == 4 ? k_moe_pipe<4> : k_moe_pipe<3>, W, S, W3, S3, xq, sa, n, k, per, plan,
+    return gemv_launch(ctx, dim3((unsigned)total), GEMV_MAXW * 32, k_moe_pipe, W, S, W3, S3, xq, sa, n, k, per, plan,
                        TK, E, by_token, y, y3, round, mz, (int)P, f ? (const uint8_t *)f->W->w : (const uint8_t *)NULL,
                        f ? f->W->scale : (const uint8_t *)NULL, f ? f->xq : (const uint8_t *)NULL,
                        f ? f->sa : (const float *)NULL, f ? f->m : 0, fn, fk, fper, f ? f->y : (float *)NULL,
@@ -1424,7 +1393,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs;
-    if (T == 1 && moe_pipe_ok(ctx, n, k, TK, by_token, xq)) { /* decode, pipelined (the same bits) */
+    if (T == 1 && sl == 2 && n % 32 == 0 && ctx->tune.moe_pipe) { /* decode, pipelined (the same bits) */
         MK_CU_TRY(moe_pipe_launch(ctx, W, S, W3, S3, n, k, xq, sa, by_token, plan, TK, E, y, y3, round, NULL, 0), err,
                   "cuda: moe fp4 gemv (pipelined) launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (pipelined) launch");
@@ -1474,7 +1443,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
-    if (moe_pipe_ok(ctx, n, k, TK, by_token, xq)) { /* pipelined, both parts (the same bits) */
+    if (ctx->tune.moe_pipe) { /* pipelined, both parts (the same bits) */
         MK_CU_TRY(moe_pipe_launch(ctx, W, S, W3, S3, n, k, xq, sa, by_token, plan, TK, E, y, y3, round, f, p.per), err,
                   "cuda: moe fp4 gemv (pipelined, with fp8) launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (pipelined, with fp8) launch");
