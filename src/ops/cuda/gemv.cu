@@ -289,12 +289,13 @@ struct fp8_item {
     float sb[2];
 };
 
-/* Block `by` of `gy` (k_gemv_fp8_pipe: its y index and grid; k_moe_pipe: its own numbering). */
-__device__ __forceinline__ void gemv_fp8_pipe_body(const int by, const int gy, const uint8_t *__restrict__ W,
-                                                   const uint8_t *__restrict__ S, const uint8_t *__restrict__ xq,
-                                                   const float *__restrict__ sa, int m, int n, int k, int per,
-                                                   float *__restrict__ y, int round, const uint8_t *__restrict__ W2,
-                                                   const uint8_t *__restrict__ S2, int n2, float *__restrict__ y2) {
+__global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
+                                                          const uint8_t *__restrict__ xq, const float *__restrict__ sa,
+                                                          int m, int n, int k, int per, float *__restrict__ y,
+                                                          int round, const uint8_t *__restrict__ W2,
+                                                          const uint8_t *__restrict__ S2, int n2,
+                                                          float *__restrict__ y2) {
+    mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -302,7 +303,7 @@ __device__ __forceinline__ void gemv_fp8_pipe_body(const int by, const int gy, c
     const int nb = k >> 7, s1 = n >> 4, ns = s1 + (n2 >> 4);
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
     const int ng = (per + 1) >> 1; /* items per slab */
-    const int nsl = (by < ns) ? (ns - by + gy - 1) / gy : 0;
+    const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
     const int total = nsl * ng;
     const bool xcol = g < m;
     const uint8_t *xr = xq + (size_t)(xcol ? g : 0) * k + t * 16;
@@ -311,7 +312,7 @@ __device__ __forceinline__ void gemv_fp8_pipe_body(const int by, const int gy, c
     const float *sa0 = sa + (size_t)(v0 ? c0 : 0) * nb;
     const float *sa1 = sa + (size_t)(v1 ? c1 : 0) * nb;
     auto load = [&](fp8_item &it, int i) {
-        int slab = by + (i / ng) * gy;
+        int slab = (int)blockIdx.y + (i / ng) * (int)gridDim.y;
         const uint8_t *Wm = W, *Sm = S;
         if (slab >= s1) slab -= s1, Wm = W2, Sm = S2;
         const int kb = kb0 + 2 * (i % ng), n0 = slab * 16;
@@ -355,7 +356,7 @@ __device__ __forceinline__ void gemv_fp8_pipe_body(const int by, const int gy, c
             }
         }
         if (i % ng == ng - 1) { /* the slab's last item: warp-order sum, store, next slab from zero */
-            int slab = by + (i / ng) * gy, nn = n;
+            int slab = (int)blockIdx.y + (i / ng) * (int)gridDim.y, nn = n;
             float *yy = y;
             if (slab >= s1) slab -= s1, yy = y2, nn = n2;
             gemv_reduce<4>(acc, red);
@@ -380,16 +381,6 @@ __device__ __forceinline__ void gemv_fp8_pipe_body(const int by, const int gy, c
         comp(B, i + 1);
         if (i + 3 < total) load(B, i + 3);
     }
-}
-
-__global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
-                                                          const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                                          int m, int n, int k, int per, float *__restrict__ y,
-                                                          int round, const uint8_t *__restrict__ W2,
-                                                          const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2) {
-    mk_d_pdl_launch_dependents();
-    gemv_fp8_pipe_body((int)blockIdx.y, (int)gridDim.y, W, S, xq, sa, m, n, k, per, y, round, W2, S2, n2, y2);
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -990,151 +981,6 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
-/* The decode expert GEMV pipelined (tuning moe_pipe; one token, so each expert group has at most 8
- * slots, one chunk): the units (16 rows x 2 slabs of one group's matrix, x fastest, then the group,
- * then the matrix: w1, w3) are walked by blocks bx, bx + gx, ...; each warp walks its k range of a
- * unit (the `per` 128-blocks of k_moe_gemv_fp4's warp) in items of two 128-blocks of both slabs and
- * loads item i + 1's weights and scales before it computes item i, across unit boundaries, as
- * k_gemv_fp8_pipe does. Per unit the fp4l_step order and the warp-order sum are k_moe_gemv_fp4<2, 2>'s:
- * the same bits. The plan is read before the PDL wait (see moe_fp4_body). */
-#ifndef MOE_PIPE_V
-#define MOE_PIPE_V 1 /* 128-blocks per item */
-#define MOE_PIPE_NST 3 /* items in registers */
-#endif
-template <int V>
-struct fp4_item {
-    uint4 a[2][V][2];     /* [slab][block][row half] */
-    uint32_t sw[2][V][2]; /* their four e8m0 scales */
-};
-
-template <int V, int NST>
-__device__ __forceinline__ void moe_fp4_pipe_body(const int bx, const int gx, const void *const *__restrict__ Wt,
-                                                  const uint8_t *const *__restrict__ St,
-                                                  const void *const *__restrict__ Wt3,
-                                                  const uint8_t *const *__restrict__ St3,
-                                                  const uint8_t *__restrict__ xq, const float *__restrict__ sa, int n,
-                                                  int k, int per, const int32_t *__restrict__ plan, int TK, int E,
-                                                  int by_token, float *__restrict__ y, float *__restrict__ y3,
-                                                  int round, int mz) {
-    __shared__ float red[GEMV_MAXW * 32 * 8];
-    __shared__ float tile[2][8 * 16];
-    const int G = TK < E ? TK : E, G0 = plan[0];
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5, mx = n >> 5, nu = mx * G0 * mz;
-    const size_t rowb = (size_t)k >> 1;
-    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
-    const int ng = (per + V - 1) / V; /* items per unit */
-    const int nsl = bx < nu ? (nu - bx + gx - 1) / gx : 0;
-    const int total = nsl * ng;
-    auto load = [&](fp4_item<V> &it, int i) {
-        const int u = bx + (i / ng) * gx, x = u % mx, grp = (u / mx) % G0, z = u / (mx * G0);
-        const int ex = gexp[grp], kb = kb0 + V * (i % ng);
-        const uint8_t *W = (const uint8_t *)(z ? Wt3 : Wt)[ex], *S = (z ? St3 : St)[ex];
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            const int r = (2 * x + q) * 16 + g;
-            const uint8_t *w0 = W + (size_t)r * rowb + t * 16, *s0 = S + (size_t)r * nsb;
-#pragma unroll
-            for (int v = 0; v < V; v++) {
-                if (kb + v < kb1) {
-                    it.a[q][v][0] = mk_d_ld_stream(w0 + (size_t)(kb + v) * 64);
-                    it.a[q][v][1] = mk_d_ld_stream(w0 + 8 * rowb + (size_t)(kb + v) * 64);
-                    it.sw[q][v][0] = *(const uint32_t *)(s0 + 4 * (kb + v));
-                    it.sw[q][v][1] = *(const uint32_t *)(s0 + (size_t)8 * nsb + 4 * (kb + v));
-                }
-            }
-        }
-    };
-    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    auto comp = [&](const fp4_item<V> &it, int i) {
-        const int u = bx + (i / ng) * gx, x = u % mx, grp = (u / mx) % G0, z = u / (mx * G0);
-        const int c_lo = goff[grp], m = min(8, goff[grp + 1] - c_lo), kb = kb0 + V * (i % ng);
-        const int xr = g < m ? (by_token ? stok[c_lo + g] : c_lo + g) : 0; /* the lane's token column */
-        const int r0 = 2 * t < m ? (by_token ? stok[c_lo + 2 * t] : c_lo + 2 * t) : -1;
-        const int r1 = 2 * t + 1 < m ? (by_token ? stok[c_lo + 2 * t + 1] : c_lo + 2 * t + 1) : -1;
-        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
-#pragma unroll
-        for (int v = 0; v < V; v++) {
-            if (kb + v < kb1) {
-                uint2 xv[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    xv[j] = g < m ? *(const uint2 *)(xp + (size_t)(kb + v) * 128 + 32 * j) : make_uint2(0, 0);
-                const float s0 = r0 >= 0 ? sa[(size_t)r0 * nb + kb + v] : 0.0f;
-                const float s1 = r1 >= 0 ? sa[(size_t)r1 * nb + kb + v] : 0.0f;
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-                    fp4l_step(it.a[q][v][0], it.a[q][v][1], it.sw[q][v][0], it.sw[q][v][1], xv, s0, s1, acc[q]);
-            }
-        }
-        if (i % ng == ng - 1) { /* the unit's last item: warp-order sum, store, next unit from zero */
-            float r[8];
-#pragma unroll
-            for (int q = 0; q < 2; q++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) r[q * 4 + j] = acc[q][j], acc[q][j] = 0.0f;
-            gemv_reduce<8>(r, red);
-            if (warp == 0) {
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const int c0c = 2 * t, c1c = 2 * t + 1;
-                    if (c0c < m) tile[q][c0c * 16 + g] = r[q * 4 + 0], tile[q][c0c * 16 + g + 8] = r[q * 4 + 2];
-                    if (c1c < m) tile[q][c1c * 16 + g] = r[q * 4 + 1], tile[q][c1c * 16 + g + 8] = r[q * 4 + 3];
-                }
-            }
-            __syncthreads();
-            float *yy = z ? y3 : y;
-            for (int j = threadIdx.x; j < 2 * m * 16; j += blockDim.x) {
-                const int q = j / (m * 16), e = j - q * m * 16;
-                yy[(size_t)(c_lo + (e >> 4)) * n + (2 * x + q) * 16 + (e & 15)] = gemv_out(tile[q][e], round);
-            }
-            __syncthreads(); /* red and tile are reused by the next unit */
-        }
-    };
-    fp4_item<V> it[NST];
-#pragma unroll
-    for (int s = 0; s < NST; s++)
-        if (s < total) load(it[s], s);
-    mk_d_pdl_wait(); /* the weights of NST items are on their way; now the activations */
-    for (int i = 0; i < total; i += NST) {
-#pragma unroll
-        for (int s = 0; s < NST; s++) {
-            if (i + s < total) {
-                comp(it[s], i + s);
-                if (i + s + NST < total) load(it[s], i + s + NST);
-            }
-        }
-    }
-}
-
-/* The pipelined decode expert GEMV (blocks [0, P)) and, optionally, an FP8 GEMV (one matrix or a
- * pair, k_gemv_fp8_pipe's body: blocks [P, grid)) in one launch, each output with its own kernel's
- * bits; the host splits the grid by the bytes each part streams. */
-__global__ void __launch_bounds__(256, 2) k_moe_pipe(const void *const *__restrict__ Wt,
-                                                     const uint8_t *const *__restrict__ St,
-                                                     const void *const *__restrict__ Wt3,
-                                                     const uint8_t *const *__restrict__ St3,
-                                                     const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                                     int n, int k, int per, const int32_t *__restrict__ plan, int TK,
-                                                     int E, int by_token, float *__restrict__ y,
-                                                     float *__restrict__ y3, int round, int mz, int P,
-                                                     const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS,
-                                                     const uint8_t *__restrict__ fxq, const float *__restrict__ fsa,
-                                                     int fm, int fn, int fk, int fper, float *__restrict__ fy,
-                                                     int fround, const uint8_t *__restrict__ FW2,
-                                                     const uint8_t *__restrict__ FS2, int fn2,
-                                                     float *__restrict__ fy2) {
-    mk_d_pdl_launch_dependents();
-    const int b = blockIdx.x;
-    if (b < P)
-        moe_fp4_pipe_body<MOE_PIPE_V, MOE_PIPE_NST>(b, P, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mz);
-    else
-        gemv_fp8_pipe_body(b - P, (int)gridDim.x - P, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround, FW2, FS2, fn2,
-                           fy2);
-}
-
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
  * the slab's weights (16 rows, lane order) are copied into shared memory once per block instead of
  * being loaded once per chunk of 8 slots, and each chunk's activation rows and block scales are
@@ -1350,36 +1196,6 @@ static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory *
     return (size_t)16 * ((size_t)k / 2 + 64) + (size_t)16 * ((size_t)k + 32) + sizeof(float) * 16 * (size_t)(k / 128);
 }
 
-/* The pipelined decode expert GEMV (k_moe_pipe) with, if f, its FP8 GEMV(s) (plan fp, no split):
- * one wave of blocks (or the tuning's gemv_pipe_grid), split between the two parts by the bytes each
- * streams (a 32-row FP4 unit: 16 k bytes; a 16-row FP8 slab: 16 k bytes of its own k). */
-static cudaError_t moe_pipe_launch(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S,
-                                   const void *const *W3, const uint8_t *const *S3, int n, int k, const uint8_t *xq,
-                                   const float *sa, int by_token, const int32_t *plan, int TK, int E, float *y,
-                                   float *y3, int round, const mk_cuda_fp8_job *f, int fper) {
-    const int G = TK < E ? TK : E, mz = W3 ? 2 : 1, nu = (n / 32) * G * mz, per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
-    const int fn = f ? f->W->n : 0, fn2 = f && f->W2 ? f->W2->n : 0, fs = (fn + fn2) / 16, fk = f ? f->W->k : 0;
-    long total = ctx->tune.gemv_pipe_grid > 0 ? ctx->tune.gemv_pipe_grid
-                                              : (long)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 2;
-    if (total > nu + fs) total = nu + fs;
-    if (fs > 0 && total < 2) total = 2;
-    long P = total;
-    if (fs > 0) {
-        const double ub = (double)nu * k, fb = (double)fs * fk;
-        P = (long)((double)total * ub / (ub + fb) + 0.5);
-        if (P < 1) P = 1;
-        if (P > total - 1) P = total - 1;
-        if (P > nu) P = nu;
-        if (total - P > fs) P = total - fs;
-    }
-    return gemv_launch(ctx, dim3((unsigned)total), GEMV_MAXW * 32, k_moe_pipe, W, S, W3, S3, xq, sa, n, k, per, plan,
-                       TK, E, by_token, y, y3, round, mz, (int)P, f ? (const uint8_t *)f->W->w : (const uint8_t *)NULL,
-                       f ? f->W->scale : (const uint8_t *)NULL, f ? f->xq : (const uint8_t *)NULL,
-                       f ? f->sa : (const float *)NULL, f ? f->m : 0, fn, fk, fper, f ? f->y : (float *)NULL,
-                       f ? f->round : 0, f && f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
-                       f && f->W2 ? f->W2->scale : (const uint8_t *)NULL, fn2, f ? f->y2 : (float *)NULL);
-}
-
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                          const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                          const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err) {
@@ -1393,12 +1209,6 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs;
-    if (T == 1 && sl == 2 && n % 32 == 0 && ctx->tune.moe_pipe) { /* decode, pipelined (the same bits) */
-        MK_CU_TRY(moe_pipe_launch(ctx, W, S, W3, S3, n, k, xq, sa, by_token, plan, TK, E, y, y3, round, NULL, 0), err,
-                  "cuda: moe fp4 gemv (pipelined) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (pipelined) launch");
-        return MK_OK;
-    }
     if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
@@ -1443,12 +1253,6 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
-    if (ctx->tune.moe_pipe) { /* pipelined, both parts (the same bits) */
-        MK_CU_TRY(moe_pipe_launch(ctx, W, S, W3, S3, n, k, xq, sa, by_token, plan, TK, E, y, y3, round, f, p.per), err,
-                  "cuda: moe fp4 gemv (pipelined, with fp8) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (pipelined, with fp8) launch");
-        return MK_OK;
-    }
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32, k_moe_fp4_with_fp8, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,

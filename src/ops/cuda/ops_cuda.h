@@ -128,11 +128,7 @@ typedef struct {
     int gemv_pipe;         /* 1: decode FP8 GEMVs (at most 8 rows, no split) run k_gemv_fp8_pipe, one
                             * wave of blocks each walking several slabs with the next item's weights in
                             * flight (same bits); default 1, MINKE_CUDA_GEMV_PIPE=0 */
-    int gemv_pipe_grid;    /* blocks of the pipelined GEMVs' grids (0: one wave; tests force fewer) */
-    int moe_pipe;          /* 1: one token's FP4 expert GEMVs (two-slab blocks), with their riding FP8
-                            * GEMVs, run k_moe_pipe: one wave of blocks each walking several units with
-                            * the next item's weights in flight (same bits); default 1,
-                            * MINKE_CUDA_MOE_PIPE=0 */
+    int gemv_pipe_grid;    /* blocks of the pipelined GEMV's grid (0: one wave; tests force fewer) */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
