@@ -17,7 +17,9 @@
 # (batch-1 decode again under each tuning variable -> variants.txt), DSV4_VARIANTS_FULL="VAR=value ..." (the
 # same with batch 64 / 256 and the 2048-token prefill), DSV4_TRACE=1 (one decode step with
 # an event after every launch: trace.txt in launch order, trace.md by launch name; the same for a 2048-token
-# prefill: trace_prefill.txt / .md). Without libjansson-dev there, a static copy carried in .kit/
+# prefill: trace_prefill.txt / .md), DSV4_TEST_VARIANTS="VAR=value ..." (the golden and paged model tests
+# again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt).
+# Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
 cd "$(dirname "$0")/../.."
@@ -126,6 +128,14 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         cat "$OUT/dsv4_engine.txt"
     fi
     stamp "paged rc ${PAGED_RC:-?} engine rc ${ENGINE_RC:-?}"
+    for v in ${DSV4_TEST_VARIANTS:-}; do # the model tests under a tuning variable, e.g. MINKE_CUDA_HC_XB=1
+        stamp "dsv4 golden and paged tests with $v"
+        env "$v" ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
+        G_RC=$?
+        env "$v" ./build-cuda/test_dsv4_paged_cuda >> "$OUT/dsv4_v.txt" 2>&1
+        echo "$v: golden rc $G_RC, paged rc $?" | tee -a "$OUT/dsv4_variants.txt"
+        grep -iE "fail" "$OUT/dsv4_v.txt" | head -5 | tee -a "$OUT/dsv4_variants.txt"
+    done
     SAN=${SAN:-$(command -v compute-sanitizer || ls "$CUDA"/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)}
     if { [ "${DSV4_SANITIZER:-0}" = 1 ] || [ "${SKIP_SANITIZER:-0}" != 1 ]; } && [ -n "${SAN:-}" ]; then
         stamp "compute-sanitizer memcheck: test_dsv4_cuda v4-tiny-fp8"

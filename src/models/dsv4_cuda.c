@@ -1377,6 +1377,7 @@ shared:
     }
     mark(C, "moe: shared expert");
 combine:
+    if (!out) return MK_OK; /* the caller's hc op combines (mk_cuda_moe_sum) */
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
     mark(C, "moe: combine");
     return MK_OK;
@@ -1428,12 +1429,18 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     /* h2 = hc_post(sub, h), then the ffn hc_pre of h2 (post / comb read, then overwritten) */
     TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, L->hc_ffn_fn, L->hc_ffn_scale,
                                  L->hc_ffn_base, c->hc_iters, c->hc_eps, c->norm_eps, L->ffn_norm, c->norm_eps, w->x,
-                                 w->post, w->comb, moe_q || moe_xb ? &aqm : NULL, err));
+                                 w->post, w->comb, moe_q || moe_xb ? &aqm : NULL, NULL, err));
     C->xb_of = moe_xb ? w->x : NULL;
     mark(C, "mHC pre/post, norms");
     TRY(dumpv(C, w->h2, T, hc, d, err, "L%d.h_attn", layer));
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
-    TRY(moe(C, layer, L, w->x, moe_q, w->sub, err));
+    /* with a next op (the next hc_pre or the head's collapse) the last hc_post may take the MoE
+     * combine's operands instead of its output (tuning hc_moe_sum; not when dumping: no moe.out) */
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu);
+    const mk_cuda_moe_sum ms = {w->eo, w->gidx, w->plan, T, c->n_act, c->n_experts, w->seo, w->sub};
+    const int sum = nx && tu.hc_moe_sum && !(C->hk && C->hk->dump) && c->n_act <= 64;
+    TRY(moe(C, layer, L, w->x, moe_q, sum ? NULL : w->sub, err));
     TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
     C->xb_of = NULL;
     if (!nx) {
@@ -1441,7 +1448,8 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     } else if (nx->head) {
         const int xb = takes_xb(C, &C->g->head);
         TRY(mk_cuda_hc_post_head_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
-                                      c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->xl, xb ? w->xb : NULL, err));
+                                      c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->xl, xb ? w->xb : NULL,
+                                      sum ? &ms : NULL, err));
         C->xb_of = xb ? w->xl : NULL;
     } else {
         mk_cuda_actq nq = {0};
@@ -1449,7 +1457,7 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
         nq.xb = xb ? w->xb : NULL;
         TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
                                      c->hc_iters, c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->x, w->post, w->comb,
-                                     q || xb ? &nq : NULL, err));
+                                     q || xb ? &nq : NULL, sum ? &ms : NULL, err));
         C->xb_of = xb ? w->x : NULL;
     }
     mark(C, "mHC pre/post, norms");

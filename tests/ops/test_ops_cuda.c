@@ -1063,6 +1063,7 @@ typedef struct {
     float *res, *sub, *post, *comb, *fn, *sc, *ba;
     uint16_t *nw;
     float *out, *x, *po, *co, *y;
+    mk_cuda_moe_sum ms; /* sub = the combine of these (mode 3 passes them instead of sub) */
 } hc_pp_dev;
 
 /* Tokens [t0, t0 + s) of the inputs: hc_post then hc_pre_norm of its output (mode 0), the fused
@@ -1091,8 +1092,9 @@ static void hc_pp_run(const hc_pp_dev *D, int mode, int t0, int s, float *out, f
         CK(mk_cuda_hc_pre_norm(ctx, D->out, s, hc, d, D->fn, D->sc, D->ba, 20, 1e-6f, 1e-6f, D->nw, 1e-6f, D->x, D->po,
                                D->co, NULL, &err_));
     } else {
-        CK(mk_cuda_hc_post_pre_norm(ctx, sub, res, pin, cin, s, hc, d, D->out, D->fn, D->sc, D->ba, 20, 1e-6f, 1e-6f,
-                                    D->nw, 1e-6f, D->x, D->po, D->co, NULL, &err_));
+        const mk_cuda_moe_sum *ms = mode == 3 ? &D->ms : NULL; /* mode 3: whole calls only (t0 0, s = ms.T) */
+        CK(mk_cuda_hc_post_pre_norm(ctx, ms ? NULL : sub, res, pin, cin, s, hc, d, D->out, D->fn, D->sc, D->ba, 20,
+                                    1e-6f, 1e-6f, D->nw, 1e-6f, D->x, D->po, D->co, NULL, ms, &err_));
     }
     fetch(out, D->out, sizeof(float) * s * n);
     fetch(x, D->x, sizeof(float) * s * d);
@@ -1105,8 +1107,9 @@ static void hc_pp_run(const hc_pp_dev *D, int mode, int t0, int s, float *out, f
         CK(mk_cuda_hc_head_norm(ctx, D->out, s, hc, d, D->fn, D->sc, D->ba, 1e-6f, 1e-6f, D->nw, 1e-6f, D->y, NULL,
                                 &err_));
     } else {
-        CK(mk_cuda_hc_post_head_norm(ctx, sub, res, post, comb, s, hc, d, D->out, D->fn, D->sc, D->ba, 1e-6f, 1e-6f,
-                                     D->nw, 1e-6f, D->y, NULL, &err_));
+        const mk_cuda_moe_sum *ms = mode == 3 ? &D->ms : NULL;
+        CK(mk_cuda_hc_post_head_norm(ctx, ms ? NULL : sub, res, post, comb, s, hc, d, D->out, D->fn, D->sc, D->ba,
+                                     1e-6f, 1e-6f, D->nw, 1e-6f, D->y, NULL, ms, &err_));
     }
     fetch(y, D->y, sizeof(float) * s * d);
     fetch(oh, D->out, sizeof(float) * s * n);
@@ -1143,15 +1146,47 @@ static void test_hc_post_pre(int s, int hc, int d) {
     D.po = poisoned_dev(sizeof(float) * s * hc);
     D.co = poisoned_dev(sizeof(float) * s * hc * hc);
     D.y = poisoned_dev(sizeof(float) * nx);
-    float *out[3], *x[3], *pc[3], *y[3], *oh[3];
-    for (int m = 0; m < 3; m++) {
+    /* sub as a MoE output: the combine of K = 6 expert rows per token (distinct experts of 16) and a
+     * shared row, which mode 3 hands to the fused ops instead of sub */
+    const int K = 6, E = 16;
+    {
+        int32_t *idx = xmalloc(sizeof(int32_t) * s * K);
+        float *gw = xmalloc(sizeof(float) * s * K), *eo = xmalloc(sizeof(float) * s * K * d);
+        for (int t = 0; t < s; t++) {
+            const int e0 = (int)(rnd64() % (uint64_t)E), st = 1 + 2 * (int)(rnd64() % 3); /* odd steps: distinct */
+            for (int k = 0; k < K; k++) idx[t * K + k] = (e0 + k * st) % E, gw[t * K + k] = 0.2f + rnd_u();
+        }
+        fill_act(eo, (size_t)s * K * d, 0.5f);
+        D.ms.idx = dup_dev(idx, sizeof(int32_t) * s * K);
+        D.ms.plan = poisoned_dev(sizeof(int32_t) * mk_cuda_moe_plan_ints(s, K, E));
+        float *dgw = dup_dev(gw, sizeof(float) * s * K), *dsw = poisoned_dev(sizeof(float) * s * K);
+        CK(mk_cuda_moe_plan(ctx, D.ms.idx, dgw, s, K, E, (int32_t *)D.ms.plan, dsw, &err_));
+        D.ms.eo = dup_dev(eo, sizeof(float) * s * K * d);
+        D.ms.shared = dup_dev(sub, sizeof(float) * nx);
+        D.ms.T = s, D.ms.K = K, D.ms.E = E;
+        D.ms.out = poisoned_dev(sizeof(float) * nx);
+        CK(mk_cuda_moe_combine(ctx, D.ms.eo, D.ms.idx, D.ms.plan, s, K, E, d, D.ms.shared, D.sub, &err_));
+        mk_cuda_free(ctx, dgw), mk_cuda_free(ctx, dsw);
+        free(idx), free(gw), free(eo);
+    }
+    float *out[4], *x[4], *pc[4], *y[4], *oh[4];
+    for (int m = 0; m < 4; m++) {
         out[m] = xmalloc(sizeof(float) * nh), x[m] = xmalloc(sizeof(float) * nx), pc[m] = xmalloc(sizeof(float) * npc);
         y[m] = xmalloc(sizeof(float) * nx), oh[m] = xmalloc(sizeof(float) * nh);
         hc_pp_run(&D, m, 0, s, out[m], x[m], pc[m], y[m], oh[m]);
     }
     char shape[64];
     snprintf(shape, sizeof shape, "s%d hc%d d%d", s, hc, d);
-    int same = 1, same_head = 1;
+    int same = 1, same_head = 1, same_sum = 1;
+    for (int m = 3; m < 4; m++) {
+        same_sum = same_sum && !memcmp(out[m], out[0], sizeof(float) * nh) && !memcmp(x[m], x[0], sizeof(float) * nx) &&
+                   !memcmp(pc[m], pc[0], sizeof(float) * npc) && !memcmp(y[m], y[0], sizeof(float) * nx) &&
+                   !memcmp(oh[m], out[0], sizeof(float) * nh);
+    }
+    n_checks++;
+    n_fail += !same_sum;
+    printf("| %-40s | %-26s | of a moe combine's operands = combine then the op (pre_norm and head_norm), bit for bit: "
+           "%s |\n", "hc_post_pre_norm / _head_norm moe sum", shape, same_sum ? "PASS" : "FAIL");
     for (int m = 1; m < 3; m++) {
         same = same && !memcmp(out[m], out[0], sizeof(float) * nh) && !memcmp(x[m], x[0], sizeof(float) * nx) &&
                !memcmp(pc[m], pc[0], sizeof(float) * npc);
@@ -1181,9 +1216,10 @@ static void test_hc_post_pre(int s, int hc, int d) {
                "hc_post_pre_norm / _head_norm invariance", shape, t1, s, inv ? "PASS" : "FAIL");
     }
 
-    void *dev[] = {D.res, D.sub, D.post, D.comb, D.fn, D.sc, D.ba, D.nw, D.out, D.x, D.po, D.co, D.y};
+    void *dev[] = {D.res, D.sub, D.post, D.comb, D.fn, D.sc, D.ba, D.nw, D.out, D.x, D.po, D.co, D.y,
+                   (void *)D.ms.eo, (void *)D.ms.idx, (void *)D.ms.plan, (void *)D.ms.shared, D.ms.out};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    for (int m = 0; m < 3; m++) free(out[m]), free(x[m]), free(pc[m]), free(y[m]), free(oh[m]);
+    for (int m = 0; m < 4; m++) free(out[m]), free(x[m]), free(pc[m]), free(y[m]), free(oh[m]);
     free(res), free(sub), free(fn), free(post), free(comb), free(nw);
 }
 

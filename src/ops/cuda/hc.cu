@@ -355,13 +355,47 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
 }
 
 /* hc_post's element (j, k) of one token, before the bf16 rounding: post[j] * x[k] +
- * sum_i comb[i][j] * res[i][k] in the CPU's order (xt, rt, pt, ct: the token's rows). */
+ * sum_i comb[i][j] * res[i][k] in the CPU's order (xk = x[k]; rt, pt, ct: the token's rows). */
+__device__ __forceinline__ float hc_post_elem_x(float xk, const float *__restrict__ rt, const float *__restrict__ pt,
+                                                const float *__restrict__ ct, int hc, int d, int j, int k) {
+    float acc = __fmul_rn(pt[j], xk);
+    for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(ct[i * hc + j], rt[(size_t)i * d + k]));
+    return acc;
+}
 __device__ __forceinline__ float hc_post_elem(const float *__restrict__ xt, const float *__restrict__ rt,
                                               const float *__restrict__ pt, const float *__restrict__ ct, int hc,
                                               int d, int j, int k) {
-    float acc = __fmul_rn(pt[j], xt[k]);
-    for (int i = 0; i < hc; i++) acc = __fadd_rn(acc, __fmul_rn(ct[i * hc + j], rt[(size_t)i * d + k]));
-    return acc;
+    return hc_post_elem_x(xt[k], rt, pt, ct, hc, d, j, k);
+}
+
+/* The MoE combine of token tg (mk_cuda_moe_combine's operands, as k_moe_combine adds them): warp 0
+ * puts the token's slots in ord by expert id (ties in pick order, as k_moe_combine's insertion
+ * sort) by ranks, one pick per lane (K <= 64); all threads must call it (it ends with a barrier). */
+__device__ __forceinline__ void hc_sum_order(const mk_cuda_moe_sum &ms, int tg, int32_t *ord, int *nord) {
+    if (threadIdx.x < 32) {
+        const int TK = ms.T * ms.K, G = TK < ms.E ? TK : ms.E, K = ms.K;
+        const int32_t *spos = ms.plan + 1 + 2 * G + 1 + TK, *ix = ms.idx + (size_t)tg * K, *sp = spos + (size_t)tg * K;
+        int cnt = 0;
+        for (int k = threadIdx.x; k < 64; k += 32) {
+            const int p = k < K ? sp[k] : -1, e = k < K ? ix[k] : 0;
+            int r = 0;
+            if (p >= 0)
+                for (int k2 = 0; k2 < K; k2++) {
+                    const int e2 = ix[k2];
+                    r += sp[k2] >= 0 && (e2 < e || (e2 == e && k2 < k));
+                }
+            if (p >= 0) ord[r] = p;
+            cnt += __popc(__ballot_sync(0xffffffffu, p >= 0));
+        }
+        if (threadIdx.x == 0) *nord = cnt;
+    }
+    __syncthreads();
+}
+/* The token's combined value k: y = 0, + eo[slot] in ord's order, bf16(y + shared) (k_moe_combine). */
+__device__ __forceinline__ float hc_sum_x(const mk_cuda_moe_sum &ms, const int32_t *ord, int nord, int tg, int d, int k) {
+    float y = 0.0f;
+    for (int q = 0; q < nord; q++) y = __fadd_rn(y, ms.eo[(size_t)ord[q] * d + k]);
+    return mk_d_bf16r(__fadd_rn(y, ms.shared[(size_t)tg * d + k]));
 }
 
 /* out[t][j][k] = bf16(post[j] * x[k] + sum_i comb[i][j] * res[i][k]), one thread per output. */
@@ -389,16 +423,22 @@ __global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict
                                                       const float *__restrict__ post,
                                                       const float *__restrict__ comb, int hc, int d,
                                                       float *__restrict__ out, const float *__restrict__ fn,
-                                                      int nmix, double *__restrict__ part) {
+                                                      int nmix, double *__restrict__ part, const mk_cuda_moe_sum ms,
+                                                      int t0) {
     /* launched with programmatic dependent launch: the thread's first mix weights (constant) are
-     * loaded before the wait, so their memory latency overlaps the previous kernel */
+     * loaded before the wait, so their memory latency overlaps the previous kernel; with ms.eo, x is
+     * the MoE combine of token t0 + t, its order read from the plan before the wait too (the plan
+     * kernel lets no kernel start before it ends: MOE_PLAN_NOTE in moe.cu) */
     mk_d_pdl_launch_dependents();
     __shared__ double red[8][HC_MAXMIX + 1];
+    __shared__ int32_t ord[64];
+    __shared__ int nord;
     const int t = blockIdx.x, c = blockIdx.y, S = gridDim.y, n = hc * d;
     int lo, hi;
     hc_chunk_bounds(n, S, c, &lo, &hi);
     float f0[HC_MAXMIX];
     hc_fn_load(f0, fn, nmix, n, lo + threadIdx.x, hi);
+    if (ms.eo) hc_sum_order(ms, t0 + t, ord, &nord);
     mk_d_pdl_wait();
     const float *xt = x + (size_t)t * d, *rt = res + (size_t)t * n, *pt = post + (size_t)t * hc,
                 *ct = comb + (size_t)t * hc * hc;
@@ -408,7 +448,8 @@ __global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict
     for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         const int j = i / d, k = i - j * d;
-        const float o = mk_d_bf16r(hc_post_elem(xt, rt, pt, ct, hc, d, j, k));
+        const float xk = ms.eo ? hc_sum_x(ms, ord, nord, t0 + t, d, k) : xt[k];
+        const float o = mk_d_bf16r(hc_post_elem_x(xk, rt, pt, ct, hc, d, j, k));
         ot[i] = o;
         if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, o, f0, nmix);
         else hc_acc_add(acc, o, fn, nmix, n, i);
@@ -484,6 +525,7 @@ static int hc_fuse_norm(int d) { return mk_cuda_rmsnorm_threads(d) == 1024 && d 
 typedef struct {
     const float *x, *res, *post, *comb;
     float *out;
+    mk_cuda_moe_sum ms; /* ms.eo: x is the MoE combine of these operands (see mk_cuda_moe_sum) */
 } hc_post_in;
 
 /* Split path, part 1 for tokens [t0, t0 + ns) into ctx->hc_partial: k_hc_mix_part over h, or,
@@ -509,9 +551,9 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int
         return MK_OK;
     }
     if (pin)
-        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_post_part, pin->x + (size_t)t0 * d, pin->res + t0 * n,
-                                 pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc, d,
-                                 pin->out + t0 * n, fn, nmix, ctx->hc_partial);
+        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_post_part, pin->ms.eo ? pin->x : pin->x + (size_t)t0 * d,
+                                 pin->res + t0 * n, pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc,
+                                 d, pin->out + t0 * n, fn, nmix, ctx->hc_partial, pin->ms, t0);
     else
         (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial);
     MK_CU_LAUNCHED(err, what);
@@ -521,12 +563,42 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int
 /* hc_pre of h, or with pin of the hc_post it computes (h = pin->out). Token group g's finishing
  * kernel writes post / comb rows of group g only, before group g+1's part 1 reads its own rows:
  * pin->post / pin->comb may be post / comb. */
+/* A MoE combine in place of the sub-layer output: its operands present, the call's tokens, K <= 64. */
+static int hc_sum_check(const mk_cuda_moe_sum *ms, int s, mk_err *err) {
+    if (!ms) return MK_OK;
+    if (!ms->eo || !ms->idx || !ms->plan || !ms->shared || !ms->out || ms->T != s || ms->K < 1 || ms->K > 64 ||
+        ms->E < 1)
+        return mk_fail(err, MK_EINVAL, "cuda: hc_post of a moe combine: missing operands or bad shape (T %d of %d, K %d, "
+                       "E %d)", ms->T, s, ms->K, ms->E);
+    return MK_OK;
+}
+
+/* With pin->ms, where a token group would take the many-token path (k_hc_post, elementwise: no
+ * per-token order), the combine runs first on its own into ms.out and pin becomes a plain hc_post
+ * of it (*tmp). Returns the hc_post to run. */
+static const hc_post_in *hc_sum_first(mk_cuda_ctx *ctx, const hc_post_in *pin, int s, int hc, int d, hc_post_in *tmp,
+                                      int *st, mk_err *err) {
+    *st = MK_OK;
+    if (!pin || !pin->ms.eo) return pin;
+    const int ns = s < MK_CUDA_HC_SPLIT_TOK ? s : MK_CUDA_HC_SPLIT_TOK; /* the largest group */
+    if (!(ctx->tune.hc_ri && ns >= ctx->tune.hc_ri && (size_t)hc * d == (size_t)256 * MK_CUDA_HC_SPLIT)) return pin;
+    const mk_cuda_moe_sum *m = &pin->ms;
+    *st = mk_cuda_moe_combine(ctx, m->eo, m->idx, m->plan, m->T, m->K, m->E, d, m->shared, m->out, err);
+    *tmp = *pin;
+    tmp->x = m->out;
+    tmp->ms.eo = NULL;
+    return tmp;
+}
+
 static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int s, int hc, int d, const float *fn,
                       const float *scale, const float *base, int iters, float hc_eps, float norm_eps, int norm,
                       const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
                       mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
+    hc_post_in tmp;
+    pin = hc_sum_first(ctx, pin, s, hc, d, &tmp, &st, err);
+    if (st) return st;
     if (aq && (!norm || !aq->q != !aq->sa || (!aq->q && !aq->xb)))
         return mk_fail(err, MK_EINVAL, "cuda: hc_pre: quantized / bf16 outputs need the normalized row and their buffers");
     const int fuse = norm && hc_fuse_norm(d), S = MK_CUDA_HC_SPLIT;
@@ -582,8 +654,11 @@ extern "C" int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const 
                                         const float *comb, int s, int hc, int d, float *out, const float *fn,
                                         const float *scale, const float *base, int iters, float hc_eps,
                                         float norm_eps, const uint16_t *nw, float neps, float *xo, float *post_o,
-                                        float *comb_o, const mk_cuda_actq *aq, mk_err *err) {
-    const hc_post_in pin = {x, res, post, comb, out};
+                                        float *comb_o, const mk_cuda_actq *aq, const mk_cuda_moe_sum *ms,
+                                        mk_err *err) {
+    int st = hc_sum_check(ms, s, err);
+    if (st) return st;
+    const hc_post_in pin = {x, res, post, comb, out, ms ? *ms : mk_cuda_moe_sum{}};
     return hc_pre_any(ctx, &pin, out, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, xo, post_o,
                       comb_o, aq, err);
 }
@@ -605,6 +680,9 @@ static int hc_head_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, 
                        const uint16_t *nw, float neps, float *y, uint16_t *yb, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
+    hc_post_in tmp;
+    pin = hc_sum_first(ctx, pin, s, hc, d, &tmp, &st, err);
+    if (st) return st;
     const int fuse = norm && hc_fuse_norm(d), S = MK_CUDA_HC_SPLIT;
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
@@ -642,7 +720,10 @@ extern "C" int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int
 extern "C" int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                                          const float *comb, int s, int hc, int d, float *out, const float *fn,
                                          const float *scale, const float *base, float hc_eps, float norm_eps,
-                                         const uint16_t *nw, float neps, float *y, uint16_t *yb, mk_err *err) {
-    const hc_post_in pin = {x, res, post, comb, out};
+                                         const uint16_t *nw, float neps, float *y, uint16_t *yb,
+                                         const mk_cuda_moe_sum *ms, mk_err *err) {
+    int st = hc_sum_check(ms, s, err);
+    if (st) return st;
+    const hc_post_in pin = {x, res, post, comb, out, ms ? *ms : mk_cuda_moe_sum{}};
     return hc_head_any(ctx, &pin, out, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, yb, err);
 }

@@ -132,7 +132,12 @@ typedef struct {
     int hc_xb;             /* 1: the model has its hc ops write their normalized rows in bf16 too
                             * (mk_cuda_actq.xb) for the bf16 linears that read them (the gate, the
                             * compressors' projections, the head: MK_CUDA_LIN_X_BF16, no conversion
-                            * launch; same bits); default 1, MINKE_CUDA_HC_XB=0 */
+                            * launch; same bits); default 0 until measured on the GPU (written in a
+                            * session without one: only compiled), MINKE_CUDA_HC_XB=1 */
+    int hc_moe_sum;        /* 1: a block's last hc_post (fused with the next hc_pre / the head's collapse)
+                            * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
+                            * no combine launch; same bits); default 0 until measured on the GPU
+                            * (only compiled so far), MINKE_CUDA_HC_MOE_SUM=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -348,20 +353,32 @@ int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, 
 int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                          const float *scale, const float *base, float hc_eps, float norm_eps,
                          const uint16_t *nw, float neps, float *y, uint16_t *yb, mk_err *err);
+/* A token's MoE output as mk_cuda_moe_combine computes it (its operands: eo [slots, d], idx [T, K],
+ * plan, T, K, E, shared [T, d]), for the fused hc_post ops below to take instead of their x: they
+ * compute each value where they read it (the same bits) and write out [T, d] only where they
+ * cannot (a call that takes the many-token path: the combine then runs first, into out). */
+typedef struct {
+    const float *eo;
+    const int32_t *idx, *plan;
+    int T, K, E;
+    const float *shared;
+    float *out;
+} mk_cuda_moe_sum;
 /* mk_cuda_hc_post(x, res, post, comb -> out) followed by mk_cuda_hc_pre_norm / mk_cuda_hc_head_norm
  * of out: the same bits in all outputs (out, xo / post_o / comb_o, y), one kernel fewer (the
  * hc_post kernel also reduces the split path's chunks of the row it writes). post_o / comb_o may
- * be post / comb (each token's are read before they are overwritten); out may not alias res or x. */
+ * be post / comb (each token's are read before they are overwritten); out may not alias res or x.
+ * ms (or NULL): x is ms's MoE combine instead (x unused). */
 int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                              const float *comb, int s, int hc, int d, float *out, const float *fn,
                              const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                              const uint16_t *nw, float neps, float *xo, float *post_o, float *comb_o,
-                             const mk_cuda_actq *aq, mk_err *err);
+                             const mk_cuda_actq *aq, const mk_cuda_moe_sum *ms, mk_err *err);
 int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                               const float *comb, int s, int hc, int d, float *out, const float *fn,
                               const float *scale, const float *base, float hc_eps, float norm_eps,
                               const uint16_t *nw, float neps, float *y, uint16_t *yb,
-                              mk_err *err);
+                              const mk_cuda_moe_sum *ms, mk_err *err);
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
