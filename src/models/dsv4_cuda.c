@@ -864,8 +864,8 @@ static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int 
     return lin_f(C, 0, W, x, m, y, round, err);
 }
 
-/* Whether the bf16 linear W over x's rows should take x's bf16 copy (w->xb): the hc op that makes x
- * writes it when this says so (want_xb), the linear then reads it (lin_xb). */
+/* Whether the bf16 linear W over x's rows should take x's bf16 copy (w->xb; tuning hc_xb): the hc op
+ * that makes x writes it when this says so (block(), head()), and the linear reads it (lin_xb). */
 static int takes_xb(gcall *C, const mk_wmat *W) {
     mk_cuda_tuning t;
     mk_cuda_ctx_get_tuning(C->ctx, &t);
