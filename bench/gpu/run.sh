@@ -18,7 +18,9 @@
 # same with batch 64 / 256 and the 2048-token prefill), DSV4_TRACE=1 (one decode step with
 # an event after every launch: trace.txt in launch order, trace.md by launch name; the same for a 2048-token
 # prefill: trace_prefill.txt / .md), DSV4_TEST_VARIANTS="VAR=value ..." (the golden and paged model tests
-# again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt).
+# again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
+# DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
+# first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is).
 # Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
@@ -182,6 +184,15 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
             ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
         echo "ncu rc $?"; tail -2 "$OUT/ncu.err"
         python3 bench/gpu/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu.md" 2>&1; head -45 "$OUT/ncu.md"
+    fi
+    if [ -n "${DSV4_NCU_DETAIL:-}" ]; then
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
+        stamp "ncu detail: kernels matching ${DSV4_NCU_DETAIL}"
+        timeout 300 "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_DETAIL}" --launch-skip 8 --launch-count 4 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section SchedulerStats \
+            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_detail.txt" 2> "$OUT/ncu_detail.err"
+        echo "ncu detail rc $?"; tail -2 "$OUT/ncu_detail.err"; grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|No Eligible|Stall" "$OUT/ncu_detail.txt" | head -40
     fi
     if [ "${SKIP_HF:-0}" != 1 ]; then
         stamp "transformers decode benchmark"
