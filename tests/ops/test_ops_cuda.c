@@ -1177,12 +1177,10 @@ static void test_hc_post_pre(int s, int hc, int d) {
     }
     char shape[64];
     snprintf(shape, sizeof shape, "s%d hc%d d%d", s, hc, d);
-    int same = 1, same_head = 1, same_sum = 1;
-    for (int m = 3; m < 4; m++) {
-        same_sum = same_sum && !memcmp(out[m], out[0], sizeof(float) * nh) && !memcmp(x[m], x[0], sizeof(float) * nx) &&
-                   !memcmp(pc[m], pc[0], sizeof(float) * npc) && !memcmp(y[m], y[0], sizeof(float) * nx) &&
-                   !memcmp(oh[m], out[0], sizeof(float) * nh);
-    }
+    int same = 1, same_head = 1;
+    const int same_sum = !memcmp(out[3], out[0], sizeof(float) * nh) && !memcmp(x[3], x[0], sizeof(float) * nx) &&
+                         !memcmp(pc[3], pc[0], sizeof(float) * npc) && !memcmp(y[3], y[0], sizeof(float) * nx) &&
+                         !memcmp(oh[3], out[0], sizeof(float) * nh);
     n_checks++;
     n_fail += !same_sum;
     printf("| %-40s | %-26s | of a moe combine's operands = combine then the op (pre_norm and head_norm), bit for bit: "
