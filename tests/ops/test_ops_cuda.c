@@ -468,7 +468,9 @@ static void test_linear_multi(int count, const mk_wkind *kinds, const int *ns, i
         CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &D[i], dx, m, y2[i], rnd[i], ds, sb, &err_));
     int same = 1;
     char shape[96];
-    int len = snprintf(shape, sizeof shape, "%d x %s, k%d m%d", count, kind_name(kinds[0]), k, m);
+    int mixed = 0;
+    for (int i = 1; i < count; i++) mixed = mixed || kinds[i] != kinds[0];
+    int len = snprintf(shape, sizeof shape, "%d x %s, k%d m%d", count, mixed ? "mixed" : kind_name(kinds[0]), k, m);
     (void)len;
     for (int i = 0; i < count; i++) {
         float *a = xmalloc(sizeof(float) * m * ns[i]), *b = xmalloc(sizeof(float) * m * ns[i]);
@@ -508,10 +510,13 @@ static void test_linear_multi(int count, const mk_wkind *kinds, const int *ns, i
             }
             free(y3);
         } else {
+            /* the refusal is that of a matrix of another kind (a mixed set may start with a bf16 one) */
             mk_err e1 = {0};
-            refused = mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, FB, &D[0], (const float *)dxb, m, y1[0], rnd[0], ds, sb,
+            int o = 0;
+            while (kinds[o] == MK_W_BF16) o++;
+            refused = mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, FB, &D[o], (const float *)dxb, m, y1[o], rnd[o], ds, sb,
                                         &e1) == MK_ENOTSUP &&
-                      !mk_cuda_linear_takes_bf16(ctx, FB, &D[0], m);
+                      !mk_cuda_linear_takes_bf16(ctx, FB, &D[o], m);
         }
         n_checks++;
         if (!bsame || !refused) n_fail++;
@@ -1581,12 +1586,20 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
                 if (stok[j] == 0 && sexp[j] == e) s = j;
             alone_same = s >= 0 && !memcmp(a1 + (size_t)s1 * I, v1 + (size_t)s * I, sizeof(float) * I);
         }
+        fetch(a1, db1, sizeof(float) * K * I); /* w3 (the pair's second matrix) too */
+        for (int g1 = 0; g1 < p1[0] && alone_same; g1++) {
+            const int e = p1[1 + g1], s1 = p1[1 + G1 + g1];
+            int s = -1;
+            for (int j = 0; j < TK; j++)
+                if (stok[j] == 0 && sexp[j] == e) s = j;
+            alone_same = s >= 0 && !memcmp(a1 + (size_t)s1 * I, v3 + (size_t)s * I, sizeof(float) * I);
+        }
         free(p1), free(a1);
         void *dv[] = {di1, dp1, dg1, ds1, dq1, dsa1, da1, db1};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
         n_checks++;
         if (!alone_same) n_fail++;
-        printf("| %-40s | %-26s | token 0 alone (one slot per expert) = its slots here, w1 bit for bit: %s |\n",
+        printf("| %-40s | %-26s | token 0 alone (one slot per expert) = its slots here, w1 and w3 bit for bit: %s |\n",
                "moe fp4 mma batch invariance", shape, alone_same ? "ok" : "FAIL");
     }
     n_checks++;
@@ -2166,18 +2179,26 @@ int main(int argc, char **argv) {
     if (!quick) test_moe_fp4(40, 6, 16, 4096, 2048); /* 15 slots per expert: two chunks, both buffers */
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
     test_moe_fp4(3, 2, 64, 1024, 512);  /* fewer slots than experts */
-    for (int v = 1; v <= 2; v++) { /* the other decode kernel (blocks of 1 or 2 slabs) */
+    for (int v = 1; v <= 3; v++) { /* the other decode kernels (blocks of 1 or 2 slabs, a warp per slab) */
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
-        if (v == def.moe_slabs) continue;
+        if (v <= 2 && v == def.moe_slabs && !def.moe_wslab) continue;
+        if (v == 3 && def.moe_wslab) continue;
         t = def;
-        t.moe_slabs = v;
+        if (v <= 2) t.moe_slabs = v, t.moe_wslab = 0;
+        else t.moe_wslab = 1;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_slabs = %d) | | | | | | |\n", t.moe_slabs);
+        if (v <= 2) printf("| (tuning: moe_slabs = %d) | | | | | | |\n", t.moe_slabs);
+        else printf("| (tuning: moe_wslab = 1) | | | | | | |\n");
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
         test_moe_fp4(3, 2, 64, 1280, 384); /* 10 and 3 128-blocks: uneven parts, parts without blocks */
+        test_moe_fp4(9, 6, 16, 4096, 2048); /* token 0 alone (this decode kernel) = in a call of 9 at V4-Flash widths */
+        if (v == 3) {
+            test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
+            test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
+        }
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
 

@@ -151,6 +151,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_pipe = env_switch("MINKE_CUDA_GEMV_PIPE", 1);
     ctx->tune.hc_xb = env_switch("MINKE_CUDA_HC_XB", 0); /* not yet run on a GPU: off until measured */
     ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 0); /* the same */
+    ctx->tune.moe_wslab = env_switch("MINKE_CUDA_MOE_WSLAB", 0); /* not yet measured: off */
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -292,6 +293,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_xb = ctx->tune.hc_xb != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
+    ctx->tune.moe_wslab = ctx->tune.moe_wslab != 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;
 }
 

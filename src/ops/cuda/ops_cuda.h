@@ -138,6 +138,9 @@ typedef struct {
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 0 until measured on the GPU
                             * (only compiled so far), MINKE_CUDA_HC_MOE_SUM=1 */
+    int moe_wslab;         /* 1: the decode FP4 expert GEMV (alone or with the shared expert's FP8) runs a
+                            * warp per 16-row slab over the whole k (k_moe_wslab: no cross-warp
+                            * reduction; same bits); default 0 until measured, MINKE_CUDA_MOE_WSLAB=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
