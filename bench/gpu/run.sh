@@ -20,7 +20,8 @@
 # prefill: trace_prefill.txt / .md), DSV4_TEST_VARIANTS="VAR=value ..." (the golden and paged model tests
 # again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
-# first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is).
+# first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
+# sets tuning variables for that run). A variant of DSV4_VARIANTS / _FULL may set several variables: "A=1,B=0".
 # Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
@@ -154,12 +155,12 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     stamp "minke decode rc $DBENCH_RC"
     for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
         stamp "batch-1 decode with $v"
-        env "$v" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
+        env ${v//,/ } ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
             grep -E "decode step|achieved /" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
     done
     for v in ${DSV4_VARIANTS_FULL:-}; do # batch 1, batch 64 / 256 and prefill 2048 under a tuning variable
         stamp "batch 1, 64, 256 and prefill with $v"
-        env "$v" ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null 2>&1 |
+        env ${v//,/ } ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null 2>&1 |
             grep -E "decode step|achieved /|decode, batch|prefill, 1 prompt" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
     done
     if [ "${DSV4_PROFILE:-0}" = 1 ]; then
@@ -188,10 +189,16 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     if [ -n "${DSV4_NCU_DETAIL:-}" ]; then
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
         stamp "ncu detail: kernels matching ${DSV4_NCU_DETAIL}"
-        timeout 300 "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_DETAIL}" --launch-skip 8 --launch-count 4 \
-            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-            --section MemoryWorkloadAnalysis --section SchedulerStats \
-            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_detail.txt" 2> "$OUT/ncu_detail.err"
+        NCU_ENV=(${DSV4_NCU_ENV//,/ }) # e.g. DSV4_NCU_ENV=MINKE_CUDA_MOE_WSLAB=1 (a path that is off by default)
+        ncu_detail() {
+            timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_DETAIL}" \
+                --launch-skip 8 --launch-count 4 "$@" \
+                --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+                --section MemoryWorkloadAnalysis --section SchedulerStats --section SourceCounters \
+                ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_detail.txt" 2> "$OUT/ncu_detail.err"
+        }
+        # the sections' bodies in full (the warp stall reasons, the top stall locations); without, if refused
+        ncu_detail --print-details all || ncu_detail
         echo "ncu detail rc $?"; tail -2 "$OUT/ncu_detail.err"; grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|No Eligible|Stall" "$OUT/ncu_detail.txt" | head -40
     fi
     if [ "${SKIP_HF:-0}" != 1 ]; then
