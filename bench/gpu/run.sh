@@ -21,7 +21,8 @@
 # again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
-# sets tuning variables for that run). A variant of DSV4_VARIANTS / _FULL may set several variables: "A=1,B=0".
+# sets tuning variables for that run), DSV4_SASS="function-name regex" (cuobjdump's SASS of the matching kernels
+# -> sass.txt). A variant of DSV4_VARIANTS / _FULL may set several variables: "A=1,B=0".
 # Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
@@ -200,6 +201,12 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         # the sections' bodies in full (the warp stall reasons, the top stall locations); without, if refused
         ncu_detail --print-details all || ncu_detail
         echo "ncu detail rc $?"; tail -2 "$OUT/ncu_detail.err"; grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|No Eligible|Stall" "$OUT/ncu_detail.txt" | head -40
+    fi
+    if [ -n "${DSV4_SASS:-}" ]; then # the SASS of the CUDA objects' functions whose names match -> sass.txt
+        CUOBJDUMP=$(command -v cuobjdump || echo "$CUDA/bin/cuobjdump")
+        for o in build-cuda/src/ops/cuda/*.o; do "$CUOBJDUMP" -sass "$o" 2>/dev/null; done |
+            awk -v re="${DSV4_SASS}" '/Function : /{on = ($0 ~ re)} on' > "$OUT/sass.txt"
+        stamp "sass of functions matching ${DSV4_SASS}: $(grep -c 'Function : ' "$OUT/sass.txt") function(s), $(wc -l < "$OUT/sass.txt") lines"
     fi
     if [ "${SKIP_HF:-0}" != 1 ]; then
         stamp "transformers decode benchmark"

@@ -1393,6 +1393,17 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
     free(W1), free(W3), free(D1), free(D3), free(tw1), free(tw3), free(ts1), free(ts3), free(idx), free(gw), free(x);
 }
 
+/* 1: test_moe_fp4 sets scale bytes 0, 249 and 255 in a few rows of every expert (64 * 2^(e - 127)
+ * overflows from 249 on: the decode kernels' one-column step then takes its general path) and checks
+ * only the kernels against each other, bit for bit (NaN and inf included), not against the CPU. */
+static int moe_extreme_scales = 0;
+
+static void moe_poke_scales(mk_wmat *W) {
+    const int nsb = W->k / 32, rows[3] = {1 % W->n, 9 % W->n, 17 % W->n}, blocks[3] = {2 % nsb, 5 % nsb, 0};
+    const uint8_t vals[3] = {249, 255, 0};
+    for (int i = 0; i < 3; i++) ((uint8_t *)W->scale)[(size_t)rows[i] * nsb + blocks[i]] = vals[i];
+}
+
 static void test_moe_fp4(int T, int K, int E, int d, int I) {
     mk_wmat *W1 = xmalloc(sizeof(mk_wmat) * E), *W3 = xmalloc(sizeof(mk_wmat) * E), *W2 = xmalloc(sizeof(mk_wmat) * E);
     mk_wmat *D1 = xmalloc(sizeof(mk_wmat) * E), *D3 = xmalloc(sizeof(mk_wmat) * E), *D2 = xmalloc(sizeof(mk_wmat) * E);
@@ -1403,6 +1414,7 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         make_weights(&W1[e], MK_W_FP4, I, d);
         make_weights(&W3[e], MK_W_FP4, I, d);
         make_weights(&W2[e], MK_W_FP4, d, I);
+        if (moe_extreme_scales) moe_poke_scales(&W1[e]), moe_poke_scales(&W3[e]), moe_poke_scales(&W2[e]);
         CK(mk_cuda_wmat_upload(ctx, &W1[e], &D1[e], &err_));
         CK(mk_cuda_wmat_upload(ctx, &W3[e], &D3[e], &err_));
         CK(mk_cuda_wmat_upload(ctx, &W2[e], &D2[e], &err_));
@@ -1547,10 +1559,15 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     }
     char shape[64];
     snprintf(shape, sizeof shape, "T%d K%d E%d d%d I%d", T, K, E, d, I);
-    compare("moe fp4 mma w1 (by token)", shape, r1, v1, (size_t)TK * I, NORM, 1e-4);
-    compare("moe fp4 mma w3 (by token)", shape, r3, v3, (size_t)TK * I, NORM, 1e-4);
-    compare("moe swiglu epilogue", shape, ract, act, (size_t)TK * I, REL, 1.0 / 128);
-    compare("moe fp4 mma w2 (by slot, bf16out)", shape, reo, eo, (size_t)TK * d, NORM, 1e-2);
+    if (moe_extreme_scales) {
+        printf("| %-40s | %-26s | scale bytes 0 / 249 / 255 in some rows: the kernels only, against each other |\n",
+               "moe fp4 mma extreme scales", shape);
+    } else {
+        compare("moe fp4 mma w1 (by token)", shape, r1, v1, (size_t)TK * I, NORM, 1e-4);
+        compare("moe fp4 mma w3 (by token)", shape, r3, v3, (size_t)TK * I, NORM, 1e-4);
+        compare("moe swiglu epilogue", shape, ract, act, (size_t)TK * I, REL, 1.0 / 128);
+        compare("moe fp4 mma w2 (by slot, bf16out)", shape, reo, eo, (size_t)TK * d, NORM, 1e-2);
+    }
     n_checks++;
     if (!pair_same) {
         n_fail++;
@@ -2179,6 +2196,9 @@ int main(int argc, char **argv) {
     if (!quick) test_moe_fp4(40, 6, 16, 4096, 2048); /* 15 slots per expert: two chunks, both buffers */
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
     test_moe_fp4(3, 2, 64, 1024, 512);  /* fewer slots than experts */
+    moe_extreme_scales = 1;
+    test_moe_fp4(9, 6, 16, 1024, 512); /* token 0 alone (the decode kernel's general path) = in the call */
+    moe_extreme_scales = 0;
     for (int v = 1; v <= 3; v++) { /* the other decode kernels (blocks of 1 or 2 slabs, a warp per slab) */
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
@@ -2195,6 +2215,9 @@ int main(int argc, char **argv) {
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
         test_moe_fp4(3, 2, 64, 1280, 384); /* 10 and 3 128-blocks: uneven parts, parts without blocks */
         test_moe_fp4(9, 6, 16, 4096, 2048); /* token 0 alone (this decode kernel) = in a call of 9 at V4-Flash widths */
+        moe_extreme_scales = 1;
+        test_moe_fp4(9, 6, 16, 1024, 512);
+        moe_extreme_scales = 0;
         if (v == 3) {
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);

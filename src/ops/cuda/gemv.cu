@@ -809,6 +809,38 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
     }
 }
 
+/* fp4l_step for a chunk of one token column (m == 1: a decode's slot; only column 0 of C is stored,
+ * so acc[1] and acc[3] are left alone), with fewer instructions per 32-block (the decode expert
+ * GEMVs are issue-bound: ncu, bench/gpu/results-2026-12-04-wslab.md): when no scale byte of the two
+ * rows is >= 249, 64 * e8m0(e) is the float with exponent field e + 6 (2^(e - 121), normal for
+ * e in [0, 248]; e = 0 too), built by one shift-and-add instead of e8m0's special cases and a
+ * multiply, and only the column-0 products are formed. Same values, so the same bits as fp4l_step;
+ * a lane with a scale byte >= 249 (64 * 2^122 overflows; 255 is NaN) takes fp4l_step. */
+__device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
+    return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
+}
+__device__ __forceinline__ void fp4l_step_m1(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
+                                             const uint2 (&x)[4], float sa0, float (&acc)[4]) {
+    if (!(fp4l_scales_plain(sw0) && fp4l_scales_plain(sw1))) {
+        fp4l_step(a0, a1, sw0, sw1, x, sa0, 0.0f, acc);
+        return;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
+        const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
+        uint32_t e0, o0, e1, o1;
+        mk_d_fp4x8_to_e4m3(w0, e0, o0);
+        mk_d_fp4x8_to_e4m3(w1, e1, o1);
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
+        const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
+        const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
+        acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
+        acc[2] = fmaf(c[2], sa0 * s1, acc[2]);
+    }
+}
+
 /* In-place lane order of FP4 rows [n, k/2 bytes] (k % 128 == 0): a thread per 64-byte block. */
 __global__ void k_fp4_lane_order(uint32_t *__restrict__ w, size_t nblocks) {
     const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -910,11 +942,21 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
+            if (m == 1) { /* a decode's slot: the one-column step (same bits) */
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (kb + u < kb1) {
+                for (int u = 0; u < U; u++) {
+                    if (kb + u < kb1) {
 #pragma unroll
-                    for (int q = 0; q < SL; q++) fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                        for (int q = 0; q < SL; q++) fp4l_step_m1(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], acc[q]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (kb + u < kb1) {
+#pragma unroll
+                        for (int q = 0; q < SL; q++) fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                    }
                 }
             }
         }
@@ -1050,7 +1092,8 @@ __device__ __forceinline__ void moe_wslab_body(const uint3 bid, const void *cons
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (kb + u < nb) {
-                    fp4l_step(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], s1[u], part);
+                    if (m == 1) fp4l_step_m1(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], part);
+                    else fp4l_step(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], s1[u], part);
                     if ((kb + u + 1) % per == 0 || kb + u + 1 == nb) ri_fold(tot, part, kb + u < per);
                 }
             }
