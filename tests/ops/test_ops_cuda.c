@@ -2199,17 +2199,19 @@ int main(int argc, char **argv) {
     moe_extreme_scales = 1;
     test_moe_fp4(9, 6, 16, 1024, 512); /* token 0 alone (the decode kernel's general path) = in the call */
     moe_extreme_scales = 0;
-    for (int v = 1; v <= 3; v++) { /* the other decode kernels (blocks of 1 or 2 slabs, a warp per slab) */
+    /* the other decode kernels: blocks of 1 or 2 slabs, a warp per slab (with the one-column step), the
+     * default blocks with the one-column step */
+    for (int v = 1; v <= 4; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
-        if (v <= 2 && v == def.moe_slabs && !def.moe_wslab) continue;
-        if (v == 3 && def.moe_wslab) continue;
         t = def;
-        if (v <= 2) t.moe_slabs = v, t.moe_wslab = 0;
-        else t.moe_wslab = 1;
+        if (v <= 2) t.moe_slabs = v, t.moe_wslab = 0, t.moe_one_col = 0;
+        if (v == 3) t.moe_wslab = 1, t.moe_one_col = 1;
+        if (v == 4) t.moe_wslab = 0, t.moe_one_col = !def.moe_one_col;
+        if (t.moe_slabs == def.moe_slabs && t.moe_wslab == def.moe_wslab && t.moe_one_col == def.moe_one_col) continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        if (v <= 2) printf("| (tuning: moe_slabs = %d) | | | | | | |\n", t.moe_slabs);
-        else printf("| (tuning: moe_wslab = 1) | | | | | | |\n");
+        printf("| (tuning: moe_slabs = %d, moe_wslab = %d, moe_one_col = %d) | | | | | | |\n", t.moe_slabs, t.moe_wslab,
+               t.moe_one_col);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
@@ -2218,7 +2220,7 @@ int main(int argc, char **argv) {
         moe_extreme_scales = 1;
         test_moe_fp4(9, 6, 16, 1024, 512);
         moe_extreme_scales = 0;
-        if (v == 3) {
+        if (v >= 3) {
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
         }

@@ -149,9 +149,12 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.hc_ri = getenv("MINKE_CUDA_HC_RI") ? atoi(getenv("MINKE_CUDA_HC_RI")) : 16;
     ctx->tune.attn16 = env_switch("MINKE_CUDA_ATTN16", 1);
     ctx->tune.gemv_pipe = env_switch("MINKE_CUDA_GEMV_PIPE", 1);
-    ctx->tune.hc_xb = env_switch("MINKE_CUDA_HC_XB", 0); /* not yet run on a GPU: off until measured */
-    ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 0); /* the same */
-    ctx->tune.moe_wslab = env_switch("MINKE_CUDA_MOE_WSLAB", 0); /* not yet measured: off */
+    /* 0: no gain measured (H200, 1.169 / 1.186 vs 1.155 / 1.185 ms per step; results-2026-12-04-wslab.md) */
+    ctx->tune.hc_xb = env_switch("MINKE_CUDA_HC_XB", 0);
+    /* 1: H200, 1.163 / 1.146 / 1.178 vs 1.169 / 1.182 / 1.168 ms per step in A/B pairs (the same page) */
+    ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 1);
+    ctx->tune.moe_wslab = env_switch("MINKE_CUDA_MOE_WSLAB", 0); /* measured slower (results-2026-12-04-wslab.md) */
+    ctx->tune.moe_one_col = env_switch("MINKE_CUDA_MOE_ONE_COL", 0); /* not yet run on a GPU: off */
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -294,6 +297,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.hc_xb = ctx->tune.hc_xb != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_wslab = ctx->tune.moe_wslab != 0;
+    ctx->tune.moe_one_col = ctx->tune.moe_one_col != 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;
 }
 

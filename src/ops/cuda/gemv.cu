@@ -877,7 +877,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round) {
+                                                         float *__restrict__ y3, int round, int one_col) {
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
     if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
@@ -942,7 +942,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-            if (m == 1) { /* a decode's slot: the one-column step (same bits) */
+            if (one_col && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_one_col) */
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {
@@ -993,9 +993,9 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round) {
+                                                         float *__restrict__ y3, int round, int one_col) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round);
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, one_col);
 }
 
 /* The decode expert GEMV (k_moe_gemv_fp4<2, 2>, grid (mx, my, mz)) and an FP8 GEMV (one matrix or a
@@ -1010,7 +1010,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int mx, int my, int mz,
+                                                         float *__restrict__ y3, int round, int one_col, int mx, int my, int mz,
         const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
@@ -1018,7 +1018,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
     mk_d_pdl_launch_dependents();
     const int b = blockIdx.x, nm = mx * my * mz;
     if (b < nm)
-        moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round);
+        moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, one_col);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
@@ -1040,7 +1040,7 @@ __device__ __forceinline__ void moe_wslab_body(const uint3 bid, const void *cons
                                                const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                int n, int k, int per, const int32_t *__restrict__ plan, int TK,
                                                int E, int by_token, float *__restrict__ y,
-                                               float *__restrict__ y3, int round) {
+                                               float *__restrict__ y3, int round, int one_col) {
     if (bid.z) Wt = Wt3, St = St3, y = y3;
     const int G = TK < E ? TK : E, grp = bid.y;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1092,7 +1092,7 @@ __device__ __forceinline__ void moe_wslab_body(const uint3 bid, const void *cons
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (kb + u < nb) {
-                    if (m == 1) fp4l_step_m1(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], part);
+                    if (one_col && m == 1) fp4l_step_m1(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], part);
                     else fp4l_step(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], s1[u], part);
                     if ((kb + u + 1) % per == 0 || kb + u + 1 == nb) ri_fold(tot, part, kb + u < per);
                 }
@@ -1121,9 +1121,9 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab(const void *const *__restr
                                                       const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                       int n, int k, int per, const int32_t *__restrict__ plan,
                                                       int TK, int E, int by_token, float *__restrict__ y,
-                                                      float *__restrict__ y3, int round) {
+                                                      float *__restrict__ y3, int round, int one_col) {
     mk_d_pdl_launch_dependents();
-    moe_wslab_body<U>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round);
+    moe_wslab_body<U>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, one_col);
 }
 
 /* k_moe_fp4_with_fp8 with moe_wslab_body for the experts' blocks (grid mx = ceil(n / 128)). */
@@ -1135,7 +1135,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab_with_fp8(const void *const
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int mx, int my, int mz,
+                                                         float *__restrict__ y3, int round, int one_col, int mx, int my, int mz,
         const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
@@ -1144,7 +1144,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab_with_fp8(const void *const
     const int b = blockIdx.x, nm = mx * my * mz;
     if (b < nm)
         moe_wslab_body<MOE_WSLAB_U>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k,
-                                    per, plan, TK, E, by_token, y, y3, round);
+                                    per, plan, TK, E, by_token, y, y3, round, one_col);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
@@ -1377,15 +1377,15 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
-    const int sl = ctx->tune.moe_slabs;
+    const int sl = ctx->tune.moe_slabs, oc = ctx->tune.moe_one_col;
     if (T == 1 && ctx->tune.moe_wslab) { /* decode, a warp per slab over the whole k (tuning) */
         grid.x = (unsigned)((n / 16 + GEMV_MAXW - 1) / GEMV_MAXW);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_wslab<MOE_WSLAB_U>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round);
+                        by_token, y, y3, round, oc);
     } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round);
+                        by_token, y, y3, round, oc);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1401,7 +1401,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
                                per, plan, TK, E, by_token, y, y3, round);
     } else {
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round);
+                        by_token, y, y3, round, oc);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
@@ -1431,7 +1431,8 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
                                 wslab ? k_moe_wslab_with_fp8 : k_moe_fp4_with_fp8, W, S,
-                                W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, mx, my, mz,
+                                W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_one_col,
+                                mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
                                 f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2);

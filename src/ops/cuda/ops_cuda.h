@@ -132,15 +132,20 @@ typedef struct {
     int hc_xb;             /* 1: the model has its hc ops write their normalized rows in bf16 too
                             * (mk_cuda_actq.xb) for the bf16 linears that read them (the gate, the
                             * compressors' projections, the head: MK_CUDA_LIN_X_BF16, no conversion
-                            * launch; same bits); default 0 until measured on the GPU (written in a
-                            * session without one: only compiled), MINKE_CUDA_HC_XB=1 */
+                            * launch; same bits); default 0: no gain measured on the H200 (the launches
+                            * it removes overlap their neighbours), MINKE_CUDA_HC_XB=1 */
     int hc_moe_sum;        /* 1: a block's last hc_post (fused with the next hc_pre / the head's collapse)
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
-                            * no combine launch; same bits); default 0 until measured on the GPU
-                            * (only compiled so far), MINKE_CUDA_HC_MOE_SUM=1 */
+                            * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
+                            * over three A/B pairs), MINKE_CUDA_HC_MOE_SUM=0 */
     int moe_wslab;         /* 1: the decode FP4 expert GEMV (alone or with the shared expert's FP8) runs a
                             * warp per 16-row slab over the whole k (k_moe_wslab: no cross-warp
-                            * reduction; same bits); default 0 until measured, MINKE_CUDA_MOE_WSLAB=1 */
+                            * reduction; same bits); default 0: measured slower (H200, 1.23 vs 1.17 ms per
+                            * step) before moe_one_col existed; MINKE_CUDA_MOE_WSLAB=1 */
+    int moe_one_col;       /* 1: the decode FP4 expert kernels step a chunk of one slot (a decode's) with
+                            * fp4l_step_m1: column 0 only, 64 * e8m0 by a shift (the kernels are
+                            * issue-bound; same bits); default 0 until run on a GPU (written in a session
+                            * without one), MINKE_CUDA_MOE_ONE_COL=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
