@@ -1151,7 +1151,8 @@ static void test_hc_post_pre(int s, int hc, int d) {
     D.po = poisoned_dev(sizeof(float) * s * hc);
     D.co = poisoned_dev(sizeof(float) * s * hc * hc);
     D.y = poisoned_dev(sizeof(float) * nx);
-    /* sub as a MoE output: the combine of K = 6 expert rows per token (distinct experts of 16) and a
+    /* sub as a MoE output: the combine of K = 6 expert rows per token (distinct experts of 16; every
+     * other token names one twice, as a hash layer may: the plan keeps the first pick only) and a
      * shared row, which mode 3 hands to the fused ops instead of sub */
     const int K = 6, E = 16;
     {
@@ -1160,6 +1161,7 @@ static void test_hc_post_pre(int s, int hc, int d) {
         for (int t = 0; t < s; t++) {
             const int e0 = (int)(rnd64() % (uint64_t)E), st = 1 + 2 * (int)(rnd64() % 3); /* odd steps: distinct */
             for (int k = 0; k < K; k++) idx[t * K + k] = (e0 + k * st) % E, gw[t * K + k] = 0.2f + rnd_u();
+            if (t & 1) idx[t * K + 4] = idx[t * K + 1]; /* a duplicate pick: no slot of its own */
         }
         fill_act(eo, (size_t)s * K * d, 0.5f);
         D.ms.idx = dup_dev(idx, sizeof(int32_t) * s * K);
@@ -1171,6 +1173,38 @@ static void test_hc_post_pre(int s, int hc, int d) {
         D.ms.T = s, D.ms.K = K, D.ms.E = E;
         D.ms.out = poisoned_dev(sizeof(float) * nx);
         CK(mk_cuda_moe_combine(ctx, D.ms.eo, D.ms.idx, D.ms.plan, s, K, E, d, D.ms.shared, D.sub, &err_));
+        { /* the combine against the host: each token's slots by expert id, 0 + rows in order, bf16(+ shared) */
+            const size_t pn = mk_cuda_moe_plan_ints(s, K, E);
+            const int TK = s * K, G = TK < E ? TK : E;
+            int32_t *plan = xmalloc(sizeof(int32_t) * pn);
+            float *got = xmalloc(sizeof(float) * nx);
+            fetch(plan, D.ms.plan, sizeof(int32_t) * pn);
+            fetch(got, D.sub, sizeof(float) * nx);
+            const int32_t *spos = plan + 1 + 2 * G + 1 + TK;
+            int ok = 1;
+            for (int t = 0; t < s && ok; t++) {
+                int ord[64], ex[64], n = 0;
+                for (int k = 0; k < K; k++) {
+                    const int p = spos[t * K + k], e = idx[t * K + k];
+                    if (p < 0) continue;
+                    int i = n++;
+                    while (i > 0 && ex[i - 1] > e) ex[i] = ex[i - 1], ord[i] = ord[i - 1], i--;
+                    ex[i] = e, ord[i] = p;
+                }
+                ok = n == ((t & 1) ? K - 1 : K);
+                for (int k = 0; k < d && ok; k++) {
+                    float y = 0.0f;
+                    for (int q = 0; q < n; q++) y = y + eo[(size_t)ord[q] * d + k];
+                    const float want = mk_bf16r(y + sub[(size_t)t * d + k]);
+                    ok = !memcmp(&want, &got[(size_t)t * d + k], sizeof want);
+                }
+            }
+            n_checks++;
+            n_fail += !ok;
+            printf("| %-40s | s%d K%d E%d d%d               | = the host's sum in expert order (duplicate picks once), bit "
+                   "for bit: %s |\n", "moe combine", s, K, E, d, ok ? "PASS" : "FAIL");
+            free(plan), free(got);
+        }
         mk_cuda_free(ctx, dgw), mk_cuda_free(ctx, dsw);
         free(idx), free(gw), free(eo);
     }

@@ -133,6 +133,37 @@ __device__ __forceinline__ float mk_d_e8m0(uint32_t e) {
     return __uint_as_float(u);
 }
 
+/* The order in which the MoE combine adds a token's expert rows (k_moe_combine, and hc_post taking a
+ * combine's operands, mk_cuda_moe_sum): the token's slots by expert id, a hash layer's duplicate picks
+ * in pick order. sp[k]: the slot of pick k (< 0: none), ix[k]: its expert. Warp-wide (all 32 lanes,
+ * K <= 64): lane l ranks picks l and l + 32 and writes ord[rank] = slot; returns the slot count. */
+__device__ __forceinline__ int mk_d_moe_slot_order(const int32_t *__restrict__ sp, const int32_t *__restrict__ ix,
+                                                   int K, int32_t *ord) {
+    int cnt = 0;
+    for (int k = (int)(threadIdx.x & 31); k < 64; k += 32) {
+        const int p = k < K ? sp[k] : -1, e = k < K ? ix[k] : 0;
+        if (p >= 0) {
+            int r = 0;
+            for (int k2 = 0; k2 < K; k2++) {
+                const int e2 = ix[k2];
+                r += sp[k2] >= 0 && (e2 < e || (e2 == e && k2 < k));
+            }
+            ord[r] = p;
+        }
+        cnt += __popc(__ballot_sync(0xffffffffu, p >= 0));
+    }
+    return cnt;
+}
+
+/* The combined value at column k: 0, + eo[slot][k] in ord's order, bf16(y + shared) (shared: the
+ * shared expert's value at k). */
+__device__ __forceinline__ float mk_d_moe_combined(const float *__restrict__ eo, const int32_t *ord, int n,
+                                                   float shared, int d, int k) {
+    float y = 0.0f;
+    for (int q = 0; q < n; q++) y = __fadd_rn(y, eo[(size_t)ord[q] * d + k]);
+    return mk_d_bf16r(__fadd_rn(y, shared));
+}
+
 /* Exact e4m3 decoding: integer significand times a power of two. */
 __device__ __forceinline__ float mk_d_e4m3(uint32_t b) {
     uint32_t e = (b >> 3) & 15, m = b & 7;

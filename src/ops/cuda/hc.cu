@@ -369,33 +369,20 @@ __device__ __forceinline__ float hc_post_elem(const float *__restrict__ xt, cons
 }
 
 /* The MoE combine of token tg (mk_cuda_moe_combine's operands, as k_moe_combine adds them): warp 0
- * puts the token's slots in ord by expert id (ties in pick order, as k_moe_combine's insertion
- * sort) by ranks, one pick per lane (K <= 64); all threads must call it (it ends with a barrier). */
+ * puts the token's slots in the combine's order (mk_d_moe_slot_order); all threads must call it (it
+ * ends with a barrier). */
 __device__ __forceinline__ void hc_sum_order(const mk_cuda_moe_sum &ms, int tg, int32_t *ord, int *nord) {
     if (threadIdx.x < 32) {
-        const int TK = ms.T * ms.K, G = TK < ms.E ? TK : ms.E, K = ms.K;
-        const int32_t *spos = ms.plan + 1 + 2 * G + 1 + TK, *ix = ms.idx + (size_t)tg * K, *sp = spos + (size_t)tg * K;
-        int cnt = 0;
-        for (int k = threadIdx.x; k < 64; k += 32) {
-            const int p = k < K ? sp[k] : -1, e = k < K ? ix[k] : 0;
-            int r = 0;
-            if (p >= 0)
-                for (int k2 = 0; k2 < K; k2++) {
-                    const int e2 = ix[k2];
-                    r += sp[k2] >= 0 && (e2 < e || (e2 == e && k2 < k));
-                }
-            if (p >= 0) ord[r] = p;
-            cnt += __popc(__ballot_sync(0xffffffffu, p >= 0));
-        }
-        if (threadIdx.x == 0) *nord = cnt;
+        const int TK = ms.T * ms.K, G = TK < ms.E ? TK : ms.E;
+        const int32_t *spos = ms.plan + 1 + 2 * G + 1 + TK;
+        const int n = mk_d_moe_slot_order(spos + (size_t)tg * ms.K, ms.idx + (size_t)tg * ms.K, ms.K, ord);
+        if (threadIdx.x == 0) *nord = n;
     }
     __syncthreads();
 }
-/* The token's combined value k: y = 0, + eo[slot] in ord's order, bf16(y + shared) (k_moe_combine). */
+/* The token's combined value k (k_moe_combine's). */
 __device__ __forceinline__ float hc_sum_x(const mk_cuda_moe_sum &ms, const int32_t *ord, int nord, int tg, int d, int k) {
-    float y = 0.0f;
-    for (int q = 0; q < nord; q++) y = __fadd_rn(y, ms.eo[(size_t)ord[q] * d + k]);
-    return mk_d_bf16r(__fadd_rn(y, ms.shared[(size_t)tg * d + k]));
+    return mk_d_moe_combined(ms.eo, ord, nord, ms.shared[(size_t)tg * d + k], d, k);
 }
 
 /* out[t][j][k] = bf16(post[j] * x[k] + sum_i comb[i][j] * res[i][k]), one thread per output. */

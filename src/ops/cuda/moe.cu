@@ -520,25 +520,13 @@ __global__ void k_moe_combine(const float *__restrict__ eo, const int32_t *__res
     int TK = T * K, G = TK < E ? TK : E;
     const int32_t *spos = plan + 1 + 2 * G + 1 + TK;
     int t = blockIdx.x;
-    if (threadIdx.x == 0) {
-        int n = 0;
-        int32_t ex[64];
-        for (int k = 0; k < K; k++) {
-            int p = spos[(size_t)t * K + k];
-            if (p < 0) continue;
-            int e = idx[(size_t)t * K + k], i = n++;
-            while (i > 0 && ex[i - 1] > e) { ex[i] = ex[i - 1]; ord[i] = ord[i - 1]; i--; }
-            ex[i] = e;
-            ord[i] = p;
-        }
-        nord = n;
+    if (threadIdx.x < 32) { /* the slots by expert id, duplicate picks in pick order */
+        const int n = mk_d_moe_slot_order(spos + (size_t)t * K, idx + (size_t)t * K, K, ord);
+        if (threadIdx.x == 0) nord = n;
     }
     __syncthreads();
-    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < d; i += gridDim.y * blockDim.x) {
-        float y = 0.0f;
-        for (int q = 0; q < nord; q++) y = __fadd_rn(y, eo[(size_t)ord[q] * d + i]);
-        out[(size_t)t * d + i] = mk_d_bf16r(__fadd_rn(y, shared[(size_t)t * d + i]));
-    }
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < d; i += gridDim.y * blockDim.x)
+        out[(size_t)t * d + i] = mk_d_moe_combined(eo, ord, nord, shared[(size_t)t * d + i], d, i);
 }
 
 extern "C" int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx,
