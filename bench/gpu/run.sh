@@ -21,7 +21,8 @@
 # again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
-# sets tuning variables for that run), DSV4_SASS="function-name regex" (cuobjdump's SASS of the matching kernels
+# sets tuning variables for that run and DSV4_NCU_SOURCE's), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
+# instruction of two launches of the matching kernels -> ncu_source.csv, summarised in ncu_source.md), DSV4_SASS="function-name regex" (cuobjdump's SASS of the matching kernels
 # -> sass.txt). A variant of DSV4_VARIANTS / _FULL may set several variables: "A=1,B=0".
 # Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
@@ -201,6 +202,17 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         # the sections' bodies in full (the warp stall reasons, the top stall locations); without, if refused
         ncu_detail --print-details all || ncu_detail
         echo "ncu detail rc $?"; tail -2 "$OUT/ncu_detail.err"; grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|No Eligible|Stall" "$OUT/ncu_detail.txt" | head -40
+    fi
+    if [ -n "${DSV4_NCU_SOURCE:-}" ]; then # per-SASS-instruction stall samples of one launch of each matching kernel
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
+        stamp "ncu source: kernels matching ${DSV4_NCU_SOURCE}"
+        NCU_ENV=(${DSV4_NCU_ENV//,/ })
+        timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_SOURCE}" \
+            --launch-skip 8 --launch-count 2 --section SourceCounters --section WarpStateStats \
+            --page source --print-source sass --csv \
+            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
+        echo "ncu source rc $?"; tail -2 "$OUT/ncu_source.err"
+        python3 bench/gpu/ncu_source.py "$OUT/ncu_source.csv" 40 > "$OUT/ncu_source.md" 2>&1; head -60 "$OUT/ncu_source.md"
     fi
     if [ -n "${DSV4_SASS:-}" ]; then # the SASS of the CUDA objects' functions whose names match -> sass.txt
         CUOBJDUMP=$(command -v cuobjdump || echo "$CUDA/bin/cuobjdump")
