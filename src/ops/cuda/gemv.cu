@@ -809,20 +809,22 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
     }
 }
 
-/* fp4l_step for a chunk of one token column (m == 1: a decode's slot; only column 0 of C is stored,
- * so acc[1] and acc[3] are left alone), with fewer instructions per 32-block (the decode expert
- * GEMVs are issue-bound: ncu, bench/gpu/results-2026-12-04-wslab.md): when no scale byte of the two
- * rows is >= 249, 64 * e8m0(e) is the float with exponent field e + 6 (2^(e - 121), normal for
- * e in [0, 248]; e = 0 too), built by one shift-and-add instead of e8m0's special cases and a
- * multiply, and only the column-0 products are formed. Same values, so the same bits as fp4l_step;
- * a lane with a scale byte >= 249 (64 * 2^122 overflows; 255 is NaN) takes fp4l_step. */
+/* fp4l_step with fewer instructions per 32-block (the expert GEMVs of decode and small batches are
+ * issue-bound: ncu, bench/gpu/results-2026-12-04-wslab.md; tuning moe_fast_step): when no scale byte
+ * of the lane's two rows is >= 249, 64 * e8m0(e) is the float with exponent field e + 6 (2^(e - 121),
+ * normal for e in [0, 248], e = 0 included), built by one shift-and-add instead of e8m0's special
+ * cases and a multiply; with ONE (a chunk of one slot: a decode's), only column 0 of C is scaled and
+ * accumulated (the only column stored; acc[1] and acc[3] are left alone). The same values, so the
+ * same bits as fp4l_step; a lane with a scale byte >= 249 (64 * 2^122 overflows, 255 is NaN) takes
+ * fp4l_step. */
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
-__device__ __forceinline__ void fp4l_step_m1(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
-                                             const uint2 (&x)[4], float sa0, float (&acc)[4]) {
+template <bool ONE>
+__device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
+                                               const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
     if (!(fp4l_scales_plain(sw0) && fp4l_scales_plain(sw1))) {
-        fp4l_step(a0, a1, sw0, sw1, x, sa0, 0.0f, acc);
+        fp4l_step(a0, a1, sw0, sw1, x, sa0, sa1, acc);
         return;
     }
 #pragma unroll
@@ -838,6 +840,10 @@ __device__ __forceinline__ void fp4l_step_m1(const uint4 &a0, const uint4 &a1, u
         const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
         acc[2] = fmaf(c[2], sa0 * s1, acc[2]);
+        if (!ONE) {
+            acc[1] = fmaf(c[1], sa1 * s0, acc[1]);
+            acc[3] = fmaf(c[3], sa1 * s1, acc[3]);
+        }
     }
 }
 
@@ -877,7 +883,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int one_col) {
+                                                         float *__restrict__ y3, int round, int fast) {
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
     if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
@@ -942,12 +948,22 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-            if (one_col && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_one_col) */
+            if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {
 #pragma unroll
-                        for (int q = 0; q < SL; q++) fp4l_step_m1(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], acc[q]);
+                        for (int q = 0; q < SL; q++)
+                            fp4l_step_fast<true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f, acc[q]);
+                    }
+                }
+            } else if (fast) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (kb + u < kb1) {
+#pragma unroll
+                        for (int q = 0; q < SL; q++)
+                            fp4l_step_fast<false>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
                     }
                 }
             } else {
@@ -993,9 +1009,9 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int one_col) {
+                                                         float *__restrict__ y3, int round, int fast) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, one_col);
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
 }
 
 /* The decode expert GEMV (k_moe_gemv_fp4<2, 2>, grid (mx, my, mz)) and an FP8 GEMV (one matrix or a
@@ -1010,7 +1026,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int one_col, int mx, int my, int mz,
+                                                         float *__restrict__ y3, int round, int fast, int mx, int my, int mz,
         const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
@@ -1018,7 +1034,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
     mk_d_pdl_launch_dependents();
     const int b = blockIdx.x, nm = mx * my * mz;
     if (b < nm)
-        moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, one_col);
+        moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
@@ -1040,7 +1056,7 @@ __device__ __forceinline__ void moe_wslab_body(const uint3 bid, const void *cons
                                                const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                int n, int k, int per, const int32_t *__restrict__ plan, int TK,
                                                int E, int by_token, float *__restrict__ y,
-                                               float *__restrict__ y3, int round, int one_col) {
+                                               float *__restrict__ y3, int round, int fast) {
     if (bid.z) Wt = Wt3, St = St3, y = y3;
     const int G = TK < E ? TK : E, grp = bid.y;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1092,7 +1108,8 @@ __device__ __forceinline__ void moe_wslab_body(const uint3 bid, const void *cons
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (kb + u < nb) {
-                    if (one_col && m == 1) fp4l_step_m1(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], part);
+                    if (fast && m == 1) fp4l_step_fast<true>(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], 0.0f, part);
+                    else if (fast) fp4l_step_fast<false>(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], s1[u], part);
                     else fp4l_step(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], s1[u], part);
                     if ((kb + u + 1) % per == 0 || kb + u + 1 == nb) ri_fold(tot, part, kb + u < per);
                 }
@@ -1121,9 +1138,9 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab(const void *const *__restr
                                                       const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                       int n, int k, int per, const int32_t *__restrict__ plan,
                                                       int TK, int E, int by_token, float *__restrict__ y,
-                                                      float *__restrict__ y3, int round, int one_col) {
+                                                      float *__restrict__ y3, int round, int fast) {
     mk_d_pdl_launch_dependents();
-    moe_wslab_body<U>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, one_col);
+    moe_wslab_body<U>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
 }
 
 /* k_moe_fp4_with_fp8 with moe_wslab_body for the experts' blocks (grid mx = ceil(n / 128)). */
@@ -1135,7 +1152,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab_with_fp8(const void *const
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int one_col, int mx, int my, int mz,
+                                                         float *__restrict__ y3, int round, int fast, int mx, int my, int mz,
         const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
@@ -1144,7 +1161,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab_with_fp8(const void *const
     const int b = blockIdx.x, nm = mx * my * mz;
     if (b < nm)
         moe_wslab_body<MOE_WSLAB_U>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k,
-                                    per, plan, TK, E, by_token, y, y3, round, one_col);
+                                    per, plan, TK, E, by_token, y, y3, round, fast);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
@@ -1377,7 +1394,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
-    const int sl = ctx->tune.moe_slabs, oc = ctx->tune.moe_one_col;
+    const int sl = ctx->tune.moe_slabs, oc = ctx->tune.moe_fast_step;
     if (T == 1 && ctx->tune.moe_wslab) { /* decode, a warp per slab over the whole k (tuning) */
         grid.x = (unsigned)((n / 16 + GEMV_MAXW - 1) / GEMV_MAXW);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_wslab<MOE_WSLAB_U>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
@@ -1431,7 +1448,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
                                 wslab ? k_moe_wslab_with_fp8 : k_moe_fp4_with_fp8, W, S,
-                                W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_one_col,
+                                W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,

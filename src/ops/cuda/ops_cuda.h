@@ -141,11 +141,13 @@ typedef struct {
     int moe_wslab;         /* 1: the decode FP4 expert GEMV (alone or with the shared expert's FP8) runs a
                             * warp per 16-row slab over the whole k (k_moe_wslab: no cross-warp
                             * reduction; same bits); default 0: measured slower (H200, 1.23 vs 1.17 ms per
-                            * step) before moe_one_col existed; MINKE_CUDA_MOE_WSLAB=1 */
-    int moe_one_col;       /* 1: the decode FP4 expert kernels step a chunk of one slot (a decode's) with
-                            * fp4l_step_m1: column 0 only, 64 * e8m0 by a shift (the kernels are
-                            * issue-bound; same bits); default 0 until run on a GPU (written in a session
-                            * without one), MINKE_CUDA_MOE_ONE_COL=1 */
+                            * step) before moe_fast_step existed; MINKE_CUDA_MOE_WSLAB=1 */
+    int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
+                            * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
+                            * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
+                            * only the column it stores (the kernels are issue-bound; same bits);
+                            * default 0 until run on a GPU (written in a session without one),
+                            * MINKE_CUDA_MOE_FAST_STEP=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
