@@ -17,8 +17,8 @@
 # (batch-1 decode again under each tuning variable -> variants.txt), DSV4_VARIANTS_FULL="VAR=value ..." (the
 # same with batch 64 / 256 and the 2048-token prefill), DSV4_TRACE=1 (one decode step with
 # an event after every launch: trace.txt in launch order, trace.md by launch name; the same for a 2048-token
-# prefill: trace_prefill.txt / .md), DSV4_TEST_VARIANTS="VAR=value ..." (the golden and paged model tests
-# again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
+# prefill: trace_prefill.txt / .md), DSV4_TEST_VARIANTS="VAR=value ..." (the golden, paged and engine model
+# tests again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
 # sets tuning variables for that run and DSV4_NCU_SOURCE's), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
@@ -133,12 +133,18 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         cat "$OUT/dsv4_engine.txt"
     fi
     stamp "paged rc ${PAGED_RC:-?} engine rc ${ENGINE_RC:-?}"
-    for v in ${DSV4_TEST_VARIANTS:-}; do # the model tests under a tuning variable, e.g. MINKE_CUDA_HC_XB=1
-        stamp "dsv4 golden and paged tests with $v"
-        env "$v" ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
+    for v in ${DSV4_TEST_VARIANTS:-}; do # the model tests under tuning variables, e.g. MINKE_CUDA_HC_XB=1 or A=1,B=1
+        stamp "dsv4 golden, paged and engine tests with $v"
+        env ${v//,/ } ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
         G_RC=$?
-        env "$v" ./build-cuda/test_dsv4_paged_cuda >> "$OUT/dsv4_v.txt" 2>&1
-        echo "$v: golden rc $G_RC, paged rc $?" | tee -a "$OUT/dsv4_variants.txt"
+        env ${v//,/ } ./build-cuda/test_dsv4_paged_cuda >> "$OUT/dsv4_v.txt" 2>&1
+        P_RC=$?
+        E_RC=absent
+        if [ -x ./build-cuda/test_dsv4_engine_cuda ]; then
+            env ${v//,/ } ./build-cuda/test_dsv4_engine_cuda >> "$OUT/dsv4_v.txt" 2>&1
+            E_RC=$?
+        fi
+        echo "$v: golden rc $G_RC, paged rc $P_RC, engine rc $E_RC" | tee -a "$OUT/dsv4_variants.txt"
         grep -iE "fail" "$OUT/dsv4_v.txt" | head -5 | tee -a "$OUT/dsv4_variants.txt"
     done
     SAN=${SAN:-$(command -v compute-sanitizer || ls "$CUDA"/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)}
