@@ -779,6 +779,51 @@ static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
 /* argmax of logits rows = the sampler's greedy rule (src/engine/sampler.c: NaN as -inf, +inf as
  * FLT_MAX, the lowest id on ties, -1 when all are -inf), on rows with ties far apart, +inf twice,
  * NaNs, -0 / +0 ties, all -inf / NaN, and random ones. */
+/* The wgmma probe (mk_cuda_probe_wgmma_e4m3): both products must be close to the exact one (a check
+ * that the probe's shared-memory layout and fragments are right); whether wgmma and mma.sync agree bit for bit is a measurement of the hardware, reported
+ * (a wgmma prefill GEMM can give the engine's bits only if they do). Random bytes span e4m3's
+ * range, so the 32-term sums exercise the accumulation. */
+static void test_probe_wgmma(void) {
+    uint8_t A[64 * 128], B[8 * 128];
+    for (int i = 0; i < 64 * 128; i++) {
+        A[i] = (uint8_t)rnd64();
+        if ((A[i] & 0x7f) == 0x7f) A[i] ^= 1;
+    }
+    for (int i = 0; i < 8 * 128; i++) {
+        B[i] = (uint8_t)rnd64();
+        if ((B[i] & 0x7f) == 0x7f) B[i] ^= 1;
+    }
+    float yw[64 * 8], ym[64 * 8];
+    mk_err e = {0};
+    int st = mk_cuda_probe_wgmma_e4m3(ctx, A, B, yw, ym, &e);
+    if (st == MK_ENOTSUP) {
+        printf("| %-40s | %-26s | skipped: %s |\n", "wgmma probe", "64x8x128 e4m3", e.msg);
+        return;
+    }
+    CK(st);
+    double worst_w = 0, worst_m = 0;
+    int differ = 0;
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < 8; c++) {
+            double ex = 0, mag = 0;
+            for (int k = 0; k < 128; k++) {
+                const double p = (double)mk_e4m3_to_f32(A[r * 128 + k]) * mk_e4m3_to_f32(B[c * 128 + k]);
+                ex += p, mag += fabs(p);
+            }
+            const double ew = fabs(yw[r * 8 + c] - ex) / (mag > 0 ? mag : 1), em = fabs(ym[r * 8 + c] - ex) / (mag > 0 ? mag : 1);
+            worst_w = ew > worst_w ? ew : worst_w, worst_m = em > worst_m ? em : worst_m;
+            differ += memcmp(&yw[r * 8 + c], &ym[r * 8 + c], sizeof(float)) != 0;
+        }
+    /* relative to the sum of |products|: loose, as the tensor core keeps fewer bits than fp32 while it
+     * accumulates (a wrong operand layout pairs the wrong products: errors of order 1) */
+    const int ok = worst_w < 1e-2 && worst_m < 1e-2;
+    n_checks++;
+    n_fail += !ok;
+    printf("| %-40s | %-26s | vs exact: wgmma %.2e, mma.sync %.2e (of sum |p|): %s; wgmma = mma.sync bit for bit: "
+           "%s (%d of 512 differ) |\n",
+           "wgmma probe", "64x8x128 e4m3", worst_w, worst_m, ok ? "PASS" : "FAIL", differ ? "NO" : "yes", differ);
+}
+
 static void test_argmax_rows(int n) {
     enum { R = 9 };
     float *x = xmalloc(sizeof(float) * R * (size_t)n);
@@ -2269,6 +2314,7 @@ int main(int argc, char **argv) {
     test_swiglu_quant(6, 2048, 1, 1);
     test_swiglu_quant(5, 200, 1, 0);
     test_swiglu_quant(3, 384, 0, 1);
+    test_probe_wgmma();
     test_argmax_rows(129280);
     test_argmax_rows(1000);
     test_argmax_rows(1001); /* rows not 16-byte aligned: the scalar path */

@@ -252,3 +252,89 @@ int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t 
     return mk_fail(err, MK_ENOTSUP, "cuda: built without cuBLAS (bf16 gemm)");
 #endif
 }
+
+/* ---- wgmma probe ---------------------------------------------------------------------------
+ * Can a wgmma GEMM give the engine's bits? The GEMVs and the row-invariant GEMMs sum a 128-block
+ * as four chained m16n8k32 e4m3 MMAs (mma.sync) from zero, and a row's bits must not depend on the
+ * kernel that computed it, so a wgmma (sm_90a warpgroup MMA) prefill GEMM is usable only if
+ * wgmma.m64n8k32 gives the same bits as mma.sync for the same operands in the same k slots: the
+ * tensor core's internal accumulation decides, which no document states. One block of 128 threads
+ * computes a 64 x 8 x 128 product both ways: four wgmma steps (A and B K-major in shared memory,
+ * no swizzle: 8-row x 16-byte core matrices of 128 bytes, the K-adjacent one 128 bytes on, the
+ * M/N-adjacent one 256 bytes on; a generic-to-async proxy fence before the first), and each warp
+ * its 16 rows by four chained mma.sync with the standard fragments. */
+__global__ void k_probe_wgmma(const uint8_t *__restrict__ A, const uint8_t *__restrict__ B, float *__restrict__ yw,
+                              float *__restrict__ ym) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(128) uint8_t As[4][64 * 32];
+    __shared__ __align__(128) uint8_t Bs[4][8 * 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    for (int i = tid; i < 4 * 64 * 32; i += 128) { /* A [64][128]: step s = k / 32 */
+        const int s = i >> 11, r = (i >> 5) & 63, c = i & 31;
+        As[s][(r >> 3) * 256 + (c >> 4) * 128 + (r & 7) * 16 + (c & 15)] = A[r * 128 + s * 32 + c];
+    }
+    for (int i = tid; i < 4 * 8 * 32; i += 128) { /* B [8][128] (the 8 columns, K-major) */
+        const int s = i >> 8, r = (i >> 5) & 7, c = i & 31;
+        Bs[s][(c >> 4) * 128 + r * 16 + (c & 15)] = B[r * 128 + s * 32 + c];
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        const uint64_t da = (uint64_t)((__cvta_generic_to_shared(As[s]) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+                            ((uint64_t)(256 >> 4) << 32);
+        const uint64_t db = (uint64_t)((__cvta_generic_to_shared(Bs[s]) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+                            ((uint64_t)(256 >> 4) << 32);
+        if (s == 0)
+            asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                         : "l"(da), "l"(db)
+                         : "memory");
+        else
+            asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 1, 1, 1;\n"
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                         : "l"(da), "l"(db)
+                         : "memory");
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    const int r0 = warp * 16 + g;
+    yw[r0 * 8 + 2 * t] = d[0], yw[r0 * 8 + 2 * t + 1] = d[1];
+    yw[(r0 + 8) * 8 + 2 * t] = d[2], yw[(r0 + 8) * 8 + 2 * t + 1] = d[3];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        const uint8_t *a0 = A + (size_t)r0 * 128 + s * 32, *a1 = a0 + 8 * 128, *b = B + (size_t)g * 128 + s * 32;
+        mk_d_mma_e4m3(c, *(const uint32_t *)(a0 + 4 * t), *(const uint32_t *)(a1 + 4 * t),
+                      *(const uint32_t *)(a0 + 16 + 4 * t), *(const uint32_t *)(a1 + 16 + 4 * t),
+                      *(const uint32_t *)(b + 4 * t), *(const uint32_t *)(b + 16 + 4 * t));
+    }
+    ym[r0 * 8 + 2 * t] = c[0], ym[r0 * 8 + 2 * t + 1] = c[1];
+    ym[(r0 + 8) * 8 + 2 * t] = c[2], ym[(r0 + 8) * 8 + 2 * t + 1] = c[3];
+#endif
+}
+
+int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *B, float *yw, float *ym, mk_err *err) {
+    if (ctx->caps.cc_major != 9)
+        return mk_fail(err, MK_ENOTSUP, "cuda: wgmma probe: sm_90a only (this device is %d.%d)", ctx->caps.cc_major,
+                       ctx->caps.cc_minor);
+    uint8_t *dA = NULL, *dB = NULL;
+    float *dw = NULL, *dm = NULL;
+    int st = mk_cuda_alloc(ctx, 64 * 128, (void **)&dA, err);
+    if (!st) st = mk_cuda_alloc(ctx, 8 * 128, (void **)&dB, err);
+    if (!st) st = mk_cuda_alloc(ctx, sizeof(float) * 64 * 8, (void **)&dw, err);
+    if (!st) st = mk_cuda_alloc(ctx, sizeof(float) * 64 * 8, (void **)&dm, err);
+    if (!st) st = mk_cuda_upload(ctx, dA, A, 64 * 128, err);
+    if (!st) st = mk_cuda_upload(ctx, dB, B, 8 * 128, err);
+    if (!st) {
+        k_probe_wgmma<<<1, 128, 0, ctx->stream>>>(dA, dB, dw, dm);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) st = mk_cuda_fail(err, e, "cuda: wgmma probe launch");
+    }
+    if (!st) st = mk_cuda_download(ctx, yw, dw, sizeof(float) * 64 * 8, err);
+    if (!st) st = mk_cuda_download(ctx, ym, dm, sizeof(float) * 64 * 8, err);
+    mk_cuda_free(ctx, dA), mk_cuda_free(ctx, dB), mk_cuda_free(ctx, dw), mk_cuda_free(ctx, dm);
+    return st;
+}

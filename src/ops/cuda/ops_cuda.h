@@ -586,6 +586,14 @@ int mk_cuda_moe_swiglu(mk_cuda_ctx *ctx, const float *v1, const float *v3, const
 int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx, const int32_t *plan,
                         int T, int K, int E, int d, const float *shared, float *out, mk_err *err);
 
+/* ---- probes ------------------------------------------------------------------------------- */
+
+/* Whether a wgmma GEMM could give the engine's bits (gemm.cu): the 64 x 8 product over k = 128 of
+ * e4m3 A [64][128] and B [8][128] (host arrays, row-major, B's rows the 8 columns) as four chained
+ * wgmma.m64n8k32 into yw and as four chained mma.sync m16n8k32 per 16 rows into ym (host [64][8]
+ * each). MK_ENOTSUP off sm_90 (wgmma is sm_90a's). */
+int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *B, float *yw, float *ym, mk_err *err);
+
 #ifdef __cplusplus
 }
 #endif
