@@ -1673,22 +1673,17 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         int32_t *p1 = xmalloc(sizeof(int32_t) * pn1);
         float *a1 = xmalloc(sizeof(float) * K * I);
         fetch(p1, dp1, sizeof(int32_t) * pn1);
-        fetch(a1, da1, sizeof(float) * K * I);
         const int G1 = K < E ? K : E;
-        for (int g1 = 0; g1 < p1[0] && alone_same; g1++) {
-            const int e = p1[1 + g1], s1 = p1[1 + G1 + g1];
-            int s = -1;
-            for (int j = 0; j < TK; j++)
-                if (stok[j] == 0 && sexp[j] == e) s = j;
-            alone_same = s >= 0 && !memcmp(a1 + (size_t)s1 * I, v1 + (size_t)s * I, sizeof(float) * I);
-        }
-        fetch(a1, db1, sizeof(float) * K * I); /* w3 (the pair's second matrix) too */
-        for (int g1 = 0; g1 < p1[0] && alone_same; g1++) {
-            const int e = p1[1 + g1], s1 = p1[1 + G1 + g1];
-            int s = -1;
-            for (int j = 0; j < TK; j++)
-                if (stok[j] == 0 && sexp[j] == e) s = j;
-            alone_same = s >= 0 && !memcmp(a1 + (size_t)s1 * I, v3 + (size_t)s * I, sizeof(float) * I);
+        for (int mat = 0; mat < 2; mat++) { /* w1, then w3 (the pair's second matrix) */
+            const float *v = mat ? v3 : v1;
+            fetch(a1, mat ? db1 : da1, sizeof(float) * K * I);
+            for (int g1 = 0; g1 < p1[0] && alone_same; g1++) {
+                const int e = p1[1 + g1], s1 = p1[1 + G1 + g1];
+                int s = -1;
+                for (int j = 0; j < TK; j++)
+                    if (stok[j] == 0 && sexp[j] == e) s = j;
+                alone_same = s >= 0 && !memcmp(a1 + (size_t)s1 * I, v + (size_t)s * I, sizeof(float) * I);
+            }
         }
         free(p1), free(a1);
         void *dv[] = {di1, dp1, dg1, ds1, dq1, dsa1, da1, db1};

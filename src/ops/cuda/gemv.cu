@@ -789,17 +789,25 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
  * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
  * x columns 2t, 2t + 1 as the MMA's C fragment. */
+/* 32-block q (a compile-time constant once unrolled) of one 128-block: the lane's nibbles widened
+ * and one MMA from zero into c. */
+__device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const uint2 (&x)[4], int q,
+                                           float (&c)[4]) {
+    const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
+    const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
+    uint32_t e0, o0, e1, o1;
+    mk_d_fp4x8_to_e4m3(w0, e0, o0);
+    mk_d_fp4x8_to_e4m3(w1, e1, o1);
+    c[0] = c[1] = c[2] = c[3] = 0.0f;
+    mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
+}
+
 __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                           const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
-        const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
-        uint32_t e0, o0, e1, o1;
-        mk_d_fp4x8_to_e4m3(w0, e0, o0);
-        mk_d_fp4x8_to_e4m3(w1, e1, o1);
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
+        float c[4];
+        fp4l_mma_q(a0, a1, x, q, c);
         /* 64 undoes the 2^-6 of the widened nibbles; every factor is a power of two (exact) */
         const float s0 = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1 = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -829,13 +837,8 @@ __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1,
     }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
-        const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
-        uint32_t e0, o0, e1, o1;
-        mk_d_fp4x8_to_e4m3(w0, e0, o0);
-        mk_d_fp4x8_to_e4m3(w1, e1, o1);
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
+        float c[4];
+        fp4l_mma_q(a0, a1, x, q, c);
         const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
