@@ -872,6 +872,22 @@ extern "C" int mk_cuda_fp4_lane_order(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *er
     return MK_OK;
 }
 
+/* The token columns of the chunk of up to 8 slots from c0 (of the group's [c_lo, c_hi)): m, the row of
+ * the lane's B column g (xr; 0 when g >= m) and of its C columns 2t / 2t + 1 (r0 / r1; -1 when
+ * absent): the slot's token row (by_token) or the slot's own row. */
+struct moe_cols {
+    int m, xr, r0, r1;
+};
+__device__ __forceinline__ moe_cols moe_chunk_cols(const int32_t *__restrict__ stok, int by_token, int c0, int c_hi,
+                                                   int g, int t) {
+    moe_cols c;
+    c.m = min(8, c_hi - c0);
+    c.xr = g < c.m ? (by_token ? stok[c0 + g] : c0 + g) : 0;
+    c.r0 = 2 * t < c.m ? (by_token ? stok[c0 + 2 * t] : c0 + 2 * t) : -1;
+    c.r1 = 2 * t + 1 < c.m ? (by_token ? stok[c0 + 2 * t + 1] : c0 + 2 * t + 1) : -1;
+    return c;
+}
+
 /* Block (slab group, expert group, matrix): SL 16-row slabs of the group's expert for every slot of
  * the group, in chunks of up to 8 slots (token columns: the slot's token row, or the slot's own row).
  * With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2. Launched with programmatic dependent
@@ -921,11 +937,9 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
         s1p[q] = s0p[q] + (size_t)8 * nsb;
     }
     for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
-        const int m = min(8, c_hi - c0);
-        const int xr = g < m ? (by_token ? stok[c0 + g] : c0 + g) : 0; /* the lane's token column */
-        const int r0 = 2 * t < m ? (by_token ? stok[c0 + 2 * t] : c0 + 2 * t) : -1;
-        const int r1 = 2 * t + 1 < m ? (by_token ? stok[c0 + 2 * t + 1] : c0 + 2 * t + 1) : -1;
-        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
+        const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
+        const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
+        const uint8_t *xp = xq + (size_t)mc.xr * k + 8 * t;
         float acc[SL][4];
 #pragma unroll
         for (int q = 0; q < SL; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
@@ -1017,31 +1031,6 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
     moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
 }
 
-/* The decode expert GEMV (k_moe_gemv_fp4<2, 2>, grid (mx, my, mz)) and an FP8 GEMV (one matrix or a
- * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
- * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
- * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
-__global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
-                                                         const uint8_t *const *__restrict__ St,
-                                                         const void *const *__restrict__ Wt3,
-                                                         const uint8_t *const *__restrict__ St3,
-                                                         const uint8_t *__restrict__ xq,
-                                                         const float *__restrict__ sa, int n, int k, int per,
-                                                         const int32_t *__restrict__ plan, int TK, int E,
-                                                         int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int fast, int mx, int my, int mz,
-        const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
-        const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
-        int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
-        float *__restrict__ fy2) {
-    mk_d_pdl_launch_dependents();
-    const int b = blockIdx.x, nm = mx * my * mz;
-    if (b < nm)
-        moe_fp4_body<2, 2>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
-    else
-        gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
-                         (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
-}
 
 /* The decode expert GEMV with a warp per 16-row slab over the whole of k (tuning moe_wslab): block
  * (slab group, expert group, matrix) is 8 warps = 8 consecutive slabs of the group's expert, so there
@@ -1083,11 +1072,9 @@ __device__ __forceinline__ void moe_wslab_body(const uint3 bid, const void *cons
     const uint8_t *w0 = W + (size_t)(n0 + g) * rowb + t * 16, *w1 = w0 + 8 * rowb;
     const uint8_t *s0p = S + (size_t)(n0 + g) * nsb, *s1p = s0p + (size_t)8 * nsb;
     for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
-        const int m = min(8, c_hi - c0);
-        const int xr = g < m ? (by_token ? stok[c0 + g] : c0 + g) : 0; /* the lane's token column */
-        const int r0 = 2 * t < m ? (by_token ? stok[c0 + 2 * t] : c0 + 2 * t) : -1;
-        const int r1 = 2 * t + 1 < m ? (by_token ? stok[c0 + 2 * t + 1] : c0 + 2 * t + 1) : -1;
-        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
+        const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
+        const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
+        const uint8_t *xp = xq + (size_t)mc.xr * k + 8 * t;
         float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f}, part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int kb = 0; kb < nb; kb += U) {
             uint4 a[U][2];
@@ -1146,8 +1133,14 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab(const void *const *__restr
     moe_wslab_body<U>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
 }
 
-/* k_moe_fp4_with_fp8 with moe_wslab_body for the experts' blocks (grid mx = ceil(n / 128)). */
-__global__ void __launch_bounds__(256, 2) k_moe_wslab_with_fp8(const void *const *__restrict__ Wt,
+
+/* The decode expert GEMV (k_moe_gemv_fp4<2, 2>, grid (mx, my, mz)) and an FP8 GEMV (one matrix or a
+ * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
+ * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
+ * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. With
+ * WSLAB the experts' blocks run moe_wslab_body instead (grid mx = ceil(n / 128)). */
+template <bool WSLAB>
+__global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
                                                          const uint8_t *const *__restrict__ St3,
@@ -1162,9 +1155,11 @@ __global__ void __launch_bounds__(256, 2) k_moe_wslab_with_fp8(const void *const
         float *__restrict__ fy2) {
     mk_d_pdl_launch_dependents();
     const int b = blockIdx.x, nm = mx * my * mz;
-    if (b < nm)
-        moe_wslab_body<MOE_WSLAB_U>(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k,
-                                    per, plan, TK, E, by_token, y, y3, round, fast);
+    const uint3 eb = make_uint3(b % mx, (b / mx) % my, b / (mx * my));
+    if (b < nm && WSLAB)
+        moe_wslab_body<MOE_WSLAB_U>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
+    else if (b < nm)
+        moe_fp4_body<2, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
@@ -1450,7 +1445,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
-                                wslab ? k_moe_wslab_with_fp8 : k_moe_fp4_with_fp8, W, S,
+                                wslab ? k_moe_fp4_with_fp8<true> : k_moe_fp4_with_fp8<false>, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
