@@ -823,15 +823,16 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
  * normal for e in [0, 248], e = 0 included), built by one shift-and-add instead of e8m0's special
  * cases and a multiply; with ONE (a chunk of one slot: a decode's), only column 0 of C is scaled and
  * accumulated (the only column stored; acc[1] and acc[3] are left alone). The same values, so the
- * same bits as fp4l_step; a lane with a scale byte >= 249 (64 * 2^122 overflows, 255 is NaN) takes
- * fp4l_step. */
+ * same bits as fp4l_step; a warp with a scale byte >= 249 in any lane's rows (64 * 2^122 overflows,
+ * 255 is NaN) takes fp4l_step. */
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
 template <bool ONE>
 __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                                const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
-    if (!(fp4l_scales_plain(sw0) && fp4l_scales_plain(sw1))) {
+    /* warp-uniform: mma.sync needs every lane of the warp at the same instruction */
+    if (!__all_sync(0xffffffffu, fp4l_scales_plain(sw0) && fp4l_scales_plain(sw1))) {
         fp4l_step(a0, a1, sw0, sw1, x, sa0, sa1, acc);
         return;
     }
