@@ -134,9 +134,10 @@ __device__ __forceinline__ float mk_d_e8m0(uint32_t e) {
 }
 
 /* The order in which the MoE combine adds a token's expert rows (k_moe_combine, and hc_post taking a
- * combine's operands, mk_cuda_moe_sum): the token's slots by expert id, a hash layer's duplicate picks
- * in pick order. sp[k]: the slot of pick k (< 0: none), ix[k]: its expert. Warp-wide (all 32 lanes,
- * K <= 64): lane l ranks picks l and l + 32 and writes ord[rank] = slot; returns the slot count. */
+ * combine's operands, mk_cuda_moe_sum): the token's slots by expert id, equal ids in pick order (the
+ * plan gives a hash layer's duplicate pick no slot of its own, so none tie today). sp[k]: the slot
+ * of pick k (< 0: none), ix[k]: its expert. Warp-wide (all 32 lanes, K <= 64): lane l ranks picks l
+ * and l + 32 and writes ord[rank] = slot; returns the slot count. */
 __device__ __forceinline__ int mk_d_moe_slot_order(const int32_t *__restrict__ sp, const int32_t *__restrict__ ix,
                                                    int K, int32_t *ord) {
     int cnt = 0;

@@ -520,7 +520,7 @@ __global__ void k_moe_combine(const float *__restrict__ eo, const int32_t *__res
     int TK = T * K, G = TK < E ? TK : E;
     const int32_t *spos = plan + 1 + 2 * G + 1 + TK;
     int t = blockIdx.x;
-    if (threadIdx.x < 32) { /* the slots by expert id, duplicate picks in pick order */
+    if (threadIdx.x < 32) { /* the token's slots by expert id */
         const int n = mk_d_moe_slot_order(spos + (size_t)t * K, idx + (size_t)t * K, K, ord);
         if (threadIdx.x == 0) nord = n;
     }
