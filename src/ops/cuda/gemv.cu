@@ -785,10 +785,6 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * for bit. Compared with a block-diagonal B (2 tokens per MMA), 8 tokens share each MMA, each
  * widening of the nibbles and each weight load. */
 
-/* One 128-block: a0 / a1 the lane's 16 weight bytes of rows g / g + 8 (lane order), sw0 / sw1 their
- * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
- * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
- * x columns 2t, 2t + 1 as the MMA's C fragment. */
 /* 32-block q (a compile-time constant once unrolled) of one 128-block: the lane's nibbles widened
  * and one MMA from zero into c. */
 __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const uint2 (&x)[4], int q,
@@ -802,6 +798,10 @@ __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, con
     mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
 }
 
+/* One 128-block: a0 / a1 the lane's 16 weight bytes of rows g / g + 8 (lane order), sw0 / sw1 their
+ * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
+ * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
+ * x columns 2t, 2t + 1 as the MMA's C fragment. */
 __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                           const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
 #pragma unroll
@@ -819,7 +819,7 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
 
 /* fp4l_step with fewer instructions per 32-block (the expert GEMVs of decode and small batches are
  * issue-bound: ncu, bench/gpu/results-2026-12-04-wslab.md; tuning moe_fast_step): when no scale byte
- * of the lane's two rows is >= 249, 64 * e8m0(e) is the float with exponent field e + 6 (2^(e - 121),
+ * of the warp's rows is >= 249, 64 * e8m0(e) is the float with exponent field e + 6 (2^(e - 121),
  * normal for e in [0, 248], e = 0 included), built by one shift-and-add instead of e8m0's special
  * cases and a multiply; with ONE (a chunk of one slot: a decode's), only column 0 of C is scaled and
  * accumulated (the only column stored; acc[1] and acc[3] are left alone). The same values, so the
@@ -1393,15 +1393,15 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
-    const int sl = ctx->tune.moe_slabs, oc = ctx->tune.moe_fast_step;
+    const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step;
     if (T == 1 && ctx->tune.moe_wslab) { /* decode, a warp per slab over the whole k (tuning) */
         grid.x = (unsigned)((n / 16 + GEMV_MAXW - 1) / GEMV_MAXW);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_wslab<MOE_WSLAB_U>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, oc);
+                        by_token, y, y3, round, fast);
     } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, oc);
+                        by_token, y, y3, round, fast);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1417,7 +1417,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
                                per, plan, TK, E, by_token, y, y3, round);
     } else {
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, oc);
+                        by_token, y, y3, round, fast);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");

@@ -575,8 +575,9 @@ typedef struct {
 } mk_cuda_fp8_job;
 /* mk_cuda_moe_gemv_fp4 and f's GEMV(s) (as mk_cuda_linear_pair / mk_cuda_linear_ex with
  * MK_CUDA_LIN_REUSE_X run them, m <= 8) in one launch, each output with its own kernel's bits. Only
- * for decode launches that fit (one token, the two-slab decode kernel, an FP8 plan of 8 warps
- * without split-K, the tuning's moe_with_fp8); otherwise MK_ENOTSUP and nothing is launched. */
+ * for decode launches that fit (one token, the two-slab or the warp-per-slab decode kernel, an FP8
+ * plan of 8 warps without split-K, the tuning's moe_with_fp8); otherwise MK_ENOTSUP and nothing is
+ * launched. */
 int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                               const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                               const int32_t *plan, int T, int K, int E, float *y, float *y3, int round,
