@@ -1076,6 +1076,52 @@ static void test_hc(int s, int hc, int d) {
         if (!qsame) n_fail++;
         printf("| %-40s | %-26s | its act_quant output = act_quant of x (both layouts), bit for bit: %s |\n",
                "hc_pre_norm + act_quant", shape, qsame ? "PASS" : "FAIL");
+        /* the finishing kernel under the other hc_fin_split (comb in a block of its own beside the
+         * collapse, or not): the same x, post, comb and quantized row, bit for bit; hc_pre too */
+        {
+            mk_cuda_tuning def, alt;
+            mk_cuda_ctx_get_tuning(ctx, &def);
+            alt = def;
+            alt.hc_fin_split = !def.hc_fin_split;
+            const size_t np = (size_t)s * (hc + hc * hc);
+            float *fx[2], *fp[2], *fs[2];
+            uint8_t *fq[2];
+            for (int v = 0; v < 2; v++)
+                fx[v] = xmalloc(sizeof(float) * s * d), fp[v] = xmalloc(sizeof(float) * np),
+                fs[v] = xmalloc(sizeof(float) * ns), fq[v] = xmalloc(nq);
+            int fsame = 1;
+            const mk_cuda_actq aqf = {dq1, ds1, 1, NULL};
+            for (int norm = 0; norm < 2; norm++) {
+                for (int v = 0; v < 2; v++) {
+                    mk_cuda_ctx_set_tuning(ctx, v ? &alt : &def);
+                    CK(mk_cuda_memset(ctx, dx, 0xff, sizeof(float) * s * d, &err_));
+                    CK(mk_cuda_memset(ctx, dpost, 0xff, sizeof(float) * s * hc, &err_));
+                    CK(mk_cuda_memset(ctx, dcomb, 0xff, sizeof(float) * s * hc * hc, &err_));
+                    CK(mk_cuda_memset(ctx, dq1, 0xff, nq, &err_));
+                    CK(mk_cuda_memset(ctx, ds1, 0xff, sizeof(float) * ns, &err_));
+                    if (norm)
+                        CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost,
+                                               dcomb, &aqf, &err_));
+                    else
+                        CK(mk_cuda_hc_pre(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dx, dpost, dcomb, &err_));
+                    fetch(fx[v], dx, sizeof(float) * s * d);
+                    fetch(fp[v], dpost, sizeof(float) * s * hc);
+                    fetch(fp[v] + s * hc, dcomb, sizeof(float) * s * hc * hc);
+                    fetch(fq[v], dq1, nq);
+                    fetch(fs[v], ds1, sizeof(float) * ns);
+                }
+                fsame = fsame && !memcmp(fx[0], fx[1], sizeof(float) * s * d) &&
+                        !memcmp(fp[0], fp[1], sizeof(float) * np) && !memcmp(fq[0], fq[1], nq) &&
+                        !memcmp(fs[0], fs[1], sizeof(float) * ns);
+            }
+            mk_cuda_ctx_set_tuning(ctx, &def);
+            n_checks++;
+            if (!fsame) n_fail++;
+            printf("| %-40s | %-26s | hc_fin_split %d = %d (x, post, comb, act_quant), bit for bit: %s |\n",
+                   "hc_pre / hc_pre_norm finishing split", shape, alt.hc_fin_split, def.hc_fin_split,
+                   fsame ? "PASS" : "FAIL");
+            for (int v = 0; v < 2; v++) free(fx[v]), free(fp[v]), free(fs[v]), free(fq[v]);
+        }
         mk_cuda_free(ctx, dq1), mk_cuda_free(ctx, dq2), mk_cuda_free(ctx, ds1), mk_cuda_free(ctx, ds2);
         CK(mk_cuda_hc_head(ctx, dh, s, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dx, &err_));
         CK(mk_cuda_rmsnorm(ctx, dx, s, d, dnw, 1e-6f, dx, &err_));

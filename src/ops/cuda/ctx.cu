@@ -155,6 +155,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 1);
     ctx->tune.moe_wslab = env_switch("MINKE_CUDA_MOE_WSLAB", 0); /* measured slower (results-2026-12-04-wslab.md) */
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 0); /* not yet run on a GPU: off */
+    ctx->tune.hc_fin_split = env_switch("MINKE_CUDA_HC_FIN_SPLIT", 0); /* not yet run on a GPU: off */
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -298,6 +299,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_wslab = ctx->tune.moe_wslab != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
+    ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;
 }
 

@@ -24,6 +24,9 @@
 
 #define HC_MAX 4
 #define HC_MAXMIX ((2 + HC_MAX) * HC_MAX)
+/* The parts of hc_pre's Sinkhorn split a warp computes (hc_sinkhorn_warp): pre and post, comb. */
+#define HC_PART_PP 1
+#define HC_PART_COMB 2
 
 __device__ __forceinline__ float hc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -202,17 +205,19 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
  * The 39 dependent steps (20 iterations) are the finishing kernel's critical path, so hc is a
  * template parameter: the loops unroll, a step's hc shuffles are issued together, and the chain
  * per step is one shuffle latency, hc adds and the division (it was ~14 us per call with hc at
- * run time: index arithmetic and loop control inside every step). */
+ * run time: index arithmetic and loop control inside every step). parts (HC_PART_*): which of
+ * pre / post and comb to compute; each part's operations do not depend on the other's. */
 template <int HC>
 __device__ void hc_sinkhorn_warp_t(const float *mix, const float *__restrict__ scale, const float *__restrict__ base,
                                    int iters, float hc_eps, float *pre, float *__restrict__ post_t,
-                                   float *__restrict__ comb_t) {
+                                   float *__restrict__ comb_t, int parts) {
     const unsigned all = 0xffffffffu;
     const int l = threadIdx.x & 31, act = l < HC * HC, i = act ? l / HC : 0, j = act ? l % HC : 0;
-    if (l < HC) {
+    if ((parts & HC_PART_PP) && l < HC) {
         pre[l] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(mix[l], scale[0]), base[l])), hc_eps);
         post_t[l] = 2.0f * hc_sigmoid(__fadd_rn(__fmul_rn(mix[HC + l], scale[1]), base[HC + l]));
     }
+    if (!(parts & HC_PART_COMB)) return;
     float c = act ? __fadd_rn(__fmul_rn(mix[2 * HC + l], scale[2]), base[2 * HC + l]) : 0.0f;
     float v[HC];
 #pragma unroll
@@ -250,20 +255,24 @@ __device__ void hc_sinkhorn_warp_t(const float *mix, const float *__restrict__ s
 /* hc_sinkhorn_warp_t for hc = 1..HC_MAX (hc_check bounds it). */
 __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restrict__ scale,
                                  const float *__restrict__ base, int iters, float hc_eps, float *pre,
-                                 float *__restrict__ post_t, float *__restrict__ comb_t) {
+                                 float *__restrict__ post_t, float *__restrict__ comb_t, int parts) {
     static_assert(HC_MAX == 4, "hc_sinkhorn_warp dispatches hc = 1..4");
     switch (hc) {
-    case 4: hc_sinkhorn_warp_t<4>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
-    case 3: hc_sinkhorn_warp_t<3>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
-    case 2: hc_sinkhorn_warp_t<2>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
-    default: hc_sinkhorn_warp_t<1>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t); break;
+    case 4: hc_sinkhorn_warp_t<4>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t, parts); break;
+    case 3: hc_sinkhorn_warp_t<3>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t, parts); break;
+    case 2: hc_sinkhorn_warp_t<2>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t, parts); break;
+    default: hc_sinkhorn_warp_t<1>(mix, scale, base, iters, hc_eps, pre, post_t, comb_t, parts); break;
     }
 }
 
 /* Split path, part 2: one block per token adds the chunks in order, then the mixes, the Sinkhorn
  * and the collapse. The block first stages every chunk's partials in shared memory (all threads,
  * coalesced), so the ordered sums read shared memory instead of waiting on one global load after
- * another; the Sinkhorn then runs on hc lanes (hc_sinkhorn_warp). */
+ * another; the Sinkhorn then runs on hc lanes (hc_sinkhorn_warp).
+ * With gridDim.y == 2 (tuning hc_fin_split) a token has two blocks that both add the chunks (the
+ * same operations: the same mix): block y = 0 computes pre and post and the collapse (what the
+ * next kernel reads), block y = 1 only comb, whose 39 dependent Sinkhorn steps (read by the
+ * hc_post after the sub-layer) then run beside the collapse instead of before it. */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
 template <bool NORM>
@@ -278,8 +287,10 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     uint16_t *__restrict__ xb) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
+    const int parts = gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
+    const bool rows = parts & HC_PART_PP; /* this block collapses the row */
     hc_row_vals rv;
-    if (NORM) hc_row_weights(nw, d, rv);
+    if (NORM && rows) hc_row_weights(nw, d, rv);
     if (threadIdx.x < 32) { /* the mixes' scales and biases, read by the serial part after the wait */
         mk_d_l2_prefetch_block(scale, sizeof(float) * 3);
         mk_d_l2_prefetch_block(base, sizeof(float) * (2 + hc) * hc);
@@ -291,7 +302,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     const int t = blockIdx.x, nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
     const double *pt = part + (size_t)t * S * 32;
-    if (NORM) hc_row_load(ht, hc, d, rv);
+    if (NORM && rows) hc_row_load(ht, hc, d, rv);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one lane each */
@@ -304,8 +315,10 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         const float r = 1.0f / sqrtf(__fadd_rn((float)(ss / n), norm_eps));
         if (q < nmix) mix[q] = __fmul_rn((float)a, r);
         __syncwarp();
-        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc);
+        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc,
+                         parts);
     }
+    if (!rows) return; /* the comb block: nothing else (the block's threads all return together) */
     __syncthreads();
     hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
                            xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, xb ? xb + (size_t)t * d : NULL);
@@ -596,14 +609,15 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
         const float *ht = h + (size_t)t0 * hc * d;
         st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
         if (st) return st;
+        const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
         if (fuse)
-            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
+            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
                                      iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
                                      comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
                                      fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0,
                                      fb ? fb + (size_t)t0 * d : (uint16_t *)NULL);
         else
-            (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
+            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
                                                               hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
                                                               post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
                                                               (uint8_t *)NULL, (float *)NULL, 0, (uint16_t *)NULL);

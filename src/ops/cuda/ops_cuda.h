@@ -148,6 +148,11 @@ typedef struct {
                             * only the column it stores (the kernels are issue-bound; same bits);
                             * default 0 until run on a GPU (written in a session without one),
                             * MINKE_CUDA_MOE_FAST_STEP=1 */
+    int hc_fin_split;      /* 1: hc_pre's finishing kernel gives a token two blocks: pre / post and the
+                            * collapse (what the next kernel waits for) in one, the Sinkhorn's comb
+                            * (read only by the hc_post after the sub-layer) in the other, beside it
+                            * instead of before it (same bits); default 0 until run on a GPU (written
+                            * in a session without one), MINKE_CUDA_HC_FIN_SPLIT=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
