@@ -347,10 +347,12 @@ static void test_linear_tiles(mk_wkind kind, int n, int k, int m, int round) {
     CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
     fetch(ref, dy, sizeof(float) * m * n);
     int same = 1;
-    const int tiles[2] = {4, 8};
+    /* 4 and 8 tiles, then 8 with two weight blocks in flight and an L2 prefetch 4 blocks ahead, and 4
+     * with one 2 ahead (ri_wdepth, ri_l2_pf: only when loads are issued changes) */
+    const int tiles[4] = {4, 8, 8, 4}, wdepth[4] = {1, 1, 2, 1}, l2pf[4] = {0, 0, 4, 2};
     t.ri_min_blocks = 1;
-    for (int i = 0; i < 2; i++) {
-        t.gemv_tiles = tiles[i];
+    for (int i = 0; i < 4; i++) {
+        t.gemv_tiles = tiles[i], t.ri_wdepth = wdepth[i], t.ri_l2_pf = l2pf[i];
         mk_cuda_ctx_set_tuning(ctx, &t);
         CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Wd, dx, m, dy, round, ds, sb, &err_));
         fetch(y, dy, sizeof(float) * m * n);
@@ -368,7 +370,8 @@ static void test_linear_tiles(mk_wkind kind, int n, int k, int m, int round) {
     n_checks++;
     if (!same) n_fail++;
     printf("| %-40s | %-26s | %s = the GEMV's chunks of 8, bit for bit: %s |\n", op, shape,
-           kind == MK_W_FP8 ? "tiles 4 / 8 (and as a pair)" : "the gemm", same ? "PASS" : "FAIL");
+           kind == MK_W_FP8 ? "tiles 4 / 8, weight depth 2, L2 prefetch (and as a pair)" : "the gemm",
+           same ? "PASS" : "FAIL");
     mk_cuda_wmat_free(ctx, &Wd);
     void *dev[] = {dx, dy, dy2, ds};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
@@ -1622,14 +1625,17 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     /* several slots per expert: the staged kernel = the unstaged one = the row-invariant GEMM (8 and 4
      * tiles of 8 slots), bit for bit */
     int staged_same = 1;
-    for (int variant = 0; T > 1 && variant < 4; variant++) {
+    for (int variant = 0; T > 1 && variant < 6; variant++) {
         mk_cuda_tuning def, tu;
         mk_cuda_ctx_get_tuning(ctx, &def);
         tu = def;
         tu.moe_ri = 0;
         if (variant == 0) tu.moe_staged = 0;
         if (variant == 1) tu.moe_staged = 1;
-        if (variant >= 2) tu.moe_ri = 1, tu.gemv_tiles = variant == 2 ? 8 : 4;
+        if (variant >= 2) tu.moe_ri = 1, tu.gemv_tiles = variant == 2 || variant == 4 ? 8 : 4;
+        /* the GEMM with two weight blocks in flight and an L2 prefetch ahead (same bits) */
+        if (variant == 4) tu.ri_wdepth = 2, tu.ri_l2_pf = 3;
+        if (variant == 5) tu.ri_wdepth = 1, tu.ri_l2_pf = 2;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         float *b1 = poisoned_dev(sizeof(float) * TK * I), *b3 = poisoned_dev(sizeof(float) * TK * I);
         float *bo = poisoned_dev(sizeof(float) * TK * d);
@@ -1746,7 +1752,8 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     if (T > 1) {
         n_checks++;
         if (!staged_same) n_fail++;
-        printf("| %-40s | %-26s | staged = unstaged = row-invariant GEMM (8 / 4 tiles), bit for bit: %s |\n",
+        printf("| %-40s | %-26s | staged = unstaged = row-invariant GEMM (8 / 4 tiles, weight depth 2, L2 prefetch), "
+               "bit for bit: %s |\n",
                "moe fp4 mma staged / gemm", shape, staged_same ? "ok" : "FAIL");
     }
     for (int e = 0; e < E; e++) {

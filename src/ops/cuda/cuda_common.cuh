@@ -305,6 +305,11 @@ __device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t byt
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + off));
 }
 
+/* The 128-byte line at p into L2 (a hint: nothing waits for it). */
+__device__ __forceinline__ void mk_d_l2_prefetch(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 /* 16-byte streaming load of weights: not kept in L1 (each byte is used once per call). */
 __device__ __forceinline__ uint4 mk_d_ld_stream(const void *p) {
     uint4 v;

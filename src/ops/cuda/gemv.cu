@@ -467,11 +467,16 @@ __device__ __forceinline__ void ri_store(const float (&tot)[4 * J], float *__res
     }
 }
 
-template <int J>
+/* WD (tuning ri_wdepth): how many 128-blocks of its weights a warp has in flight while it computes
+ * one (a ring of WD register items, the kb loop unrolled by WD so each item's slot is fixed); pf
+ * (tuning ri_l2_pf, 0: none): its rows' 128-block kb + pf are requested into L2 while it computes
+ * kb. Only when the loads are issued changes, not what is computed: the same bits for every WD
+ * and pf. */
+template <int J, int WD>
 __global__ void __launch_bounds__(256, J == 8 ? 1 : 2)
     k_gemm_fp8_ri(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S, const uint8_t *__restrict__ xq,
                   const float *__restrict__ sa, int m, int n, int k, int per, float *__restrict__ y, int round,
-                  const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2, int n2, float *__restrict__ y2) {
+                  const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2, int n2, float *__restrict__ y2, int pf) {
     __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 128];
     __shared__ float ss[RI_ST][8 * J];
     mk_d_pdl_launch_dependents();
@@ -502,42 +507,60 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2)
         }
     };
 
-    uint4 a[2][2], an[2][2]; /* this block's weights, the next block's */
-    if (active) ri_load_w(an, w0, w1, 0);
+    uint4 a[2][2], an[WD][2][2]; /* this block's weights, the next WD blocks' (and their scales) */
+    float sbv[WD];
+#pragma unroll
+    for (int u = 0; u < WD; u++) {
+        sbv[u] = 0.0f;
+        if (active && u < nb) {
+            ri_load_w(an[u], w0, w1, (size_t)u * 128);
+            sbv[u] = mk_d_e8m0(sbr[u]);
+        }
+    }
     mk_d_pdl_wait();
     ri_prologue<RI_ST>(stage, nb);
     float tot[4 * J], part[4 * J];
 #pragma unroll
     for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
-    for (int kb = 0; kb < nb; kb++) {
-        ri_advance<RI_ST>(stage, kb, nb);
+    for (int kb0 = 0; kb0 < nb; kb0 += WD) {
 #pragma unroll
-        for (int s = 0; s < 2; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
-        if (active && kb + 1 < nb) ri_load_w(an, w0, w1, (size_t)(kb + 1) * 128);
-        if (active) {
-            const float sb = mk_d_e8m0(sbr[kb]);
-            const uint8_t *xst = xs[kb % RI_ST];
-            const float *sst = ss[kb % RI_ST];
+        for (int u = 0; u < WD; u++) {
+            const int kb = kb0 + u;
+            if (kb >= nb) break; /* the same for every thread */
+            ri_advance<RI_ST>(stage, kb, nb);
 #pragma unroll
-            for (int j = 0; j < J; j++) {
-                if (8 * j >= mt) break;
-                const uint8_t *xr = xst + (8 * j + g) * 128;
-                uint4 b[2];
-#pragma unroll
-                for (int s = 0; s < 2; s++) b[s] = *(const uint4 *)(xr + (((s * 4 + t) ^ ((g & 1) << 2)) << 4));
-                const float f0 = sst[8 * j + c0] * sb, f1 = sst[8 * j + c1] * sb;
-                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    mk_d_mma_e4m3(c, a[s][0].x, a[s][1].x, a[s][0].y, a[s][1].y, b[s].x, b[s].y);
-                    mk_d_mma_e4m3(c, a[s][0].z, a[s][1].z, a[s][0].w, a[s][1].w, b[s].z, b[s].w);
-                }
-                part[4 * j + 0] = fmaf(c[0], f0, part[4 * j + 0]);
-                part[4 * j + 1] = fmaf(c[1], f1, part[4 * j + 1]);
-                part[4 * j + 2] = fmaf(c[2], f0, part[4 * j + 2]);
-                part[4 * j + 3] = fmaf(c[3], f1, part[4 * j + 3]);
+            for (int s = 0; s < 2; s++) a[s][0] = an[u][s][0], a[s][1] = an[u][s][1];
+            if (active && lane < 16 && kb + pf < nb) /* lane r: row n0 + r's 128-block kb + pf, into L2 */
+                mk_d_l2_prefetch(W + (size_t)(n0 + lane) * k + (size_t)(kb + pf) * 128);
+            const float sb = sbv[u];
+            if (active && kb + WD < nb) {
+                ri_load_w(an[u], w0, w1, (size_t)(kb + WD) * 128);
+                sbv[u] = mk_d_e8m0(sbr[kb + WD]);
             }
-            if ((kb + 1) % per == 0 || kb + 1 == nb) ri_fold(tot, part, kb < per); /* a GEMV warp's range ends */
+            if (active) {
+                const uint8_t *xst = xs[kb % RI_ST];
+                const float *sst = ss[kb % RI_ST];
+#pragma unroll
+                for (int j = 0; j < J; j++) {
+                    if (8 * j >= mt) break;
+                    const uint8_t *xr = xst + (8 * j + g) * 128;
+                    uint4 b[2];
+#pragma unroll
+                    for (int s = 0; s < 2; s++) b[s] = *(const uint4 *)(xr + (((s * 4 + t) ^ ((g & 1) << 2)) << 4));
+                    const float f0 = sst[8 * j + c0] * sb, f1 = sst[8 * j + c1] * sb;
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        mk_d_mma_e4m3(c, a[s][0].x, a[s][1].x, a[s][0].y, a[s][1].y, b[s].x, b[s].y);
+                        mk_d_mma_e4m3(c, a[s][0].z, a[s][1].z, a[s][0].w, a[s][1].w, b[s].z, b[s].w);
+                    }
+                    part[4 * j + 0] = fmaf(c[0], f0, part[4 * j + 0]);
+                    part[4 * j + 1] = fmaf(c[1], f1, part[4 * j + 1]);
+                    part[4 * j + 2] = fmaf(c[2], f0, part[4 * j + 2]);
+                    part[4 * j + 3] = fmaf(c[3], f1, part[4 * j + 3]);
+                }
+                if ((kb + 1) % per == 0 || kb + 1 == nb) ri_fold(tot, part, kb < per); /* a GEMV warp's range ends */
+            }
         }
     }
     mk_d_cp_async_wait<0>();
@@ -583,10 +606,14 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
     if (J > 1) { /* the row-invariant GEMM: the same bits */
         dim3 grid((m + 8 * J - 1) / (8 * J), ((n + n2) / 16 + 7) / 8, 1);
         const uint8_t *w2 = W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL, *s2 = W2 ? W2->scale : NULL;
-        cudaError_t e = J == 4 ? gemv_launch(ctx, grid, 256, k_gemm_fp8_ri<4>, (const uint8_t *)W->w, W->scale, xq, sa,
-                                             m, n, k, p.per, y, round, w2, s2, n2, y2)
-                               : gemv_launch(ctx, grid, 256, k_gemm_fp8_ri<8>, (const uint8_t *)W->w, W->scale, xq, sa,
-                                             m, n, k, p.per, y, round, w2, s2, n2, y2);
+        /* a deeper weight ring only at 8 tiles (1 block per SM, 255 registers: no spill at WD 2) */
+        cudaError_t e = J == 4 ? gemv_launch(ctx, grid, 256, k_gemm_fp8_ri<4, 1>, (const uint8_t *)W->w, W->scale, xq,
+                                             sa, m, n, k, p.per, y, round, w2, s2, n2, y2, ctx->tune.ri_l2_pf)
+                        : ctx->tune.ri_wdepth == 2
+                            ? gemv_launch(ctx, grid, 256, k_gemm_fp8_ri<8, 2>, (const uint8_t *)W->w, W->scale, xq, sa,
+                                          m, n, k, p.per, y, round, w2, s2, n2, y2, ctx->tune.ri_l2_pf)
+                            : gemv_launch(ctx, grid, 256, k_gemm_fp8_ri<8, 1>, (const uint8_t *)W->w, W->scale, xq, sa,
+                                          m, n, k, p.per, y, round, w2, s2, n2, y2, ctx->tune.ri_l2_pf);
         MK_CU_TRY(e, err, "cuda: fp8 row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 row-invariant gemm launch");
         return MK_OK;
@@ -1282,8 +1309,10 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
  * gathered by token row) and shared by the 8 warps; each warp streams its slab's weights once per
  * 8 J slots, widens the nibbles once for all J tiles, and walks all of k, its segments added in
  * order. In shared memory 16-byte chunk c of row r sits at chunk c ^ 2 (r & 3), so that the 8-byte
- * loads of a half warp (rows g..g+3, chunks 4 q + t) hit different banks. */
-template <int J>
+ * loads of a half warp (rows g..g+3, chunks 4 q + t) hit different banks. WD and pf: the weight
+ * 128-blocks a warp has in flight and requests into L2 ahead, as in k_gemm_fp8_ri (the same bits
+ * for every WD and pf). */
+template <int J, int WD>
 __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *const *__restrict__ Wt,
                                                                    const uint8_t *const *__restrict__ St,
                                                                    const void *const *__restrict__ Wt3,
@@ -1292,7 +1321,7 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
                                                                    const float *__restrict__ sa, int n, int k, int per,
                                                                    const int32_t *__restrict__ plan, int TK, int E,
                                                                    int by_token, float *__restrict__ y,
-                                                                   float *__restrict__ y3, int round) {
+                                                                   float *__restrict__ y3, int round, int pf) {
     __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 128];
     __shared__ float ss[RI_ST][8 * J];
     __shared__ int rows[8 * J];
@@ -1327,50 +1356,63 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
                 mk_d_cp_async4(&ss[kb % RI_ST][tid], sa + (size_t)rows[tid] * nb + kb, tid < mt ? 4 : 0);
         };
         ri_prologue<RI_ST>(stage, nb);
-        uint4 a0, a1, an0 = make_uint4(0, 0, 0, 0), an1 = an0;
-        uint32_t sw0 = 0, sw1 = 0, swn0 = 0, swn1 = 0;
-        if (active) {
-            an0 = mk_d_ld_stream(w0), an1 = mk_d_ld_stream(w1);
-            swn0 = *(const uint32_t *)s0p, swn1 = *(const uint32_t *)s1p;
+        uint4 a0, a1, an0[WD], an1[WD];
+        uint32_t sw0, sw1, swn0[WD], swn1[WD];
+#pragma unroll
+        for (int u = 0; u < WD; u++) {
+            an0[u] = an1[u] = make_uint4(0, 0, 0, 0), swn0[u] = swn1[u] = 0;
+            if (active && u < nb) {
+                an0[u] = mk_d_ld_stream(w0 + (size_t)u * 64), an1[u] = mk_d_ld_stream(w1 + (size_t)u * 64);
+                swn0[u] = *(const uint32_t *)(s0p + 4 * u), swn1[u] = *(const uint32_t *)(s1p + 4 * u);
+            }
         }
         float tot[4 * J], part[4 * J];
 #pragma unroll
         for (int i = 0; i < 4 * J; i++) tot[i] = part[i] = 0.0f;
-        for (int kb = 0; kb < nb; kb++) {
-            ri_advance<RI_ST>(stage, kb, nb);
-            a0 = an0, a1 = an1, sw0 = swn0, sw1 = swn1;
-            if (active && kb + 1 < nb) {
-                an0 = mk_d_ld_stream(w0 + (size_t)(kb + 1) * 64), an1 = mk_d_ld_stream(w1 + (size_t)(kb + 1) * 64);
-                swn0 = *(const uint32_t *)(s0p + 4 * (kb + 1)), swn1 = *(const uint32_t *)(s1p + 4 * (kb + 1));
-            }
-            if (!active) continue;
-            uint32_t e0[4], o0[4], e1[4], o1[4];
-            float s0[4], s1[4];
+        for (int kb0 = 0; kb0 < nb; kb0 += WD) {
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                mk_d_fp4x8_to_e4m3(q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w, e0[q], o0[q]);
-                mk_d_fp4x8_to_e4m3(q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w, e1[q], o1[q]);
-                s0[q] = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1[q] = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
-            }
-            const uint8_t *xst = xs[kb % RI_ST];
-            const float *sst = ss[kb % RI_ST];
-#pragma unroll
-            for (int j = 0; j < J; j++) {
-                if (8 * j >= mt) break;
-                const uint8_t *xr = xst + (8 * j + g) * 128;
-                const float sa0 = sst[8 * j + 2 * t], sa1 = sst[8 * j + 2 * t + 1];
+            for (int u = 0; u < WD; u++) {
+                const int kb = kb0 + u;
+                if (kb >= nb) break; /* the same for every thread */
+                ri_advance<RI_ST>(stage, kb, nb);
+                a0 = an0[u], a1 = an1[u], sw0 = swn0[u], sw1 = swn1[u];
+                if (active && lane < 16 && kb + pf < nb) /* lane r: row n0 + r's 128-block kb + pf, into L2 */
+                    mk_d_l2_prefetch((const uint8_t *)Wt[ex] + (size_t)(n0 + lane) * rowb + (size_t)(kb + pf) * 64);
+                if (active && kb + WD < nb) {
+                    an0[u] = mk_d_ld_stream(w0 + (size_t)(kb + WD) * 64);
+                    an1[u] = mk_d_ld_stream(w1 + (size_t)(kb + WD) * 64);
+                    swn0[u] = *(const uint32_t *)(s0p + 4 * (kb + WD));
+                    swn1[u] = *(const uint32_t *)(s1p + 4 * (kb + WD));
+                }
+                if (!active) continue;
+                uint32_t e0[4], o0[4], e1[4], o1[4];
+                float s0[4], s1[4];
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    const uint2 x = *(const uint2 *)(xr + (((4 * q + t) ^ ((g & 3) << 2)) << 3));
-                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mk_d_mma_e4m3(c, e0[q], e1[q], o0[q], o1[q], x.x, x.y);
-                    part[4 * j + 0] = fmaf(c[0], sa0 * s0[q], part[4 * j + 0]);
-                    part[4 * j + 1] = fmaf(c[1], sa1 * s0[q], part[4 * j + 1]);
-                    part[4 * j + 2] = fmaf(c[2], sa0 * s1[q], part[4 * j + 2]);
-                    part[4 * j + 3] = fmaf(c[3], sa1 * s1[q], part[4 * j + 3]);
+                    mk_d_fp4x8_to_e4m3(q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w, e0[q], o0[q]);
+                    mk_d_fp4x8_to_e4m3(q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w, e1[q], o1[q]);
+                    s0[q] = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1[q] = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
                 }
+                const uint8_t *xst = xs[kb % RI_ST];
+                const float *sst = ss[kb % RI_ST];
+#pragma unroll
+                for (int j = 0; j < J; j++) {
+                    if (8 * j >= mt) break;
+                    const uint8_t *xr = xst + (8 * j + g) * 128;
+                    const float sa0 = sst[8 * j + 2 * t], sa1 = sst[8 * j + 2 * t + 1];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const uint2 x = *(const uint2 *)(xr + (((4 * q + t) ^ ((g & 3) << 2)) << 3));
+                        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mk_d_mma_e4m3(c, e0[q], e1[q], o0[q], o1[q], x.x, x.y);
+                        part[4 * j + 0] = fmaf(c[0], sa0 * s0[q], part[4 * j + 0]);
+                        part[4 * j + 1] = fmaf(c[1], sa1 * s0[q], part[4 * j + 1]);
+                        part[4 * j + 2] = fmaf(c[2], sa0 * s1[q], part[4 * j + 2]);
+                        part[4 * j + 3] = fmaf(c[3], sa1 * s1[q], part[4 * j + 3]);
+                    }
+                }
+                if ((kb + 1) % per == 0 || kb + 1 == nb) ri_fold(tot, part, kb < per); /* a GEMV warp's range ends */
             }
-            if ((kb + 1) % per == 0 || kb + 1 == nb) ri_fold(tot, part, kb < per); /* a GEMV warp's range ends */
         }
         mk_d_cp_async_wait<0>();
         if (active) ri_store<J>(tot, y, n, n0, tb, mt, round);
@@ -1405,11 +1447,16 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
-        e = ctx->tune.gemv_tiles >= 8
-                ? gemv_launch(ctx, grid, 256, k_moe_fp4_ri<8>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token,
-                              y, y3, round)
-                : gemv_launch(ctx, grid, 256, k_moe_fp4_ri<4>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token,
-                              y, y3, round);
+        /* a deeper weight ring only at 8 tiles (as for the FP8 GEMM) */
+        const int pf = ctx->tune.ri_l2_pf;
+        e = ctx->tune.gemv_tiles < 8
+                ? gemv_launch(ctx, grid, 256, k_moe_fp4_ri<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                              by_token, y, y3, round, pf)
+            : ctx->tune.ri_wdepth == 2
+                ? gemv_launch(ctx, grid, 256, k_moe_fp4_ri<8, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                              by_token, y, y3, round, pf)
+                : gemv_launch(ctx, grid, 256, k_moe_fp4_ri<8, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                              by_token, y, y3, round, pf);
     } else if (T > 1 && ctx->tune.moe_staged && staged_smem(k) <= ctx->caps.smem_optin) { /* several slots per expert */
         int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_STAGED, (const void *)k_moe_fp4_staged, staged_smem(k), err);
         if (st) return st;

@@ -153,6 +153,13 @@ typedef struct {
                             * (read only by the hc_post after the sub-layer) in the other, beside it
                             * instead of before it (same bits); default 0 until run on a GPU (written
                             * in a session without one), MINKE_CUDA_HC_FIN_SPLIT=1 */
+    int ri_wdepth;         /* 1 or 2: how many 128-blocks of weights a warp of the row-invariant FP8 and
+                            * expert GEMMs (prefill, large batches; 8 tiles) has in flight while it
+                            * computes one; ri_l2_pf (0: none): how many 128-blocks ahead its rows are
+                            * requested into L2. Only when loads are issued changes: same bits. Default
+                            * 1 and 0 until run on a GPU (written in a session without one),
+                            * MINKE_CUDA_RI_WDEPTH, MINKE_CUDA_RI_L2_PF */
+    int ri_l2_pf;
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
