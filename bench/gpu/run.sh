@@ -133,7 +133,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         cat "$OUT/dsv4_engine.txt"
     fi
     stamp "paged rc ${PAGED_RC:-?} engine rc ${ENGINE_RC:-?}"
-    for v in ${DSV4_TEST_VARIANTS:-}; do # the model tests under tuning variables, e.g. MINKE_CUDA_HC_XB=1 or A=1,B=1
+    for v in ${DSV4_TEST_VARIANTS:-}; do # the model tests under tuning variables, e.g. MINKE_CUDA_HC_FIN_SPLIT=1 or A=1,B=1
         stamp "dsv4 golden, paged and engine tests with $v"
         env ${v//,/ } ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
         G_RC=$?

@@ -371,8 +371,6 @@ struct dsv4_cuda_work {
     float *msa;                             /* and their scales */
     int32_t *gidx, *plan, *ids, *tok, *tbl, *pos; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] | pos [max_rows] */
     float *hl, *xl, *logits;                /* head: [max_pieces, hc, dim], [max_pieces, dim], [max_pieces, vocab] */
-    uint16_t *xb;                           /* x or xl in bf16 [max(max_rows, max_pieces), dim], written by the
-                                             * hc op that made them for their bf16 linears (gcall.xb_of) */
     int32_t *am, *ham;                      /* argmax of the logits rows [max_pieces]: device, host */
     float *me, *mhn, *mhp, *mh;             /* MTP */
     void *lin;
@@ -432,7 +430,6 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->h, F(Th * d));
     WA(w->h2, F(Th * d));
     WA(w->x, F(Tm * d));
-    WA(w->xb, sizeof(uint16_t) * (Tm > P ? Tm : P) * d);
     WA(w->post, F(Th));
     WA(w->comb, F(Th * hc));
     WA(w->sub, F(Tm * d));
@@ -792,7 +789,6 @@ typedef struct {
     int xproj;     /* this layer's bf16 projections of x are done (xproj()): the compressors' into
                       ckvp / cscp and ickvp / icscp, the indexer's weights into iw */
     int replay_bad; /* a launch decided on the host from the positions was queued (see run_graph) */
-    const float *xb_of; /* the rows whose bf16 copy w->xb holds (their hc op wrote it), or NULL */
     double t_mark; /* phase profiling: the last mark */
 } gcall;
 
@@ -862,21 +858,6 @@ static int lin_f(gcall *C, int flags, const mk_wmat *W, const float *x, int m, f
 
 static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
     return lin_f(C, 0, W, x, m, y, round, err);
-}
-
-/* Whether the bf16 linear W over x's rows should take x's bf16 copy (w->xb; tuning hc_xb): the hc op
- * that makes x writes it when this says so (block(), head()), and the linear reads it (lin_xb). */
-static int takes_xb(gcall *C, const mk_wmat *W) {
-    mk_cuda_tuning t;
-    mk_cuda_ctx_get_tuning(C->ctx, &t);
-    return t.hc_xb && mk_cuda_linear_takes_bf16(C->ctx, MK_CUDA_LIN_ROW_INVARIANT | MK_CUDA_LIN_X_BF16, W, C->R);
-}
-
-/* lin of x, from its bf16 copy where the hc op that made x wrote one (the same bits, no conversion). */
-static int lin_xb(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int round, mk_err *err) {
-    if (C->xb_of == x && takes_xb(C, W))
-        return lin_f(C, MK_CUDA_LIN_X_BF16, W, (const float *)C->w->xb, m, y, round, err);
-    return lin(C, W, x, m, y, round, err);
 }
 
 /* A wait for the stream: after it, the staging buffer of the ids is free again. */
@@ -1080,10 +1061,7 @@ static int xproj(gcall *C, const glayer *L, const float *x, mk_err *err) {
     for (int i = 0; i < n; i++)
         if (!W[i]->w) return MK_OK;
     if (L->ratio == 4 && 2 * (size_t)C->g->m->cfg.index_head_dim < (size_t)L->idx_cmp.wkv.n) return MK_OK;
-    int xb = C->xb_of == x;
-    for (int i = 0; xb && i < n; i++) xb = takes_xb(C, W[i]);
-    TRY(mk_cuda_linear_multi(C->ctx, MK_CUDA_LIN_ROW_INVARIANT | (xb ? MK_CUDA_LIN_X_BF16 : 0), n, W,
-                             xb ? (const float *)w->xb : x, C->R, y, rnd, w->lin, w->lin_bytes, err));
+    TRY(mk_cuda_linear_multi(C->ctx, MK_CUDA_LIN_ROW_INVARIANT, n, W, x, C->R, y, rnd, w->lin, w->lin_bytes, err));
     C->xproj = 1;
     return MK_OK;
 }
@@ -1276,7 +1254,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
     dsv4_cuda_work *w = C->w;
     int E = c->n_experts, K = c->n_act, d = c->dim, I = c->moe_inter, T = C->R;
     float lim = c->swiglu_limit;
-    TRY(lin_xb(C, &L->gate, x, T, w->gsc, 0, err));
+    TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
     if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
         TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
                               err));
@@ -1391,13 +1369,11 @@ typedef struct {
     const float *fn, *scale, *base;
     const uint16_t *norm;
     int head;
-    const mk_wmat *wq_a;   /* the next layer's first linear: its input quantized too (lin_in_q) */
-    const mk_wmat *xb_lin; /* a bf16 linear of that input: its bf16 copy written too (takes_xb) */
+    const mk_wmat *wq_a; /* the next layer's first linear: its input quantized too (lin_in_q) */
 } gnext;
 
 static gnext next_attn(const glayer *L) {
-    return (gnext){L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm, 0, &L->wq_a,
-                   L->ratio ? &L->cmp.wkv : NULL};
+    return (gnext){L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm, 0, &L->wq_a};
 }
 
 /* One layer on h [T, hc, d]. pre_done: h's attention hc_pre is already in w->x / w->post /
@@ -1410,18 +1386,13 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     /* each hc_pre also quantizes its output for the linear that reads it where that one takes a
      * quantized input: wq_a (into the linear scratch; the previous block's last op did it for this
      * one when pre_done), the routed experts (w->mxq) */
-    /* and writes it in bf16 for the bf16 linears that read it (the compressors' projections, the
-     * gate: takes_xb), which then skip their conversion */
     mk_cuda_actq aqa = {0}, tmp = {0};
     const int attn_q = lin_in_q(C, &L->wq_a, &aqa), moe_q = moe_fp4_mma(c, L) && lin_in_q(C, &L->sh1, &tmp);
-    const int attn_xb = L->ratio && takes_xb(C, &L->cmp.wkv), moe_xb = takes_xb(C, &L->gate);
-    aqa.xb = attn_xb ? w->xb : NULL;
-    const mk_cuda_actq aqm = {moe_q ? w->mxq : NULL, moe_q ? w->msa : NULL, 1, moe_xb ? w->xb : NULL};
+    const mk_cuda_actq aqm = {w->mxq, w->msa, 1};
     if (!pre_done) {
         TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
                                 c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb,
-                                attn_q || attn_xb ? &aqa : NULL, err));
-        C->xb_of = attn_xb ? w->x : NULL;
+                                attn_q ? &aqa : NULL, err));
         mark(C, "mHC pre/post, norms");
     }
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.attn.in", layer));
@@ -1429,8 +1400,7 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     /* h2 = hc_post(sub, h), then the ffn hc_pre of h2 (post / comb read, then overwritten) */
     TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, L->hc_ffn_fn, L->hc_ffn_scale,
                                  L->hc_ffn_base, c->hc_iters, c->hc_eps, c->norm_eps, L->ffn_norm, c->norm_eps, w->x,
-                                 w->post, w->comb, moe_q || moe_xb ? &aqm : NULL, NULL, err));
-    C->xb_of = moe_xb ? w->x : NULL;
+                                 w->post, w->comb, moe_q ? &aqm : NULL, NULL, err));
     mark(C, "mHC pre/post, norms");
     TRY(dumpv(C, w->h2, T, hc, d, err, "L%d.h_attn", layer));
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
@@ -1442,23 +1412,17 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     const int sum = nx && tu.hc_moe_sum && !(C->hk && C->hk->dump) && c->n_act <= 64;
     TRY(moe(C, layer, L, w->x, moe_q, sum ? NULL : w->sub, err));
     TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
-    C->xb_of = NULL;
     if (!nx) {
         TRY(mk_cuda_hc_post(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, err));
     } else if (nx->head) {
-        const int xb = takes_xb(C, &C->g->head);
         TRY(mk_cuda_hc_post_head_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
-                                      c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->xl, xb ? w->xb : NULL,
-                                      sum ? &ms : NULL, err));
-        C->xb_of = xb ? w->xl : NULL;
+                                      c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->xl, sum ? &ms : NULL, err));
     } else {
         mk_cuda_actq nq = {0};
-        const int q = nx->wq_a && lin_in_q(C, nx->wq_a, &nq), xb = nx->xb_lin && takes_xb(C, nx->xb_lin);
-        nq.xb = xb ? w->xb : NULL;
+        const int q = nx->wq_a && lin_in_q(C, nx->wq_a, &nq);
         TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
                                      c->hc_iters, c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->x, w->post, w->comb,
-                                     q || xb ? &nq : NULL, sum ? &ms : NULL, err));
-        C->xb_of = xb ? w->x : NULL;
+                                     q ? &nq : NULL, sum ? &ms : NULL, err));
     }
     mark(C, "mHC pre/post, norms");
     return dumpv(C, h, T, hc, d, err, "L%d.h", layer);
@@ -1484,13 +1448,10 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
         n++;
     }
     if (!n) return C->no_sync ? MK_OK : sync_call(C, err);
-    if (!done) {
-        const int xb = takes_xb(C, &C->g->head);
+    if (!done)
         TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
-                                 c->norm_eps, w->xl, xb ? w->xb : NULL, err));
-        C->xb_of = xb ? w->xl : NULL;
-    }
-    TRY(lin_xb(C, &C->g->head, w->xl, n, w->logits, 0, err));
+                                 c->norm_eps, w->xl, err));
+    TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
     int any_am = 0;
     for (int pi = 0; pi < C->np; pi++) any_am |= C->pc[pi].logits && C->pc[pi].argmax;
     /* greedy pieces: the argmax of every logits row, then only those ints to the host */
@@ -1636,7 +1597,7 @@ static int run_call(gcall *C, mk_err *err) {
      * logits) */
     int head_fused = c->n_layers > 0;
     for (int i = 0; i < C->np; i++) head_fused = head_fused && C->pc[i].T == 1 && C->pc[i].logits;
-    const gnext nx_head = {g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, 1, NULL, NULL};
+    const gnext nx_head = {g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, 1, NULL};
     for (int l = 0; l < c->n_layers; l++) {
         const gnext nx = l + 1 < c->n_layers ? next_attn(&g->layers[l + 1]) : nx_head;
         TRY(block(C, l, &g->layers[l], w->h, l > 0, l + 1 < c->n_layers || head_fused ? &nx : NULL, err));
@@ -1849,7 +1810,7 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     TRY(lin(&C, &L->h_proj, w->mhn, T * hc, w->mhp, 1, err));
     TRY(mk_cuda_add_bcast_bf16(ctx, w->mhp, w->sub, T * hc, hc, d, w->mh, err));
     /* one row (T == 1) is the logits row: the head's collapse runs with the block's last hc_post */
-    const gnext nx_head = {L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, 1, NULL, NULL};
+    const gnext nx_head = {L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, 1, NULL};
     TRY(block(&C, c->n_layers, L, w->mh, 0, T == 1 ? &nx_head : NULL, err));
     TRY(head(&C, w->mh, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, T == 1, err));
     s->mtp_pos = start + T;

@@ -149,8 +149,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.hc_ri = getenv("MINKE_CUDA_HC_RI") ? atoi(getenv("MINKE_CUDA_HC_RI")) : 16;
     ctx->tune.attn16 = env_switch("MINKE_CUDA_ATTN16", 1);
     ctx->tune.gemv_pipe = env_switch("MINKE_CUDA_GEMV_PIPE", 1);
-    /* 0: no gain measured (H200, 1.169 / 1.186 vs 1.155 / 1.185 ms per step; results-2026-12-04-wslab.md) */
-    ctx->tune.hc_xb = env_switch("MINKE_CUDA_HC_XB", 0);
     /* 1: H200, 1.163 / 1.146 / 1.178 vs 1.169 / 1.182 / 1.168 ms per step in A/B pairs (the same page) */
     ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 1);
     ctx->tune.moe_wslab = env_switch("MINKE_CUDA_MOE_WSLAB", 0); /* measured slower (results-2026-12-04-wslab.md) */
@@ -299,7 +297,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_staged = ctx->tune.moe_staged != 0;
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
-    ctx->tune.hc_xb = ctx->tune.hc_xb != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_wslab = ctx->tune.moe_wslab != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;

@@ -95,8 +95,7 @@ __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, c
  * with k_rmsnorm's arithmetic in its order: valid only when blockDim.x is
  * mk_cuda_rmsnorm_threads(d) and d <= 4 blockDim.x (each thread then holds the same elements
  * k_rmsnorm's thread would, in the same order), which the callers check. With q, the normalized
- * row also as mk_cuda_act_quant's output (mk_d_quant_row: d % 128 == 0, checked by the callers);
- * with yb, also in bf16 (mk_cuda_to_bf16's bits of y). */
+ * row also as mk_cuda_act_quant's output (mk_d_quant_row: d % 128 == 0, checked by the callers). */
 
 /* What the fused-norm collapse (hc_collapse_norm<true>) needs of a thread's four elements
  * k = threadIdx.x + j blockDim.x, loaded at the finishing kernels' start so that the loads overlap
@@ -126,7 +125,7 @@ template <bool NORM>
 __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, const float *pre,
                                  const uint16_t *__restrict__ nw, float neps, float *__restrict__ y,
                                  const hc_row_vals &rv, uint8_t *__restrict__ q = NULL, float *__restrict__ sq = NULL,
-                                 int perm = 0, uint16_t *__restrict__ yb = NULL) {
+                                 int perm = 0) {
     if (!NORM) {
         hc_collapse_block(ht, hc, d, pre, y);
         return;
@@ -154,7 +153,6 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
             float o = __fmul_rn(v[j], rs);
             if (nw) o = __fmul_rn(rv.w[j], o);
             y[k] = v[j] = mk_d_bf16r(o);
-            if (yb) yb[k] = __bfloat16_as_ushort(__float2bfloat16_rn(v[j])); /* exact: v is bf16 */
         }
     }
     if (q) mk_d_quant_row(v, d, perm, q, sq);
@@ -283,8 +281,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
                                                     float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb,
-                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm,
-                                                    uint16_t *__restrict__ xb) {
+                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
     const int parts = gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
@@ -321,7 +318,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     if (!rows) return; /* the comb block: nothing else (the block's threads all return together) */
     __syncthreads();
     hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
-                           xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, xb ? xb + (size_t)t * d : NULL);
+                           xq ? xsa + (size_t)t * (d >> 7) : NULL, perm);
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
@@ -332,7 +329,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
                                                      const float *__restrict__ scale,
                                                      const float *__restrict__ base, float hc_eps,
                                                      float norm_eps, const uint16_t *__restrict__ nw, float neps,
-                                                     float *__restrict__ y, uint16_t *__restrict__ yb) {
+                                                     float *__restrict__ y) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
     hc_row_vals rv;
@@ -363,8 +360,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
         }
     }
     __syncthreads();
-    hc_collapse_norm<NORM>(h + (size_t)t * n, hc, d, pre, nw, neps, y + (size_t)t * d, rv, NULL, NULL, 0,
-                           yb ? yb + (size_t)t * d : NULL);
+    hc_collapse_norm<NORM>(h + (size_t)t * n, hc, d, pre, nw, neps, y + (size_t)t * d, rv);
 }
 
 /* hc_post's element (j, k) of one token, before the bf16 rounding: post[j] * x[k] +
@@ -599,11 +595,10 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
     hc_post_in tmp;
     pin = hc_sum_first(ctx, pin, s, hc, d, &tmp, &st, err);
     if (st) return st;
-    if (aq && (!norm || !aq->q != !aq->sa || (!aq->q && !aq->xb)))
-        return mk_fail(err, MK_EINVAL, "cuda: hc_pre: quantized / bf16 outputs need the normalized row and their buffers");
+    if (aq && (!norm || !aq->q || !aq->sa))
+        return mk_fail(err, MK_EINVAL, "cuda: hc_pre: quantized output needs the normalized row and both buffers");
     const int fuse = norm && hc_fuse_norm(d), S = MK_CUDA_HC_SPLIT;
-    const int fq = aq && aq->q && fuse && d % 128 == 0; /* the finishing kernel quantizes the row itself */
-    uint16_t *fb = aq && fuse ? aq->xb : NULL;           /* and writes its bf16 copy */
+    const int fq = aq && fuse && d % 128 == 0; /* the finishing kernel quantizes the row itself */
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
@@ -614,24 +609,19 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
                                      iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
                                      comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
-                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0,
-                                     fb ? fb + (size_t)t0 * d : (uint16_t *)NULL);
+                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
         else
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
                                                               hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
                                                               post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                                              (uint8_t *)NULL, (float *)NULL, 0, (uint16_t *)NULL);
+                                                              (uint8_t *)NULL, (float *)NULL, 0);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
     if (norm && !fuse) {
         st = mk_cuda_rmsnorm(ctx, x, s, d, nw, neps, x, err);
         if (st) return st;
     }
-    if (aq && aq->q && !fq) {
-        st = mk_cuda_act_quant(ctx, x, s, d, aq->perm, aq->q, aq->sa, err);
-        if (st) return st;
-    }
-    if (aq && aq->xb && !fb) return mk_cuda_to_bf16_launch(ctx, x, (size_t)s * d, aq->xb, err);
+    if (aq && !fq) return mk_cuda_act_quant(ctx, x, s, d, aq->perm, aq->q, aq->sa, err);
     return MK_OK;
 }
 
@@ -678,7 +668,7 @@ extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *re
 /* hc_head of h, or with pin of the hc_post it computes (h = pin->out). */
 static int hc_head_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int s, int hc, int d, const float *fn,
                        const float *scale, const float *base, float hc_eps, float norm_eps, int norm,
-                       const uint16_t *nw, float neps, float *y, uint16_t *yb, mk_err *err) {
+                       const uint16_t *nw, float neps, float *y, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
     hc_post_in tmp;
@@ -692,39 +682,35 @@ static int hc_head_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, 
         if (st) return st;
         if (fuse)
             (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_head_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
-                                     norm_eps, nw, neps, y + (size_t)t0 * d, yb ? yb + (size_t)t0 * d : (uint16_t *)NULL);
+                                     norm_eps, nw, neps, y + (size_t)t0 * d);
         else
             (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_head_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,
-                                     norm_eps, (const uint16_t *)NULL, 0.0f, y + (size_t)t0 * d, (uint16_t *)NULL);
+                                     norm_eps, (const uint16_t *)NULL, 0.0f, y + (size_t)t0 * d);
         MK_CU_LAUNCHED(err, "cuda: hc_head (finish) launch");
     }
-    if (norm && !fuse) {
-        st = mk_cuda_rmsnorm(ctx, y, s, d, nw, neps, y, err);
-        if (st) return st;
-    }
-    if (yb && !(norm && fuse)) return mk_cuda_to_bf16_launch(ctx, y, (size_t)s * d, yb, err);
+    if (norm && !fuse) return mk_cuda_rmsnorm(ctx, y, s, d, nw, neps, y, err);
     return MK_OK;
 }
 
 extern "C" int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,
                                const float *fn, const float *scale, const float *base,
                                float hc_eps, float norm_eps, float *y, mk_err *err) {
-    return hc_head_any(ctx, NULL, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 0, NULL, 0.0f, y, NULL, err);
+    return hc_head_any(ctx, NULL, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 0, NULL, 0.0f, y, err);
 }
 
 extern "C" int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                                     const float *scale, const float *base, float hc_eps, float norm_eps,
-                                    const uint16_t *nw, float neps, float *y, uint16_t *yb, mk_err *err) {
-    return hc_head_any(ctx, NULL, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, yb, err);
+                                    const uint16_t *nw, float neps, float *y, mk_err *err) {
+    return hc_head_any(ctx, NULL, h, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, err);
 }
 
 extern "C" int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                                          const float *comb, int s, int hc, int d, float *out, const float *fn,
                                          const float *scale, const float *base, float hc_eps, float norm_eps,
-                                         const uint16_t *nw, float neps, float *y, uint16_t *yb,
-                                         const mk_cuda_moe_sum *ms, mk_err *err) {
+                                         const uint16_t *nw, float neps, float *y, const mk_cuda_moe_sum *ms,
+                                         mk_err *err) {
     int st = hc_sum_check(ms, s, err);
     if (st) return st;
     const hc_post_in pin = {x, res, post, comb, out, ms ? *ms : mk_cuda_moe_sum{}};
-    return hc_head_any(ctx, &pin, out, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, yb, err);
+    return hc_head_any(ctx, &pin, out, s, hc, d, fn, scale, base, hc_eps, norm_eps, 1, nw, neps, y, err);
 }

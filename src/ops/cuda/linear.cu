@@ -118,10 +118,6 @@ extern "C" const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cud
     }
 }
 
-extern "C" int mk_cuda_linear_takes_bf16(const mk_cuda_ctx *ctx, int flags, const mk_wmat *W, int m) {
-    return W && W->w && W->kind == MK_W_BF16 && resolve(ctx, MK_CUDA_K_AUTO, W, m < 1 ? 1 : m, flags) != MK_CUDA_K_SIMPLE;
-}
-
 extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flags,
                                  const mk_wmat *W, const float *x, int m, float *y, int round_bf16,
                                  void *scratch, size_t scratch_bytes, mk_err *err) {
@@ -139,18 +135,11 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
     uint16_t *xb = (uint16_t *)(base + L.xb);
     float *ws = (float *)(base + L.ws);
     const int n = W->n, k = W->k, nb = (k + 127) / 128;
-    int reuse = flags & MK_CUDA_LIN_REUSE_X;
+    const int reuse = flags & MK_CUDA_LIN_REUSE_X;
     const int quantized = W->kind == MK_W_FP8 || W->kind == MK_W_FP4;
     int st;
 
     mk_cuda_kernel kk = resolve(ctx, kern, W, m, flags);
-    if (flags & MK_CUDA_LIN_X_BF16) { /* the input is already the bf16 rows: the kernels read it */
-        if (W->kind != MK_W_BF16 || kk == MK_CUDA_K_SIMPLE)
-            return mk_fail(err, MK_ENOTSUP, "cuda: linear: a bf16 input needs bf16 weights on the tensor-core kernels "
-                           "(kind %d, shape [%d, %d])", (int)W->kind, n, k);
-        xb = (uint16_t *)x;
-        reuse = 1;
-    }
     switch (kk) {
     case MK_CUDA_K_SIMPLE:
         if (W->kind == MK_W_F32) mk_cuda_note(ctx, NOTE_SIMPLE_F32, "f32 weights use the simple FMA kernel");
@@ -239,7 +228,7 @@ extern "C" size_t mk_cuda_linear_pair_scratch(const mk_cuda_ctx *ctx, const mk_w
 
 extern "C" int mk_cuda_linear_pair_one_launch(const mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2,
                                               int m) {
-    return !(flags & MK_CUDA_LIN_X_BF16) && mk_cuda_gemv_fp8_pair_ok(ctx, W1, W2) && W1->scale && W2->scale &&
+    return mk_cuda_gemv_fp8_pair_ok(ctx, W1, W2) && W1->scale && W2->scale &&
            resolve(ctx, MK_CUDA_K_AUTO, W1, m, flags) == MK_CUDA_K_GEMV &&
            resolve(ctx, MK_CUDA_K_AUTO, W2, m, flags) == MK_CUDA_K_GEMV;
 }
@@ -314,8 +303,8 @@ extern "C" int mk_cuda_linear_multi(mk_cuda_ctx *ctx, int flags, int count, cons
     if (!scratch || scratch_bytes < L.total)
         return mk_fail(err, MK_EINVAL, "cuda: linear multi: scratch of %zu bytes, %zu needed", scratch_bytes, L.total);
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-    uint16_t *xb = flags & MK_CUDA_LIN_X_BF16 ? (uint16_t *)x : (uint16_t *)(base + L.xb);
-    if (!(flags & (MK_CUDA_LIN_REUSE_X | MK_CUDA_LIN_X_BF16))) {
+    uint16_t *xb = (uint16_t *)(base + L.xb);
+    if (!(flags & MK_CUDA_LIN_REUSE_X)) {
         int st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * W[0]->k, xb, err);
         if (st) return st;
     }

@@ -129,11 +129,6 @@ typedef struct {
                             * wave of blocks each walking several slabs with the next item's weights in
                             * flight (same bits); default 1, MINKE_CUDA_GEMV_PIPE=0 */
     int gemv_pipe_grid;    /* blocks of the pipelined GEMV's grid (0: one wave; tests force fewer) */
-    int hc_xb;             /* 1: the model has its hc ops write their normalized rows in bf16 too
-                            * (mk_cuda_actq.xb) for the bf16 linears that read them (the gate, the
-                            * compressors' projections, the head: MK_CUDA_LIN_X_BF16, no conversion
-                            * launch; same bits); default 0: no gain measured on the H200 (the launches
-                            * it removes overlap their neighbours), MINKE_CUDA_HC_XB=1 */
     int hc_moe_sum;        /* 1: a block's last hc_post (fused with the next hc_pre / the head's collapse)
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
@@ -232,13 +227,7 @@ enum {
      * tensor-core GEMV (in chunks of 8 rows) where the shape allows it, else the simple kernel;
      * never the GEMM paths, whose split-K and tiling depend on m. */
     MK_CUDA_LIN_ROW_INVARIANT = 2,
-    /* x is not float: it points to the activations already in bf16 (uint16_t [m, k], the bits of
-     * mk_cuda_to_bf16 of the rows, e.g. an mk_cuda_actq's xb): the conversion is skipped. Only for
-     * bf16 weights on the tensor-core kernels (mk_cuda_linear_takes_bf16); else MK_ENOTSUP. */
-    MK_CUDA_LIN_X_BF16 = 4,
 };
-/* Whether mk_cuda_linear_ex(MK_CUDA_K_AUTO, flags) of W over m rows takes MK_CUDA_LIN_X_BF16. */
-int mk_cuda_linear_takes_bf16(const mk_cuda_ctx *ctx, int flags, const mk_wmat *W, int m);
 
 /* y1 = x W1^T and y2 = x W2^T (the same x, the same flags): one launch where both are FP8 GEMVs
  * with the same k and launch plan, else two (the second reusing the prepared input where the
@@ -349,15 +338,12 @@ int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res, const fl
 int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                     const float *scale, const float *base, float hc_eps, float norm_eps, float *y,
                     mk_err *err);
-/* The prepared inputs of a normalized row for the linears that read it: the activation
- * quantization (mk_cuda_act_quant's output: e4m3 bytes q [s, d], block scales sa [s, d / 128],
- * perm: the FP4 kernels' permuted layout; q and sa both or neither) and / or xb, the row in bf16
- * [s, d] (mk_cuda_to_bf16's output, for bf16 linears run with MK_CUDA_LIN_X_BF16). */
+/* The activation quantization of a normalized row for the next linear: mk_cuda_act_quant's output
+ * (e4m3 bytes q [s, d], block scales sa [s, d / 128], perm: the FP4 kernels' permuted layout). */
 typedef struct {
     uint8_t *q;
     float *sa;
     int perm;
-    uint16_t *xb;
 } mk_cuda_actq;
 /* mk_cuda_rmsnorm then mk_cuda_act_quant of its output into aq, the same bits, in one launch where
  * the norm's threads cover 128-blocks (d % 128 == 0, d <= 4096), else two. y may alias x. */
@@ -371,10 +357,9 @@ int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, 
                         const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                         const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
                         mk_err *err);
-/* yb (or NULL): also y in bf16 (mk_cuda_to_bf16's bits), in the finishing kernel where it runs the norm. */
 int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                          const float *scale, const float *base, float hc_eps, float norm_eps,
-                         const uint16_t *nw, float neps, float *y, uint16_t *yb, mk_err *err);
+                         const uint16_t *nw, float neps, float *y, mk_err *err);
 /* A token's MoE output as mk_cuda_moe_combine computes it (its operands: eo [slots, d], idx [T, K],
  * plan, T, K, E, shared [T, d]), for the fused hc_post ops below to take instead of their x: they
  * compute each value where they read it (the same bits) and write out [T, d] only where they
@@ -399,8 +384,8 @@ int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res,
 int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                               const float *comb, int s, int hc, int d, float *out, const float *fn,
                               const float *scale, const float *base, float hc_eps, float norm_eps,
-                              const uint16_t *nw, float neps, float *y, uint16_t *yb,
-                              const mk_cuda_moe_sum *ms, mk_err *err);
+                              const uint16_t *nw, float neps, float *y, const mk_cuda_moe_sum *ms,
+                              mk_err *err);
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
