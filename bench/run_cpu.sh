@@ -43,6 +43,10 @@ TOK_MB=4
 [[ "${BENCH_QUICK:-0}" == 1 ]] && TOK_MB=0.5
 python3 bench/bench_tokenizer.py "$BUILD" --mb "$TOK_MB"
 
+# ---- the host sampler's cost per step at vocab 129280 (build/bench/bench_sampler) ----------------
+echo "== bench_sampler"
+"$BUILD/bench/bench_sampler" ${QUICK[@]+"${QUICK[@]}"}
+
 # ---- the default model vs llama.cpp (build/bench/bench_llama + bench/bench_vs_llamacpp.py) -------
 # SmolLM2-135M-Instruct Q4_1: prompt and generation tokens/s at 1 and 2 threads, minke and
 # llama.cpp (llama-cpp-python, flash attention off and on) interleaved in this run, with ratios.

@@ -36,12 +36,16 @@ void mk_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
     out[3] = c3;
 }
 
-double mk_philox_uniform(uint64_t seed, uint64_t step, uint32_t stream) {
+uint64_t mk_philox_u53(uint64_t seed, uint64_t step, uint32_t stream) {
     const uint32_t ctr[4] = {(uint32_t)step, (uint32_t)(step >> 32), stream, 0};
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     uint32_t o[4];
     mk_philox4x32_10(ctr, key, o);
-    /* 32 bits of word 0 and the top 21 of word 1: 53 bits, exactly representable, < 1 */
-    uint64_t bits = ((uint64_t)o[0] << 21) | (o[1] >> 11);
-    return (double)bits * (1.0 / 9007199254740992.0); /* 2^-53 */
+    /* 32 bits of word 0 and the top 21 of word 1 */
+    return ((uint64_t)o[0] << 21) | (o[1] >> 11);
+}
+
+double mk_philox_uniform(uint64_t seed, uint64_t step, uint32_t stream) {
+    /* 53 bits: exactly representable, < 1 */
+    return (double)mk_philox_u53(seed, step, stream) * (1.0 / 9007199254740992.0); /* 2^-53 */
 }

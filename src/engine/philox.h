@@ -21,5 +21,7 @@ void mk_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
 /* A uniform double in [0, 1) with 53 random bits, drawn from the block at counter
  * {step, stream} under key seed. Same arguments, same value, on every machine. */
 double mk_philox_uniform(uint64_t seed, uint64_t step, uint32_t stream);
+/* Those 53 bits as an integer: mk_philox_uniform = mk_philox_u53 / 2^53. */
+uint64_t mk_philox_u53(uint64_t seed, uint64_t step, uint32_t stream);
 
 #endif

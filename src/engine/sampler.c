@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "engine/philox.h"
+#include "engine/sample_math.h"
 
 #define FLAG_PROMPT 1u /* token occurs in the prompt */
 #define FLAG_OUTPUT 2u /* token occurs in the output */
@@ -387,26 +388,28 @@ static void insertion_sort(const float *l, int32_t *idx, int lo, int hi) {
 }
 
 /* top-p: rearranges idx[0, n) so that its first m entries are exactly the candidates whose mass
- * strictly before them (in candidate order) is < target, and returns m (>= 1 when target > 0).
- * Each partition either drops the pivot and everything after it (the mass before the pivot already
- * reaches target) or keeps everything up to the pivot, so only one side is ever revisited. */
+ * strictly before them (in candidate order; integer masses, sample_math.h) is < target, and
+ * returns m (>= 1 when target > 0). Each partition either drops the pivot and everything after it
+ * (the mass before the pivot already reaches target) or keeps everything up to the pivot, so only
+ * one side is ever revisited. The masses are exact, so the kept set does not depend on the order
+ * they are added in. */
 static int top_p_prefix(const float *l, const float *w, int32_t *idx, int n, double target) {
     int lo = 0, hi = n;
-    double acc = 0; /* mass of the kept entries idx[0, lo) */
+    uint64_t acc = 0; /* mass of the kept entries idx[0, lo) */
     while (hi - lo > 16) {
         int p = partition(l, idx, lo, hi);
-        double mass = 0;
-        for (int i = lo; i < p; i++) mass += w[idx[i]];
-        if (acc + mass >= target) {
+        uint64_t mass = 0;
+        for (int i = lo; i < p; i++) mass += mk_sample_mass(w[idx[i]]);
+        if ((double)(acc + mass) >= target) {
             hi = p;
         } else {
-            acc += mass + w[idx[p]];
+            acc += mass + mk_sample_mass(w[idx[p]]);
             lo = p + 1;
         }
     }
     insertion_sort(l, idx, lo, hi);
     int i = lo;
-    for (; i < hi && acc < target; i++) acc += w[idx[i]];
+    for (; i < hi && (double)acc < target; i++) acc += mk_sample_mass(w[idx[i]]);
     return i;
 }
 
@@ -452,8 +455,9 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
     *greedy = -1;
     const float inv_t = 1.0f / fmaxf(p->temperature, 0.01f);
     float *w = s->w;
-    /* w = exp((l - max) / T): the softmax numerator, 1 at the max, 0 for -inf */
-    for (int i = 0; i < V; i++) w[i] = expf((l[i] - mx) * inv_t);
+    /* w = exp((l - max) / T): the softmax numerator, 1 at the max, 0 for -inf and below 2^-31
+     * (sample_math.h: the arithmetic a GPU draw reproduces) */
+    for (int i = 0; i < V; i++) w[i] = mk_sample_weight(l[i], mx, inv_t);
     if (p->min_p > 0) /* p_i >= min_p * p_max  <=>  w_i >= min_p, since w_max = 1 */
         for (int i = 0; i < V; i++)
             if (w[i] < p->min_p) w[i] = 0;
@@ -475,9 +479,9 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
         n = m;
     }
     if (use_p && n > 1) {
-        double z = 0;
-        for (int j = 0; j < n; j++) z += w[idx[j]];
-        int keep = top_p_prefix(l, w, idx, n, (double)p->top_p * z);
+        uint64_t z = 0;
+        for (int j = 0; j < n; j++) z += mk_sample_mass(w[idx[j]]);
+        int keep = top_p_prefix(l, w, idx, n, (double)p->top_p * (double)z);
         for (int j = keep; j < n; j++) w[idx[j]] = 0;
     }
     return MK_OK;
@@ -491,17 +495,18 @@ static void sanitize(float *l, int V) {
     }
 }
 
-/* Inverse CDF in id order: the first kept id whose cumulative weight exceeds u * total. Both sums
- * run in the same order, so the last kept id is always reached. */
-static int32_t draw(const float *w, int V, double u) {
-    double z = 0;
-    for (int i = 0; i < V; i++) z += w[i];
-    const double t = u * z;
-    double c = 0;
+/* Inverse CDF in id order over the integer masses: the first kept id whose cumulative mass exceeds
+ * t = floor(u53 * z / 2^53), z the total (t < z, so some id does). Exact integers: the same id
+ * whatever order a GPU adds them in. */
+static int32_t draw(const float *w, int V, uint64_t u53) {
+    uint64_t z = 0;
+    for (int i = 0; i < V; i++) z += mk_sample_mass(w[i]);
+    const uint64_t t = mk_sample_target(u53, z);
+    uint64_t c = 0;
     int32_t last = -1;
     for (int i = 0; i < V; i++)
         if (w[i] > 0) {
-            c += w[i];
+            c += mk_sample_mass(w[i]);
             last = i;
             if (c > t) return i;
         }
@@ -548,7 +553,7 @@ int mk_sampler_sample(mk_sampler *s, float *logits, mk_sample_out *out, mk_err *
     int32_t g;
     int rc = process(s, logits, &g, err);
     if (rc) return rc;
-    out->token = g >= 0 ? g : draw(s->w, V, mk_philox_uniform(s->seed, s->step, 0));
+    out->token = g >= 0 ? g : draw(s->w, V, mk_philox_u53(s->seed, s->step, 0));
     if (out->token < 0) return mk_fail(err, MK_EINTERNAL, "sampler: empty candidate set");
     if (s->want_lp) out->logprob = (float)((double)s->raw[out->token] - lse);
     return MK_OK;
@@ -568,11 +573,11 @@ int mk_sampler_candidates(mk_sampler *s, float *logits, int32_t *ids, float *pro
         *n = 1;
         return MK_OK;
     }
-    double z = 0;
-    for (int i = 0; i < V; i++) z += s->w[i];
+    uint64_t z = 0;
+    for (int i = 0; i < V; i++) z += mk_sample_mass(s->w[i]);
     for (int i = 0; i < V; i++)
         if (s->w[i] > 0) {
-            if (probs) probs[*n] = (float)(s->w[i] / z);
+            if (probs) probs[*n] = (float)((double)mk_sample_mass(s->w[i]) / (double)z);
             ids[(*n)++] = i;
         }
     return MK_OK;

@@ -18,14 +18,18 @@
  *   4. temperature < 1e-5: greedy, the argmax of the processed logits (lowest id on ties); the RNG
  *      is not used. Otherwise the logits are divided by the temperature (vLLM raises 0 < T < 0.01 to
  *      0.01 for numerical safety; so do we).
- *   5. min_p: tokens with p < min_p * p_max are removed (p = softmax of the tempered logits).
+ *   5. min_p: tokens with p < min_p * p_max are removed (p = softmax of the tempered logits). The
+ *      weights exp((l - max) / T) and their integer masses floor(w * 2^31), which steps 7 and 8
+ *      add, are defined in sample_math.h, so that a draw on the GPU gives the same token; a
+ *      token whose weight is below 2^-31 of the top token's is removed with them.
  *   6. top_k: the k highest logits survive; a token tied with the k-th is kept too (vLLM masks
  *      logits < the k-th value).
  *   7. top_p: over the survivors renormalized, in order of logit descending (id ascending on ties),
  *      a token is kept when the probability mass strictly before it is < top_p: the smallest prefix
  *      whose mass reaches top_p, never empty.
  *   8. One uniform u in [0,1) from Philox4x32-10 keyed by the seed, counter = step (the number of
- *      tokens accepted so far); the token is found by inverse CDF over the kept tokens in id order.
+ *      tokens accepted so far); the token is found by inverse CDF over the kept tokens' masses in
+ *      id order (exact integers: the first id whose cumulative mass exceeds floor(u * total)).
  * Order of the filters: min_p, then top_k, then top_p (vLLM V1 applies min_p as a logits processor
  * after temperature and before its top-k/top-p sampler).
  *
@@ -33,9 +37,10 @@
  * the sampler takes 64 bits from getrandom(2) at create (falling back to the clock mixed with a
  * process-wide counter); mk_sampler_seed reports the seed in use so a run can be replayed.
  *
- * Cost per step on one core at vocab 129280 (-O2, x86-64-v2): greedy 0.2 ms, plain temperature
- * 0.9 ms, top_p 0.95 2.1 ms, top_k 50 + top_p 1.9 ms, top_p + repetition + 20 logprobs 3.0 ms
- * (mostly expf over the vocabulary). Samplers are independent, so the engine can run a batch's
+ * Cost per step on one core at vocab 129280 (-O2, x86-64-v2; bench/bench_sampler.c): greedy 0.16
+ * ms, plain temperature 1.0 ms, top_p 0.95 2.3 ms, top_k 50 + top_p 2.1 ms, min_p 1.2 ms (mostly
+ * the weights' exp over the vocabulary: sample_math.h's, ~20% slower than glibc's expf, which
+ * gave 0.84 / 2.1 / 1.9 / 1.0 ms). Samplers are independent, so the engine can run a batch's
  * samplers in parallel on its thread pool.
  *
  * Stop decisions: mk_sampler_is_stop_token tells the engine whether a sampled token ends the request

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine/philox.h"
+#include "engine/sample_math.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
 
@@ -62,6 +63,63 @@ static int32_t sample_once(mk_sampler *s, const float *logits, int vocab, mk_sam
 /* Logits from probabilities: log p (the softmax of these is p). */
 static void logits_from_probs(const double *p, int n, float *l) {
     for (int i = 0; i < n; i++) l[i] = (float)log(p[i]);
+}
+
+/* ---- the arithmetic a GPU draw reproduces (sample_math.h) ------------------------------------ */
+
+/* mk_sample_exp against the double exp over [-30, 0]: within 3 float ulps (relative 4e-7); 1 at 0,
+ * 0 below -30 and at -inf. */
+Test(sample_math, exp_accuracy_and_edges) {
+    double worst = 0;
+    for (int i = 0; i <= 3000000; i++) {
+        const float x = (float)(-30.0 * i / 3000000.0);
+        const double want = exp((double)x), got = mk_sample_exp(x);
+        const double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    cr_log_info("mk_sample_exp: worst relative error %.3g over [-30, 0]", worst);
+    cr_assert(worst < 4e-7, "worst relative error %g", worst);
+    cr_assert_eq(mk_sample_exp(0.0f), 1.0f);
+    cr_assert_eq(mk_sample_exp(-30.001f), 0.0f);
+    cr_assert_eq(mk_sample_exp(-INFINITY), 0.0f);
+    /* weights: 1 at the max, 0 below 2^-31 of it; masses: floor(w * 2^31) */
+    cr_assert_eq(mk_sample_weight(3.0f, 3.0f, 1.0f), 1.0f);
+    cr_assert_eq(mk_sample_weight(-22.0f, 0.0f, 1.0f), 0.0f); /* e^-22 = 2.8e-10 < 2^-31 */
+    cr_assert(mk_sample_weight(-21.0f, 0.0f, 1.0f) > 0.0f);   /* e^-21 = 7.6e-10 */
+    cr_assert_eq(mk_sample_mass(1.0f), 2147483648u);
+    cr_assert_eq(mk_sample_mass(0.5f), 1073741824u);
+    cr_assert_eq(mk_sample_mass(MK_SAMPLE_W_MIN), 1u);
+}
+
+/* mk_sample_target = floor(u53 * z / 2^53), against 128-bit arithmetic, and always < z. */
+Test(sample_math, target_is_exact) {
+    for (uint64_t i = 0; i < 200000; i++) {
+        const uint64_t u53 = mk_philox_u53(99, i, 0);
+        const uint64_t z = (mk_philox_u53(98, i, 0) >> (i % 40)) + 1; /* 1 .. 2^53 */
+        const uint64_t want = (uint64_t)(((unsigned __int128)u53 * z) >> 53);
+        cr_assert_eq(mk_sample_target(u53, z), want, "u53 %llu z %llu", (unsigned long long)u53,
+                     (unsigned long long)z);
+        cr_assert(want < z);
+    }
+    const uint64_t top = (1ull << 53) - 1;
+    cr_assert_eq(mk_sample_target(top, 1), 0u);
+    cr_assert_eq(mk_sample_target(0, 123456789), 0u);
+    cr_assert_eq(mk_sample_target(top, 1ull << 50), (1ull << 50) - 1);
+    cr_assert_eq((double)mk_philox_u53(5, 6, 0) / 9007199254740992.0, mk_philox_uniform(5, 6, 0));
+}
+
+/* A token whose weight is below 2^-31 of the top token's is not a candidate (mass 0). */
+Test(sampler, tiny_weights_are_not_candidates) {
+    const float l[4] = {0.0f, -30.0f, -21.0f, -22.0f};
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    mk_sampler *s = make(&p, 4, NULL, 0, NULL, 0);
+    int32_t ids[4];
+    float pr[4];
+    const int32_t want[2] = {0, 2};
+    expect_set(ids, cands(s, l, 4, ids, pr), want, 2, "tiny weights");
+    cr_assert_float_eq(pr[0], 1.0 / (1.0 + exp(-21.0)), 1e-6);
+    mk_sampler_free(s);
 }
 
 /* ---- Philox -------------------------------------------------------------------------------- */

@@ -1,0 +1,94 @@
+/* sample_math.h — the sampler's arithmetic, written once for the host and the GPU.
+ *
+ * A token drawn on the GPU (a model that samples where its logits are) must be the token the host
+ * sampler would draw from the same logits, so every step whose result the draw depends on is
+ * defined here with operations both sides compute bit for bit:
+ *   - the weight of a token, w = exp((l - max) / T), through mk_sample_exp: IEEE float multiplies
+ *     and adds only (no library exp, whose last bit differs between glibc and CUDA; no fused
+ *     multiply-add: the device side spells every operation with its round-to-nearest intrinsic, so
+ *     nvcc cannot contract them, and the host is built without contraction);
+ *   - the mass of a token, an integer: floor(w * 2^31) (w <= 1). Weights below 2^-31 of the top
+ *     token's are 0, as if filtered. Masses add exactly in any order, so a parallel sum on the GPU
+ *     and a serial one on the host agree; top_p's cut and the draw's inverse CDF use them;
+ *   - the draw's target, floor(u * z) for the 53-bit uniform u = u53 / 2^53 and the total mass z,
+ *     computed exactly in integers (mk_sample_target).
+ * Plain C11 for the host; under nvcc the functions are __host__ __device__.
+ */
+#ifndef MK_ENGINE_SAMPLE_MATH_H
+#define MK_ENGINE_SAMPLE_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define MK_SM_FN __host__ __device__ static inline
+#else
+#define MK_SM_FN static inline
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define MK_SM_MUL(a, b) __fmul_rn(a, b)
+#define MK_SM_ADD(a, b) __fadd_rn(a, b)
+#define MK_SM_SUB(a, b) __fsub_rn(a, b)
+#else
+#define MK_SM_MUL(a, b) ((a) * (b))
+#define MK_SM_ADD(a, b) ((a) + (b))
+#define MK_SM_SUB(a, b) ((a) - (b))
+#endif
+
+#define MK_SAMPLE_MASS_ONE 2147483648.0f /* the mass of weight 1 (the top token): 2^31 */
+#define MK_SAMPLE_W_MIN 4.656612873077392578125e-10f /* 2^-31: smaller weights have mass 0 */
+
+/* e^x for x <= 0 (0 below -30, where every weight has mass 0 anyway): x = k ln 2 + r with k the
+ * nearest integer of x / ln 2 (ln 2 split in a 16-bit head, so k * head is exact, and a tail), e^r
+ * by its Taylor polynomial to r^7 (|r| <= 0.35: truncation below 1e-8 relative), times 2^k. About
+ * an ulp from the correctly rounded value; what matters here is that both sides get the same bits. */
+MK_SM_FN float mk_sample_exp(float x) {
+    const int in = x >= -30.0f; /* else 0 (also -inf): selected at the end, so loops vectorize */
+    x = in ? x : 0.0f;
+    const float kf = floorf(MK_SM_ADD(MK_SM_MUL(x, 1.44269502162933349609375f), 0.5f)); /* in [-43, 0] */
+    const float r = MK_SM_SUB(MK_SM_SUB(x, MK_SM_MUL(kf, 0.693145751953125f)), MK_SM_MUL(kf, 1.428606765330187045e-06f));
+    float p = 1.98412698e-04f; /* 1/7! */
+    p = MK_SM_ADD(MK_SM_MUL(p, r), 1.38888889e-03f); /* 1/6! */
+    p = MK_SM_ADD(MK_SM_MUL(p, r), 8.33333377e-03f); /* 1/5! */
+    p = MK_SM_ADD(MK_SM_MUL(p, r), 4.16666679e-02f); /* 1/4! */
+    p = MK_SM_ADD(MK_SM_MUL(p, r), 1.66666672e-01f); /* 1/3! */
+    p = MK_SM_ADD(MK_SM_MUL(p, r), 0.5f);
+    p = MK_SM_ADD(MK_SM_MUL(p, r), 1.0f);
+    p = MK_SM_ADD(MK_SM_MUL(p, r), 1.0f);
+    const uint32_t bits = (uint32_t)(127 + (int)kf) << 23; /* 2^k, a normal float for k >= -43 */
+    float two_k;
+#if defined(__CUDA_ARCH__)
+    two_k = __uint_as_float(bits);
+#else
+    memcpy(&two_k, &bits, sizeof two_k);
+#endif
+    return in ? MK_SM_MUL(p, two_k) : 0.0f;
+}
+
+/* The weight of logit l: exp((l - mx) * inv_t), 0 below 2^-31 (mx: the maximum logit, inv_t: 1 /
+ * the temperature). l and mx are sanitized (no NaN, no +inf). */
+MK_SM_FN float mk_sample_weight(float l, float mx, float inv_t) {
+    const float w = mk_sample_exp(MK_SM_MUL(MK_SM_SUB(l, mx), inv_t));
+    return w < MK_SAMPLE_W_MIN ? 0.0f : w;
+}
+
+/* The integer mass of weight w (0 <= w <= 1): floor(w * 2^31), exact (a power-of-two scale). */
+MK_SM_FN uint32_t mk_sample_mass(float w) { return (uint32_t)MK_SM_MUL(w, MK_SAMPLE_MASS_ONE); }
+
+/* floor(u53 * z / 2^53) for u53 < 2^53: the draw's target in [0, z) (z > 0), exact: the high
+ * 64 bits of the 128-bit product (u53 * 2^11) * z. */
+MK_SM_FN uint64_t mk_sample_target(uint64_t u53, uint64_t z) {
+    const uint64_t a = u53 << 11;
+#if defined(__CUDA_ARCH__)
+    return __umul64hi(a, z);
+#else
+    const uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)z, b1 = z >> 32;
+    const uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    const uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10; /* < 3 * 2^32: no overflow */
+    return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+#endif
+}
+
+#endif
