@@ -123,7 +123,8 @@ CUDA_OBJ     := $(CUDA_CU:%.cu=$(CUDA_BUILD)/%.o)
 CUDA_HOST_SRC:= $(sort $(wildcard src/ops/cpu/*.c)) src/num/formats.c src/base/status.c src/base/threads.c
 CUDA_HOST_OBJ:= $(CUDA_HOST_SRC:%.c=$(CUDA_BUILD)/%.o)
 CUDA_LIBS    := -L$(CUDA)/lib64 -Xlinker -rpath -Xlinker $(CUDA)/lib64 $(if $(filter 1,$(CUBLAS)),-lcublas) -lpthread -lm
-CUDA_HDR     := src/ops/cuda/cuda_common.cuh src/ops/cuda/ops_cuda.h src/ops/ops.h src/base/status.h include/minke.h
+CUDA_HDR     := src/ops/cuda/cuda_common.cuh src/ops/cuda/ops_cuda.h src/ops/ops.h src/base/status.h include/minke.h \
+                src/engine/sample_math.h
 
 # The DeepSeek-V4 GPU forward (src/models/dsv4_cuda.c) and the CPU model sources it needs, built
 # with the host compiler; JANSSON_LIB / JANSSON_INC let a machine without libjansson-dev link a
@@ -145,8 +146,10 @@ $(CUDA_BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DMK_WITH_CUDA $(JANSSON_INC) -MMD -MP -c $< -o $@
 
-$(CUDA_BUILD)/test_ops_cuda: $(CUDA_BUILD)/tests/ops/test_ops_cuda.o $(CUDA_OBJ) $(CUDA_HOST_OBJ)
-	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
+# (the host sampler too: the GPU draw is checked against it)
+$(CUDA_BUILD)/test_ops_cuda: $(CUDA_BUILD)/tests/ops/test_ops_cuda.o $(CUDA_OBJ) $(CUDA_HOST_OBJ) \
+                             $(CUDA_BUILD)/src/engine/sampler.o $(CUDA_BUILD)/src/engine/philox.o
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
 
 $(CUDA_BUILD)/bench_gpu: bench/gpu/bench_gpu.cu $(CUDA_OBJ) $(CUDA_HOST_OBJ) $(CUDA_HDR)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_OBJ) $(CUDA_HOST_OBJ) $(CUDA_LIBS)

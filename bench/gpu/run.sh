@@ -70,13 +70,16 @@ else
     CUBLAS=0; [ -e "$CUDA/lib64/libcublas.so" ] && CUBLAS=1
     B=build-cuda/nomake; mkdir -p $B
     CF="-std=c11 -D_GNU_SOURCE -O2 -march=x86-64-v2 -mtune=native -Iinclude -Isrc -fno-math-errno"
+    JL=-ljansson
+    [ -e .kit/lib/libjansson.a ] && CF="$CF -I$PWD/.kit/include" && JL="$PWD/.kit/lib/libjansson.a"
     NF="-O3 -std=c++17 -lineinfo $GENCODE -Iinclude -Isrc -DMK_HAVE_CUBLAS=$CUBLAS"
     for f in src/ops/cuda/*.cu; do nvcc $NF -c "$f" -o $B/$(basename "$f").o & done
-    for f in src/ops/cpu/*.c src/num/formats.c src/base/status.c src/base/threads.c tests/ops/test_ops_cuda.c; do
+    for f in src/ops/cpu/*.c src/num/formats.c src/base/status.c src/base/threads.c src/engine/sampler.c \
+             src/engine/philox.c tests/ops/test_ops_cuda.c; do
         cc $CF -c "$f" -o $B/$(basename "$f").o &
     done
     wait
-    LIBS="-L$CUDA/lib64 -Xlinker -rpath -Xlinker $CUDA/lib64 -lpthread -lm"
+    LIBS="-L$CUDA/lib64 -Xlinker -rpath -Xlinker $CUDA/lib64 $JL -lpthread -lm" # jansson: the sampler
     [ $CUBLAS = 1 ] && LIBS="$LIBS -lcublas"
     OBJS=$(ls $B/*.o | grep -v test_ops_cuda)
     nvcc $GENCODE -o build-cuda/test_ops_cuda $B/test_ops_cuda.c.o $OBJS $LIBS &&

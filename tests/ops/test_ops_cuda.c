@@ -28,6 +28,8 @@
  */
 #include "base/status.h"
 #include "base/threads.h"
+#include "engine/philox.h"
+#include "engine/sampler.h"
 #include "num/formats.h"
 #include "ops/cuda/ops_cuda.h"
 #include "ops/ops.h"
@@ -821,6 +823,75 @@ static void test_argmax_rows(int n) {
            ok ? "equal to the sampler's rule" : "FAIL", got[1], want[1], got[3], want[3]);
     mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dout);
     free(x);
+}
+
+/* The GPU draw (mk_cuda_sample_rows) = the host sampler's token (mk_sampler_sample at step 0 of a
+ * seeded request), row by row, over settings of temperature, min_p, top_k and top_p and several
+ * seeds. ties: logits on a 0.25 grid (many exact ties: the id order decides top_k / top_p); else a
+ * model-like spread. Some rows carry NaN, -inf, -0 / +0 and +inf (FLT_MAX after sanitizing); the
+ * last row is all -inf: -1 on the GPU, MK_ERANGE on the host. */
+static void test_sample_rows(int V, int ties) {
+    static const struct { float T, min_p; int k; float top_p; } set[] = {
+        {1, 0, 0, 1},          {0.7f, 0, 0, 0.95f}, {1, 0, 50, 0.9f}, {1.3f, 0.05f, 0, 1}, {0.6f, 0.02f, 200, 0.8f},
+        {1, 0, 1, 1},          {0.005f, 0, 0, 1},   {2, 0, 0, 1e-4f}, {1, 0, 0, 0.5f},     {0.8f, 0, 5, 1},
+        {1.5f, 0.1f, 7, 0.6f},
+    };
+    enum { NSEED = 5 };
+    const int nset = (int)(sizeof set / sizeof set[0]), R = nset * NSEED + 1;
+    float *x = xmalloc(sizeof(float) * (size_t)R * V), *l = xmalloc(sizeof(float) * V);
+    mk_cuda_draw *dr = xmalloc(sizeof(mk_cuda_draw) * R);
+    int32_t *want = xmalloc(sizeof(int32_t) * R), *got = xmalloc(sizeof(int32_t) * R);
+    for (int r = 0; r < R; r++) {
+        float *q = x + (size_t)r * V;
+        for (int i = 0; i < V; i++) {
+            const double u = mk_philox_uniform(500 + (uint64_t)r, (uint64_t)i, 1);
+            q[i] = ties ? (float)(floor(u * 40) * 0.25 - 5) : (float)(u * u * u * 14.0 - 4.0);
+        }
+        if (r % 4 == 1) q[3] = NAN, q[V / 2] = -INFINITY, q[V - 1] = -0.0f, q[V - 2] = 0.0f;
+        if (r == 7) q[11] = INFINITY, q[V - 7] = INFINITY; /* two at FLT_MAX: only they remain */
+        if (r == R - 1)
+            for (int i = 0; i < V; i++) q[i] = -INFINITY;
+    }
+    int ok = 1, drawn = 0;
+    for (int r = 0; r < R; r++) {
+        const int c = r < R - 1 ? r / NSEED : 0;
+        mk_sampling_params p;
+        mk_sampling_defaults(&p);
+        p.temperature = set[c].T, p.min_p = set[c].min_p, p.top_k = set[c].k, p.top_p = set[c].top_p;
+        p.seed = 9000 + (uint64_t)r, p.has_seed = 1;
+        mk_sampler *s = NULL;
+        mk_err e = {0};
+        if (mk_sampler_create(&p, V, NULL, 0, NULL, 0, &s, &e)) {
+            fprintf(stderr, "sampler: %s\n", e.msg);
+            exit(2);
+        }
+        memcpy(l, x + (size_t)r * V, sizeof(float) * V);
+        mk_sample_out o;
+        const int st = mk_sampler_sample(s, l, &o, &e);
+        want[r] = st == MK_OK ? o.token : -1;
+        if (st != MK_OK && !(st == MK_ERANGE && r == R - 1)) ok = 0; /* only the all -inf row fails */
+        drawn += st == MK_OK && o.token != 0;
+        mk_sampler_free(s);
+        dr[r] = (mk_cuda_draw){1.0f / fmaxf(p.temperature, 0.01f), p.min_p, p.top_p, p.top_k,
+                               mk_philox_u53(p.seed, 0, 0)};
+    }
+    float *dx = dup_dev(x, sizeof(float) * (size_t)R * V), *dws = poisoned_dev(sizeof(float) * (size_t)R * V);
+    mk_cuda_draw *ddr = dup_dev(dr, sizeof(mk_cuda_draw) * R);
+    int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
+    CK(mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &err_));
+    fetch(got, dout, sizeof(int32_t) * R);
+    int differ = 0;
+    for (int r = 0; r < R; r++) differ += got[r] != want[r];
+    ok = ok && !differ && drawn > R / 2;
+    n_checks++;
+    if (!ok) n_fail++;
+    char shape[64];
+    snprintf(shape, sizeof shape, "V%d %s", V, ties ? "ties" : "spread");
+    printf("| %-40s | %-26s | %d rows (T, min_p, top_k, top_p; NaN / inf / -0; all -inf): the host sampler's "
+           "token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, ok ? "PASS" : "FAIL", differ);
+    void *dv[] = {dx, dws, ddr, dout};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+    free(x), free(l), free(dr), free(want), free(got);
 }
 
 /* The attention's fused row ops = the unfused sequence, bit for bit: head_rms_rope = head_rms_bf16
@@ -2300,6 +2371,8 @@ int main(int argc, char **argv) {
     test_argmax_rows(1000);
     test_argmax_rows(1001); /* rows not 16-byte aligned: the scalar path */
     test_argmax_rows(4102); /* a float4 body and a tail */
+    test_sample_rows(129280, 0);
+    test_sample_rows(1000, 1);
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);

@@ -1,0 +1,229 @@
+/* sample.cu — a sampled token drawn on the GPU, where the logits are: the host sampler's plain
+ * draw (src/engine/sampler.c: temperature, min_p, top_k, top_p, one Philox uniform per step; no
+ * bias, penalties, masked stop tokens or logprobs), token for token.
+ *
+ * One block of 1024 threads per row. The steps and the arithmetic are the host's:
+ *   - the logits sanitized as the sampler does (NaN -> -inf, +inf -> FLT_MAX) and their maximum;
+ *   - each token's weight exp((l - max) / T) and its integer mass from src/engine/sample_math.h
+ *     (the same bits on both sides); min_p removes weights below it;
+ *   - top_k: the k-th largest logit among the candidates by a radix select over its order-preserving
+ *     32-bit key (8 bits a pass); candidates below that value are removed (ties with it kept);
+ *   - top_p: the candidates in the sampler's order (logit descending, id ascending) as a 64-bit key
+ *     (the logit's key, then the complement of the id), and a radix descent over it with each
+ *     bin's exact integer mass: the last candidate whose mass before it is below top_p * total,
+ *     so the kept set is the host's prefix;
+ *   - the draw: the first id (ascending) whose cumulative mass exceeds floor(u * total), with the
+ *     uniform's 53 bits given by the caller (mk_philox_u53 of the request's seed and step).
+ * Masses are integers, so every sum is exact and its order (atomics, tree, serial) cannot change a
+ * decision. A row whose logits are all -inf (or NaN) gets -1, where the host sampler fails.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#include <float.h>
+#include <limits.h>
+
+#include "engine/sample_math.h"
+
+#define SMP_T 1024
+#define SMP_W (SMP_T / 32)
+
+__device__ __forceinline__ float smp_san(float x) { return isnan(x) ? -INFINITY : x == INFINITY ? FLT_MAX : x; }
+
+/* Order-preserving key of a (sanitized) logit: a larger logit has a larger key; -0 and +0, equal
+ * for the host's comparisons, get the same key. */
+__device__ __forceinline__ uint32_t smp_key(float v) {
+    const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float smp_unkey(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+/* Block-wide reductions (all threads call them; the result reaches every thread). */
+struct smp_red {
+    float f[SMP_W];
+    unsigned long long u[SMP_W];
+    int i[SMP_W];
+};
+__device__ float smp_max(float v, smp_red &r) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) r.f[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = r.f[0];
+    for (int w = 1; w < SMP_W; w++) v = fmaxf(v, r.f[w]);
+    return v;
+}
+__device__ unsigned long long smp_sum(unsigned long long v, smp_red &r) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) r.u[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = 0;
+    for (int w = 0; w < SMP_W; w++) v += r.u[w];
+    return v;
+}
+__device__ int smp_min(int v, smp_red &r) {
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) r.i[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = r.i[0];
+    for (int w = 1; w < SMP_W; w++) v = min(v, r.i[w]);
+    return v;
+}
+
+/* Row blockIdx.x of logits [rows, V]: its draw d, its weights into ws [rows, V] (scratch), the
+ * token into out. */
+__global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__ logits, int V,
+                                                       const mk_cuda_draw *__restrict__ draws, float *__restrict__ ws,
+                                                       int32_t *__restrict__ out) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    __shared__ smp_red red;
+    __shared__ unsigned long long hist[256];
+    __shared__ int sel_bin;
+    __shared__ unsigned long long sel_val;
+    const int tid = threadIdx.x, row = blockIdx.x;
+    const float *l = logits + (size_t)row * V;
+    float *w = ws + (size_t)row * V;
+    const mk_cuda_draw d = draws[row];
+
+    /* the maximum of the sanitized logits */
+    float mx = -INFINITY;
+    for (int i = tid; i < V; i += SMP_T) mx = fmaxf(mx, smp_san(l[i]));
+    mx = smp_max(mx, red);
+    if (mx == -INFINITY) { /* every token masked */
+        if (tid == 0) out[row] = -1;
+        return;
+    }
+    /* weights (min_p applied) and the candidate count */
+    unsigned long long n = 0;
+    for (int i = tid; i < V; i += SMP_T) {
+        float wi = mk_sample_weight(smp_san(l[i]), mx, d.inv_t);
+        if (d.min_p > 0.0f && wi < d.min_p) wi = 0.0f;
+        w[i] = wi;
+        n += wi > 0.0f;
+    }
+    n = smp_sum(n, red); /* its barriers also make w visible to the whole block */
+
+    /* top_k: the k-th largest logit among the candidates (its value: ties with it stay) */
+    float thr = -INFINITY;
+    if (d.top_k > 0 && d.top_k < V && n > (unsigned long long)d.top_k) {
+        uint32_t prefix = 0, mask = 0;
+        unsigned long long k = (unsigned long long)d.top_k;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int b = tid; b < 256; b += SMP_T) hist[b] = 0;
+            __syncthreads();
+            for (int i = tid; i < V; i += SMP_T) {
+                if (!(w[i] > 0.0f)) continue;
+                const uint32_t key = smp_key(smp_san(l[i]));
+                if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1ull);
+            }
+            __syncthreads();
+            if (tid == 0) { /* from the top bin down: the bin holding the k-th */
+                unsigned long long c = 0;
+                int b = 255;
+                for (; b > 0 && c + hist[b] < k; b--) c += hist[b];
+                sel_bin = b, sel_val = k - c;
+            }
+            __syncthreads();
+            prefix |= (uint32_t)sel_bin << shift;
+            mask |= 255u << shift;
+            k = sel_val;
+            __syncthreads();
+        }
+        thr = smp_unkey(prefix);
+    }
+
+    /* top_p: the kept prefix of the candidates in the sampler's order, by exact masses */
+    unsigned long long kstar = 0; /* candidates with key >= kstar are kept (0: all) */
+    if (d.top_p < 1.0f) {
+        unsigned long long n2 = 0, z = 0;
+        for (int i = tid; i < V; i += SMP_T) {
+            const float wi = w[i];
+            if (wi > 0.0f && smp_san(l[i]) >= thr) n2++, z += mk_sample_mass(wi);
+        }
+        n2 = smp_sum(n2, red);
+        z = smp_sum(z, red);
+        if (n2 > 1) {
+            const double target = __dmul_rn((double)d.top_p, (double)z);
+            unsigned long long prefix = 0, mask = 0, above = 0; /* above: the mass before the prefix's range */
+            for (int shift = 56; shift >= 0; shift -= 8) {
+                for (int b = tid; b < 256; b += SMP_T) hist[b] = 0;
+                __syncthreads();
+                for (int i = tid; i < V; i += SMP_T) {
+                    const float wi = w[i], v = smp_san(l[i]);
+                    if (!(wi > 0.0f && v >= thr)) continue;
+                    const unsigned long long key = (unsigned long long)smp_key(v) << 32 | (uint32_t)~(uint32_t)i;
+                    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], (unsigned long long)mk_sample_mass(wi));
+                }
+                __syncthreads();
+                if (tid == 0) { /* the lowest non-empty bin whose first candidate is kept */
+                    unsigned long long s = 0, sa = above;
+                    int sb = -1;
+                    for (int b = 255; b >= 0; b--) {
+                        if (!hist[b]) continue;
+                        if (!((double)(above + s) < target)) break;
+                        sb = b, sa = above + s;
+                        s += hist[b];
+                    }
+                    sel_bin = sb, sel_val = sa;
+                }
+                __syncthreads();
+                /* sel_bin >= 0: the prefix is a kept candidate's, so the first non-empty bin under it
+                 * starts at its mass before, which is < target (> 0: top_p > 0, z >= 2^31) */
+                prefix |= (unsigned long long)sel_bin << shift;
+                mask |= 255ull << shift;
+                above = sel_val;
+                __syncthreads();
+            }
+            kstar = prefix;
+        }
+    }
+
+    /* the draw: per thread a run of consecutive ids, the runs' exact masses scanned in order */
+    const int per = (V + SMP_T - 1) / SMP_T, i0 = tid * per, i1 = min(V, i0 + per);
+    auto kept_mass = [&](int i) -> unsigned long long {
+        const float wi = w[i], v = smp_san(l[i]);
+        if (!(wi > 0.0f && v >= thr)) return 0;
+        if (kstar && ((unsigned long long)smp_key(v) << 32 | (uint32_t)~(uint32_t)i) < kstar) return 0;
+        return mk_sample_mass(wi);
+    };
+    unsigned long long mine = 0;
+    for (int i = i0; i < i1; i++) mine += kept_mass(i);
+    const unsigned long long total = smp_sum(mine, red);
+    const unsigned long long t = mk_sample_target(d.u53, total);
+    /* exclusive prefix of the runs: a warp scan, then the warps' totals */
+    unsigned long long incl = mine;
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    __syncthreads();
+    if (lane == 31) red.u[warp] = incl;
+    __syncthreads();
+    unsigned long long c = incl - mine;
+    for (int q = 0; q < warp; q++) c += red.u[q];
+    int found = INT_MAX;
+    if (c + mine > t) /* the target falls in this run */
+        for (int i = i0; i < i1; i++) {
+            c += kept_mass(i);
+            if (c > t) {
+                found = i;
+                break;
+            }
+        }
+    found = smp_min(found, red);
+    if (tid == 0) out[row] = found == INT_MAX ? -1 : found;
+}
+
+extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_cuda_draw *draws,
+                                   float *ws, int32_t *out, mk_err *err) {
+    if (rows <= 0) return MK_OK;
+    if (V <= 0 || !logits || !draws || !ws || !out)
+        return mk_fail(err, MK_EINVAL, "cuda: sample: bad arguments (rows of %d values)", V);
+    (void)mk_cuda_launch_pdl(ctx, rows, SMP_T, 0, k_sample_rows, logits, V, draws, ws, out);
+    MK_CU_LAUNCHED(err, "cuda: sample launch");
+    return MK_OK;
+}
