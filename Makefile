@@ -124,7 +124,7 @@ CUDA_HOST_SRC:= $(sort $(wildcard src/ops/cpu/*.c)) src/num/formats.c src/base/s
 CUDA_HOST_OBJ:= $(CUDA_HOST_SRC:%.c=$(CUDA_BUILD)/%.o)
 CUDA_LIBS    := -L$(CUDA)/lib64 -Xlinker -rpath -Xlinker $(CUDA)/lib64 $(if $(filter 1,$(CUBLAS)),-lcublas) -lpthread -lm
 CUDA_HDR     := src/ops/cuda/cuda_common.cuh src/ops/cuda/ops_cuda.h src/ops/ops.h src/base/status.h include/minke.h \
-                src/engine/sample_math.h
+                src/num/sample_math.h
 
 # The DeepSeek-V4 GPU forward (src/models/dsv4_cuda.c) and the CPU model sources it needs, built
 # with the host compiler; JANSSON_LIB / JANSSON_INC let a machine without libjansson-dev link a

@@ -10,7 +10,10 @@
  * penalties or min_tokens mask) asks the model for the argmax instead of the logits
  * (mk_batch_item.argmax); the GPU model computes it on the device and copies one int instead of
  * the vocabulary's floats, and the sampler records it with mk_sampler_take (the same token
- * mk_sampler_sample would pick). Every other step samples the logits on the host, the step's
+ * mk_sampler_sample would pick). With MINKE_MODEL_DRAW=1 (off until measured on a GPU), a step
+ * whose sampling is plain (mk_sampler_plain_draw: temperature, min_p, top_k, top_p only) hands the
+ * model its draw the same way (mk_batch_item.draw): the GPU model draws the token the host
+ * sampler would, and mk_sampler_take records it. Every other step samples the logits on the host, the step's
  * requests in parallel on the engine's sampling pool (samplers are independent; a request's
  * token does not depend on the others or on the thread), then the results are applied in order.
  *
@@ -77,7 +80,8 @@ struct mk_engine {
     mk_sched *sched;
     mk_ereq **slot;       /* [n_slots] owner of each slot */
     float *logits;        /* [max_num_seqs][vocab] */
-    int32_t *argmax;      /* [max_num_seqs]: plain greedy pieces' tokens, where the model picks them */
+    int32_t *argmax;      /* [max_num_seqs]: plain greedy (or drawn) pieces' tokens, where the model picks them */
+    mk_sample_draw *draws; /* [max_num_seqs]: the plain draws handed to the model (model_draw) */
     mk_pool *spool;       /* the step's host sampling, a request per task (NULL: one thread) */
     int *sidx;            /* [max_num_seqs] items sampled on the host this step */
     mk_sample_out *sout;  /* [max_num_seqs] their results, */
@@ -85,6 +89,7 @@ struct mk_engine {
     mk_err *serr;         /* and messages */
     int model_argmax;     /* let the model pick plain greedy tokens (default; MINKE_MODEL_ARGMAX=0: off,
                            * for A/B benchmarks) */
+    int model_draw;       /* and draw plain sampled tokens (MINKE_MODEL_DRAW=1; default 0 until run on a GPU) */
     mk_sched_item *items; /* [max_num_seqs] */
     mk_batch_item *bitems;
     mk_sreq **preempted;
@@ -333,11 +338,15 @@ static int step(mk_engine *e) {
         }
         /* a plain greedy step (sampler.h) lets the model pick the token where the logits are */
         int32_t *am = it->logits && e->model_argmax && mk_sampler_plain_greedy(r->smp) ? &e->argmax[i] : NULL;
+        /* a plain draw (sampler.h) lets the model draw it there (tuning: model_draw) */
+        const mk_sample_draw *dr = NULL;
+        if (!am && it->logits && e->model_draw && mk_sampler_plain_draw(r->smp, &e->draws[i]))
+            am = &e->argmax[i], dr = &e->draws[i];
         e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .fresh = fresh, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
                                        .n = it->n, .blocks = it->req->blocks, .n_blocks = it->req->n_blocks,
                                        .copy_from = it->copy_from, .copy_to = it->copy_to,
                                        .logits = it->logits ? e->logits + (size_t)(nl++) * e->vocab : NULL,
-                                       .argmax = am};
+                                       .argmax = am, .draw = dr};
     }
     mk_err err = {0};
     mk_model_forward_batch(e->m, e->kv, e->bitems, n, &err);
@@ -466,6 +475,8 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->logits = mk_kvcache_host_floats(e->kv, (size_t)e->vocab * (size_t)o->max_num_seqs);
     e->argmax = calloc((size_t)o->max_num_seqs, sizeof *e->argmax);
     e->model_argmax = !(getenv("MINKE_MODEL_ARGMAX") && atoi(getenv("MINKE_MODEL_ARGMAX")) == 0);
+    e->draws = calloc((size_t)o->max_num_seqs, sizeof *e->draws);
+    e->model_draw = getenv("MINKE_MODEL_DRAW") && atoi(getenv("MINKE_MODEL_DRAW")) == 1;
     e->sidx = calloc((size_t)o->max_num_seqs, sizeof *e->sidx);
     e->sout = calloc((size_t)o->max_num_seqs, sizeof *e->sout);
     e->src = calloc((size_t)o->max_num_seqs, sizeof *e->src);
@@ -479,7 +490,7 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->items = calloc((size_t)o->max_num_seqs, sizeof *e->items);
     e->bitems = calloc((size_t)o->max_num_seqs, sizeof *e->bitems);
     e->preempted = calloc((size_t)o->max_num_seqs, sizeof *e->preempted);
-    if (!e->slot || !e->logits || !e->argmax || !e->sidx || !e->sout || !e->src || !e->serr || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
+    if (!e->slot || !e->logits || !e->argmax || !e->draws || !e->sidx || !e->sout || !e->src || !e->serr || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
     e->st.max_num_seqs = o->max_num_seqs;
     e->st.max_model_len = o->max_model_len;
     e->st.kv_blocks = e->caps.n_blocks;
@@ -513,6 +524,7 @@ void mk_engine_free(mk_engine *e) {
     mk_kvcache_free(e->kv);
     free(e->slot);
     free(e->argmax);
+    free(e->draws);
     mk_pool_free(e->spool);
     free(e->sidx);
     free(e->sout);

@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "engine/philox.h"
-#include "engine/sample_math.h"
+#include "num/sample_math.h"
 
 #define FLAG_PROMPT 1u /* token occurs in the prompt */
 #define FLAG_OUTPUT 2u /* token occurs in the output */
@@ -590,16 +590,27 @@ int mk_sampler_plain_greedy(const mk_sampler *s) {
     return !(s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0));
 }
 
-int mk_sampler_take(const mk_sampler *s, int32_t argmax, mk_sample_out *out, mk_err *err) {
+int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d) {
+    const mk_sampling_params *p = &s->p;
+    if (p->temperature < MK_SAMPLER_GREEDY_EPS || s->want_lp || p->n_bias || s->counts) return 0;
+    if (s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0)) return 0;
+    const float inv_t = 1.0f / fmaxf(p->temperature, 0.01f); /* process()'s */
+    if (!(inv_t > 0.0f)) return 0;
+    *d = (mk_sample_draw){inv_t, p->min_p, p->top_p, p->top_k, mk_philox_u53(s->seed, s->step, 0)};
+    return 1;
+}
+
+int mk_sampler_take(const mk_sampler *s, int32_t token, mk_sample_out *out, mk_err *err) {
     out->token = -1;
     out->logprob = 0;
     out->n_top = 0;
-    if (!mk_sampler_plain_greedy(s))
-        return mk_fail(err, MK_EINVAL, "sampler: an argmax taken for a request that is not plain greedy");
-    if (argmax < 0) return mk_fail(err, MK_ERANGE, "sampler: every token is masked (all logits -inf)");
-    if (argmax >= s->vocab)
-        return mk_fail(err, MK_EINVAL, "sampler: argmax %d is outside the vocabulary [0, %d)", (int)argmax, s->vocab);
-    out->token = argmax;
+    mk_sample_draw d;
+    if (!mk_sampler_plain_greedy(s) && !mk_sampler_plain_draw(s, &d))
+        return mk_fail(err, MK_EINVAL, "sampler: a token taken for a request that is neither plain greedy nor a plain draw");
+    if (token < 0) return mk_fail(err, MK_ERANGE, "sampler: every token is masked (all logits -inf)");
+    if (token >= s->vocab)
+        return mk_fail(err, MK_EINVAL, "sampler: token %d is outside the vocabulary [0, %d)", (int)token, s->vocab);
+    out->token = token;
     return MK_OK;
 }
 

@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "num/sample_math.h"
 
 #define MK_SAMPLER_MAX_TOP_LOGPROBS 20
 #define MK_SAMPLER_GREEDY_EPS 1e-5f /* temperature below this is greedy (vLLM's _SAMPLING_EPS) */
@@ -130,11 +131,19 @@ int mk_sampler_candidates(mk_sampler *s, float *logits, int32_t *ids, float *pro
  * mk_sampler_take. */
 int mk_sampler_plain_greedy(const mk_sampler *s);
 
-/* The result mk_sampler_sample would give when the argmax of the sanitized logits (NaN as -inf,
- * +inf as FLT_MAX, the lowest id on ties) is `argmax` (-1: every logit is -inf or NaN): out as
- * mk_sampler_sample fills it (no logprobs), MK_ERANGE with the same message when argmax < 0,
- * MK_EINVAL when the sampler is not plain greedy or argmax is not a token id. */
-int mk_sampler_take(const mk_sampler *s, int32_t argmax, mk_sample_out *out, mk_err *err);
+/* 1 when the next mk_sampler_sample draws with nothing but temperature, min_p, top_k and top_p
+ * (not greedy; no logprobs, logit_bias, penalties or stop token masked by min_tokens at this
+ * step): *d then holds that draw (src/num/sample_math.h), which a model may carry out where the
+ * logits are (mk_batch_item.draw: the GPU's mk_cuda_sample_rows gives the token this sampler would
+ * give); the engine records its token with mk_sampler_take. 0 otherwise (d untouched). */
+int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d);
+
+/* The result mk_sampler_sample would give when the model picked the token: for a plain greedy
+ * step the argmax of the sanitized logits (NaN as -inf, +inf as FLT_MAX, the lowest id on ties),
+ * for a plain draw (mk_sampler_plain_draw) the drawn token; -1: every logit is -inf or NaN. out as
+ * mk_sampler_sample fills it (no logprobs), MK_ERANGE with the same message for -1, MK_EINVAL when
+ * the step is neither plain greedy nor a plain draw, or the token is not a token id. */
+int mk_sampler_take(const mk_sampler *s, int32_t token, mk_sample_out *out, mk_err *err);
 
 /* Records the token generated this step: output counts for the penalties, min_tokens progress and
  * the RNG counter. Ids outside the vocabulary only advance the step. */

@@ -69,10 +69,10 @@ struct dsv4_slot_ops {
     int (*reset)(mk_kvcache *c, int slot, mk_err *err);
     int (*restore)(mk_kvcache *c, int slot, int pos, mk_err *err);
     int (*pos)(const mk_kvcache *c, int slot);
-    /* one batched forward over np pieces on distinct slots */
+    /* one batched forward over np pieces on distinct slots (draws[k]: piece k's draw, or NULL) */
     int (*forward)(mk_kvcache *c, const int *slots, const int32_t *const *tokens, const int *n, float *const *logits,
-                   int32_t *const *argmax, int np, mk_err *err);
-    int writes_argmax; /* forward writes the argmax of pieces that ask for it (else only logits) */
+                   int32_t *const *argmax, const mk_sample_draw *const *draws, int np, mk_err *err);
+    int writes_argmax; /* forward writes the argmax (or the draw) of pieces that ask for it (else only logits) */
 };
 
 static int cpu_bind(mk_kvcache *c, int slot, const int *blocks, int n_blocks, mk_err *err) {
@@ -88,8 +88,8 @@ static int cpu_reset(mk_kvcache *c, int slot, mk_err *err) {
 static int cpu_restore(mk_kvcache *c, int slot, int pos, mk_err *err) { return dsv4_seq_restore(c->dseqs[slot], pos, err); }
 static int cpu_pos(const mk_kvcache *c, int slot) { return dsv4_seq_pos(c->dseqs[slot]); }
 static int cpu_forward(mk_kvcache *c, const int *slots, const int32_t *const *tokens, const int *n, float *const *logits,
-                       int32_t *const *argmax, int np, mk_err *err) {
-    (void)argmax; /* the CPU fills the logits; the sampler takes the argmax there */
+                       int32_t *const *argmax, const mk_sample_draw *const *draws, int np, mk_err *err) {
+    (void)argmax, (void)draws; /* the CPU fills the logits; the sampler takes the token there */
     dsv4_seq *seqs[DSV4_STEP_MAX];
     for (int k = 0; k < np; k++) seqs[k] = c->dseqs[slots[k]];
     return dsv4_forward_batch(seqs, tokens, n, logits, np, err);
@@ -104,10 +104,10 @@ static int gpu_reset(mk_kvcache *c, int slot, mk_err *err) { return dsv4_cuda_se
 static int gpu_restore(mk_kvcache *c, int slot, int pos, mk_err *err) { return dsv4_cuda_seq_restore(c->gseqs[slot], pos, err); }
 static int gpu_pos(const mk_kvcache *c, int slot) { return dsv4_cuda_seq_pos(c->gseqs[slot]); }
 static int gpu_forward(mk_kvcache *c, const int *slots, const int32_t *const *tokens, const int *n, float *const *logits,
-                       int32_t *const *argmax, int np, mk_err *err) {
+                       int32_t *const *argmax, const mk_sample_draw *const *draws, int np, mk_err *err) {
     dsv4_cuda_seq *seqs[DSV4_STEP_MAX];
     for (int k = 0; k < np; k++) seqs[k] = c->gseqs[slots[k]];
-    return dsv4_cuda_forward_batch_am(c->gwork, seqs, tokens, n, logits, argmax, np, err);
+    return dsv4_cuda_forward_batch_am(c->gwork, seqs, tokens, n, logits, argmax, draws, np, err);
 }
 static const dsv4_slot_ops GPU_OPS = {gpu_bind, gpu_reset, gpu_restore, gpu_pos, gpu_forward, 1};
 #endif
@@ -412,6 +412,7 @@ static int forward_dsv4(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err)
     int cnt[DSV4_STEP_MAX], which[DSV4_STEP_MAX], slots[DSV4_STEP_MAX];
     float *lg[DSV4_STEP_MAX];
     int32_t *am[DSV4_STEP_MAX];
+    const mk_sample_draw *dr[DSV4_STEP_MAX];
     for (int i0 = 0; i0 < n; i0 += DSV4_STEP_MAX) {
         int m = n - i0 < DSV4_STEP_MAX ? n - i0 : DSV4_STEP_MAX;
         mk_batch_item *its = items + i0;
@@ -437,14 +438,15 @@ static int forward_dsv4(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err)
                 cnt[np] = its[i].n;
                 lg[np] = its[i].logits;
                 am[np] = its[i].logits && c->ops->writes_argmax ? its[i].argmax : NULL;
+                dr[np] = am[np] ? its[i].draw : NULL;
                 np++;
             }
             if (!np) continue;
-            int rc = c->ops->forward(c, slots, toks, cnt, lg, am, np, err);
+            int rc = c->ops->forward(c, slots, toks, cnt, lg, am, dr, np, err);
             if (rc && np > 1) {
                 for (int k = 0; k < np; k++) {
                     mk_batch_item *it = &its[which[k]];
-                    if ((it->status = c->ops->forward(c, &slots[k], &toks[k], &cnt[k], &lg[k], &am[k], 1, err)))
+                    if ((it->status = c->ops->forward(c, &slots[k], &toks[k], &cnt[k], &lg[k], &am[k], &dr[k], 1, err)))
                         last = it->status;
                     else if (am[k]) it->argmax_done = 1;
                 }

@@ -42,6 +42,7 @@
 
 #include "kv/kv.h"
 #include "minke.h"
+#include "num/sample_math.h"
 
 typedef struct mk_kvcache mk_kvcache;
 
@@ -98,6 +99,10 @@ typedef struct {
                               * the lowest id on ties, -1 when every logit is -inf or NaN: the
                               * sampler's greedy rule) and set argmax_done. The GPU model does (no
                               * copy of the logits to the host); the CPU models fill logits. */
+    const mk_sample_draw *draw; /* with argmax, may be non-NULL: the model may instead draw the token
+                              * with it (the sampler's plain draw, mk_sampler_plain_draw: the token
+                              * the host sampler would draw from those logits, -1 when every logit is
+                              * -inf or NaN) into *argmax and set argmax_done. The GPU model does. */
     int argmax_done;         /* out: 1 when *argmax was written and logits were not */
     int status;              /* out: MK_OK, or why this piece failed (the others still ran) */
 } mk_batch_item;

@@ -372,6 +372,9 @@ struct dsv4_cuda_work {
     int32_t *gidx, *plan, *ids, *tok, *tbl, *pos; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] | pos [max_rows] */
     float *hl, *xl, *logits;                /* head: [max_pieces, hc, dim], [max_pieces, dim], [max_pieces, vocab] */
     int32_t *am, *ham;                      /* argmax of the logits rows [max_pieces]: device, host */
+    mk_sample_draw *draw, *hdraw;           /* the logits rows' draws [max_pieces] (inv_t 0: none), in the
+                                             * ids region (uploaded with them): device, host staging */
+    float *sws;                             /* the draws' weights [max_pieces, vocab] (mk_cuda_sample_rows) */
     float *me, *mhn, *mhp, *mh;             /* MTP */
     void *lin;
     size_t lin_bytes;
@@ -379,7 +382,8 @@ struct dsv4_cuda_work {
     int32_t *hids;                          /* host staging of ids (and of apc; page-locked) */
     int upl_pending;                        /* an asynchronous upload from hids may not have run yet */
     mk_cuda_apiece *apc, *happ;             /* attention pieces [max_pieces, n_layers + n_mtp], after the ids */
-    size_t ids_bytes;                       /* the ints of ids, 256-aligned: apc starts there */
+    size_t ids_bytes;                       /* the ints of ids then the draws, each 256-aligned: apc starts there */
+    size_t draw_off;                        /* the draws' offset in the ids region */
     /* host buffers of the hooks (standalone sequences only) */
     float *hh;
     size_t hh_n;
@@ -459,7 +463,8 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->sw, F(Tm * K));
     WA(w->gidx, sizeof(int32_t) * Tm * K);
     WA(w->plan, sizeof(int32_t) * mk_cuda_moe_plan_ints((int)Tm, K, E));
-    w->ids_bytes = (sizeof(int32_t) * (2 * Tm + P * w->tbl_cap) + 255) & ~(size_t)255;
+    w->draw_off = (sizeof(int32_t) * (2 * Tm + P * w->tbl_cap) + 255) & ~(size_t)255;
+    w->ids_bytes = w->draw_off + ((sizeof(mk_sample_draw) * P + 255) & ~(size_t)255);
     const size_t apc_bytes = sizeof(mk_cuda_apiece) * P * (size_t)(c->n_layers + c->n_mtp);
     WA(w->ids, w->ids_bytes + apc_bytes);
     WA(w->xd, F(Tm * d));
@@ -478,6 +483,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->xl, F(P * d));
     WA(w->logits, F(P * c->vocab));
     WA(w->am, sizeof(int32_t) * P);
+    WA(w->sws, F(P * c->vocab));
     if (w->with_mtp) {
         WA(w->me, F(Tm * d));
         WA(w->mhn, F(Th * d));
@@ -529,6 +535,8 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     if (!rc) {
         w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
         w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
+        w->draw = (mk_sample_draw *)((uint8_t *)w->ids + w->draw_off);
+        w->hdraw = (mk_sample_draw *)((uint8_t *)w->hids + w->draw_off);
     }
     if (!rc && with_hooks) {
         size_t hn = Th * d;
@@ -775,6 +783,7 @@ typedef struct {
     const int32_t *dtbl; /* the block table on the device */
     float *logits;       /* host, or NULL */
     int32_t *argmax;     /* host, or NULL: the argmax of the logits row instead of the row */
+    const mk_sample_draw *draw; /* with argmax, or NULL: that draw's token instead of the argmax */
 } gpiece;
 
 /* One call's context: the scratch, the pieces, and the hooks (a single-piece call only). */
@@ -1452,10 +1461,15 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
         TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
                                  c->norm_eps, w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
-    int any_am = 0;
-    for (int pi = 0; pi < C->np; pi++) any_am |= C->pc[pi].logits && C->pc[pi].argmax;
-    /* greedy pieces: the argmax of every logits row, then only those ints to the host */
+    int any_am = 0, any_draw = 0;
+    for (int pi = 0; pi < C->np; pi++) {
+        any_am |= C->pc[pi].logits && C->pc[pi].argmax;
+        any_draw |= C->pc[pi].logits && C->pc[pi].draw;
+    }
+    /* greedy pieces: the argmax of every logits row, then only those ints to the host; pieces with
+     * a draw: the sampler's token instead (rows without a draw, inv_t 0 in w->draw, keep theirs) */
     if (any_am) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
+    if (any_draw) TRY(mk_cuda_sample_rows(ctx, w->logits, n, c->vocab, w->draw, w->sws, w->am, err));
     return C->no_sync ? MK_OK : head_collect(C, err);
 }
 
@@ -1531,7 +1545,8 @@ static void fill_apc(dsv4_cuda_work *w, const gpiece *p, int i, int l0, int l1) 
 
 /* Checks every piece, lays out the rows and uploads token ids and block tables (one copy). */
 static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
-                      const int *n, float *const *logits, int32_t *const *argmax, int np, gpiece *pc, mk_err *err) {
+                      const int *n, float *const *logits, int32_t *const *argmax, const mk_sample_draw *const *draws,
+                      int np, gpiece *pc, mk_err *err) {
     const dsv4_config *c = &w->g->m->cfg;
     memset(C, 0, sizeof *C);
     if (np < 1) return mk_fail(err, MK_EINVAL, "a batched call needs at least one piece");
@@ -1559,6 +1574,10 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         TRY(check_tokens(c, tokens[i], n[i], i, err));
         pc[i] = (gpiece){.s = s, .T = n[i], .start = s->pos, .row0 = R, .logits = logits ? logits[i] : NULL,
                          .argmax = logits && logits[i] && argmax ? argmax[i] : NULL};
+        pc[i].draw = pc[i].argmax && draws ? draws[i] : NULL;
+        if (pc[i].draw && !(pc[i].draw->inv_t > 0.0f))
+            return mk_fail(err, MK_EINVAL, "piece %d: a draw with inverse temperature %g (needs > 0)", i,
+                           (double)pc[i].draw->inv_t);
         R += n[i];
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
@@ -1573,6 +1592,8 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         for (int j = 0; j < n[i]; j++) hpos[pc[i].row0 + j] = pc[i].start + j;
         fill_apc(w, &pc[i], i, 0, c->n_layers);
     }
+    for (int i = 0, r = 0; i < np; i++) /* the logits rows' draws, in row order (inv_t 0: none) */
+        if (pc[i].logits) w->hdraw[r++] = pc[i].draw ? *pc[i].draw : (mk_sample_draw){0};
     const size_t nL = (size_t)(c->n_layers + c->n_mtp);
     TRY(upload_ids(w, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
     C->g = w->g;
@@ -1614,15 +1635,16 @@ static int run_call(gcall *C, mk_err *err) {
  * mk_cuda_cmp_step_multi; the indexer's columns rounded by idx_cols). The host side of a step that
  * the replay skips is the compressors' counters (step_counters). */
 
-/* The head's mode of a call: 0 no piece wants logits, 1 all do, 2 all do and some want the argmax;
- * -1 mixed (not replayable: the head gathers some rows). */
+/* The head's mode of a call: 0 no piece wants logits, 1 all do, 2 all do and some want the argmax,
+ * 3 all do and some want a draw; -1 mixed (not replayable: the head gathers some rows). */
 static int head_mode(const gcall *C) {
-    int n = 0, am = 0;
+    int n = 0, am = 0, dr = 0;
     for (int i = 0; i < C->np; i++) {
         n += C->pc[i].logits != NULL;
         am |= C->pc[i].logits && C->pc[i].argmax;
+        dr |= C->pc[i].logits && C->pc[i].draw;
     }
-    return !n ? 0 : n < C->np ? -1 : am ? 2 : 1;
+    return !n ? 0 : n < C->np ? -1 : dr ? 3 : am ? 2 : 1;
 }
 
 /* Whether the call is a replayable decode step; its indexer columns in *n_cap. */
@@ -1739,15 +1761,16 @@ dsv4_cuda_work *dsv4_cuda_seq_work(dsv4_cuda_seq *s) { return s->work; }
 
 int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                             const int *n, float *const *logits, int np, mk_err *err) {
-    return dsv4_cuda_forward_batch_am(w, seqs, tokens, n, logits, NULL, np, err);
+    return dsv4_cuda_forward_batch_am(w, seqs, tokens, n, logits, NULL, NULL, np, err);
 }
 
 int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
-                               const int *n, float *const *logits, int32_t *const *argmax, int np, mk_err *err) {
+                               const int *n, float *const *logits, int32_t *const *argmax,
+                               const mk_sample_draw *const *draws, int np, mk_err *err) {
     gpiece pcs[64], *pc = np <= 64 ? pcs : malloc(sizeof *pc * (size_t)np);
     if (!pc) return mk_fail(err, MK_ENOMEM, "out of memory");
     gcall C;
-    int rc = call_setup(&C, w, seqs, tokens, n, logits, argmax, np, pc, err);
+    int rc = call_setup(&C, w, seqs, tokens, n, logits, argmax, draws, np, pc, err);
     if (!rc) {
         int n_cap = 0;
         if (graph_ok(&C, &n_cap)) {
@@ -1777,7 +1800,7 @@ int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *log
 int dsv4_cuda_forward_argmax(dsv4_cuda_seq *s, const int32_t *tokens, int T, int32_t *argmax, mk_err *err) {
     if (!s->work) return mk_fail(err, MK_EINVAL, "cuda: a paged sequence runs through dsv4_cuda_forward_batch");
     float dummy = 0.0f, *lg = &dummy;
-    return dsv4_cuda_forward_batch_am(s->work, &s, &tokens, &T, &lg, &argmax, 1, err);
+    return dsv4_cuda_forward_batch_am(s->work, &s, &tokens, &T, &lg, &argmax, NULL, 1, err);
 }
 
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *logits, mk_err *err) {
@@ -1852,7 +1875,7 @@ int dsv4_cuda_graph_probe(dsv4_cuda_seq *s, int32_t tok, int reps, dsv4_cuda_gra
     int one = 1;
     gpiece pc;
     gcall C;
-    TRY(call_setup(&C, w, &s, &tk, &one, &lg, &amp, 1, &pc, err));
+    TRY(call_setup(&C, w, &s, &tk, &one, &lg, &amp, NULL, 1, &pc, err));
     C.no_sync = 1;
     s->broken = 1; /* from here on the state is that of a repeated step */
     TRY(run_call(&C, err)); /* warm-up */

@@ -89,9 +89,12 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
 /* The same, where a piece with logits[i] and argmax[i] (argmax may be NULL) gets, instead of its
  * logits row, the row's argmax in *argmax[i], computed on the GPU with the sampler's greedy rule
  * (NaN as -inf, +inf as FLT_MAX, the lowest id on ties; -1 when every logit is -inf or NaN): an int
- * crosses the bus instead of vocab floats. logits[i] is then left untouched. */
+ * crosses the bus instead of vocab floats. logits[i] is then left untouched. With draws (may be
+ * NULL) and draws[i] (inv_t > 0), that piece gets instead the token of the sampler's plain draw
+ * (src/num/sample_math.h; mk_cuda_sample_rows: the token the host sampler draws from that row). */
 int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
-                               const int *n, float *const *logits, int32_t *const *argmax, int np, mk_err *err);
+                               const int *n, float *const *logits, int32_t *const *argmax,
+                               const mk_sample_draw *const *draws, int np, mk_err *err);
 /* The MTP layer on the final stream of the last forward call (which must have had n tokens):
  * ids [n] the next tokens; logits [vocab] of the last position. */
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int n, float *logits, mk_err *err);

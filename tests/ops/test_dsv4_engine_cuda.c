@@ -20,6 +20,10 @@
  *       logits are copied) submitted with the (a) prompts, every other one, next to requests with
  *       logprobs: the same tokens as (a)'s with logprobs, and the engine counts N/2 x 24 tokens
  *       picked by the model;
+ *   (f) sampled requests (seeded; temperature 0.8, min_p 0.02, top_k 40, top_p 0.9): 6 together with
+ *       MINKE_MODEL_DRAW=1, every other one with logprobs (sampled on the host) and the others plain
+ *       (the GPU draws the token, mk_batch_item.draw, mk_cuda_sample_rows): the same tokens as all 6
+ *       sampled on the host, and the engine counts N/2 x 24 tokens picked by the model;
  *   (d) GPU vs CPU: one greedy request (100 prompt tokens, 1 output token, 5 top logprobs) through
  *       a CPU engine and a GPU engine: the same first token, its logprob within 2e-2 (absolute),
  *       and every top-5 alternative the two lists share within 2e-2. Asserted on v4-tiny-wide, the
@@ -257,6 +261,58 @@ static int check_batch(mk_model *gm, mk_engine *alone) {
     return 0;
 }
 
+/* a seeded sampled request (see (f)), with or without logprobs */
+static int submit_sampled(mk_engine *e, const int32_t *prompt, int n, int max_tokens, int k, int logprobs,
+                          mk_ereq **r) {
+    static const int32_t no_eos = -1;
+    mk_ereq_params p = {.prompt = prompt, .n_prompt = n, .eos_ids = &no_eos, .n_eos = 0, .max_tokens = max_tokens};
+    mk_sampling_defaults(&p.sampling);
+    p.sampling.temperature = 0.8f, p.sampling.min_p = 0.02f, p.sampling.top_k = 40, p.sampling.top_p = 0.9f;
+    p.sampling.seed = 1000 + (uint64_t)k, p.sampling.has_seed = 1;
+    p.sampling.logprobs = logprobs;
+    mk_err err = {0};
+    CHECK(!mk_engine_submit(e, &p, r, &err), "submit: %s", err.msg);
+    return 0;
+}
+
+/* (f) plain sampled requests drawn by the model (MINKE_MODEL_DRAW=1) = sampled on the host */
+static int check_draw(mk_model *gm) {
+    enum { N = 6, GEN = 24 };
+    static const int np[N] = {90, 300, 257, 40, 512, 170};
+    static int32_t prompt[N][512];
+    out_t want[N], got[N];
+    for (int k = 0; k < N; k++) tokens(prompt[k], np[k]);
+    mk_engine *e;
+    mk_ereq *rq[N];
+    int rc = 0;
+    for (int v = 0; v < 2 && !rc; v++) {
+        if (v) setenv("MINKE_MODEL_DRAW", "1", 1);
+        else unsetenv("MINKE_MODEL_DRAW");
+        if (engine(gm, 8, 0, 1, &e)) return -1;
+        for (int k = 0; k < N && !rc; k++) rc = submit_sampled(e, prompt[k], np[k], GEN, k, v && k % 2, &rq[k]);
+        for (int k = 0; k < N && !rc; k++) rc = drain(rq[k], v ? &got[k] : &want[k]);
+        mk_engine_stats st;
+        mk_engine_stats_get(e, &st);
+        mk_engine_free(e);
+        unsetenv("MINKE_MODEL_DRAW");
+        if (rc) return -1;
+        const int expect = v && ENGINE_TEST_DEVICE == MK_DEVICE_CUDA ? N / 2 * GEN : 0; /* the CPU fills logits */
+        CHECK(st.model_argmax_tokens == (uint64_t)expect, "run %d: %llu tokens picked by the model, expected %d", v,
+              (unsigned long long)st.model_argmax_tokens, expect);
+    }
+    int distinct = 0;
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < GEN; i++)
+            CHECK(got[k].tok[i] == want[k].tok[i], "sampled request %d (%s): token %d is %d, %d sampled on the host", k,
+                  k % 2 ? "logprobs" : "drawn by the model", i, got[k].tok[i], want[k].tok[i]);
+        distinct += k > 0 && memcmp(want[k].tok, want[0].tok, sizeof want[0].tok) != 0;
+    }
+    CHECK(distinct > 0, "every sampled request gave the same tokens");
+    printf("ok (f) plain sampled requests drawn by the model (%d tokens) next to host-sampled ones: the same tokens "
+           "as all sampled on the host\n", ENGINE_TEST_DEVICE == MK_DEVICE_CUDA ? N / 2 * GEN : 0);
+    return 0;
+}
+
 /* (b) a 600-token prompt twice: 512 cached tokens, the same output */
 static int check_prefix(mk_model *gm) {
     static int32_t p[600];
@@ -380,6 +436,7 @@ int main(void) {
         return 1;
     }
     check_batch(gm, alone);
+    check_draw(gm);
     check_prefix(gm);
     check_preemption(gm, alone);
     if (ENGINE_TEST_DEVICE == MK_DEVICE_CUDA) check_vs_cpu();

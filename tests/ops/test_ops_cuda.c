@@ -839,7 +839,7 @@ static void test_sample_rows(int V, int ties) {
     enum { NSEED = 5 };
     const int nset = (int)(sizeof set / sizeof set[0]), R = nset * NSEED + 1;
     float *x = xmalloc(sizeof(float) * (size_t)R * V), *l = xmalloc(sizeof(float) * V);
-    mk_cuda_draw *dr = xmalloc(sizeof(mk_cuda_draw) * R);
+    mk_sample_draw *dr = xmalloc(sizeof(mk_sample_draw) * R);
     int32_t *want = xmalloc(sizeof(int32_t) * R), *got = xmalloc(sizeof(int32_t) * R);
     for (int r = 0; r < R; r++) {
         float *q = x + (size_t)r * V;
@@ -872,12 +872,16 @@ static void test_sample_rows(int V, int ties) {
         if (st != MK_OK && !(st == MK_ERANGE && r == R - 1)) ok = 0; /* only the all -inf row fails */
         drawn += st == MK_OK && o.token != 0;
         mk_sampler_free(s);
-        dr[r] = (mk_cuda_draw){1.0f / fmaxf(p.temperature, 0.01f), p.min_p, p.top_p, p.top_k,
+        dr[r] = (mk_sample_draw){1.0f / fmaxf(p.temperature, 0.01f), p.min_p, p.top_p, p.top_k,
                                mk_philox_u53(p.seed, 0, 0)};
     }
+    /* row 2 without a draw (inv_t 0): left alone */
+    dr[2].inv_t = 0.0f;
+    want[2] = 0x5a5a5a5a;
     float *dx = dup_dev(x, sizeof(float) * (size_t)R * V), *dws = poisoned_dev(sizeof(float) * (size_t)R * V);
-    mk_cuda_draw *ddr = dup_dev(dr, sizeof(mk_cuda_draw) * R);
+    mk_sample_draw *ddr = dup_dev(dr, sizeof(mk_sample_draw) * R);
     int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
+    CK(mk_cuda_memset(ctx, dout, 0x5a, sizeof(int32_t) * R, &err_));
     CK(mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &err_));
     fetch(got, dout, sizeof(int32_t) * R);
     int differ = 0;
@@ -887,8 +891,8 @@ static void test_sample_rows(int V, int ties) {
     if (!ok) n_fail++;
     char shape[64];
     snprintf(shape, sizeof shape, "V%d %s", V, ties ? "ties" : "spread");
-    printf("| %-40s | %-26s | %d rows (T, min_p, top_k, top_p; NaN / inf / -0; all -inf): the host sampler's "
-           "token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, ok ? "PASS" : "FAIL", differ);
+    printf("| %-40s | %-26s | %d rows (T, min_p, top_k, top_p; NaN / inf / -0; all -inf; one without a draw): "
+           "the host sampler's token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, ok ? "PASS" : "FAIL", differ);
     void *dv[] = {dx, dws, ddr, dout};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
     free(x), free(l), free(dr), free(want), free(got);

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "engine/philox.h"
-#include "engine/sample_math.h"
+#include "num/sample_math.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
 
@@ -348,6 +348,53 @@ Test(sampler, plain_greedy_take_equals_sample) {
     }
 }
 
+/* mk_sampler_plain_draw: the draw of a step with only temperature / min_p / top_k / top_p (the
+ * sampler's inverse temperature and the step's 53-bit uniform), none for greedy or any processing
+ * of the logits; mk_sampler_take then records a drawn token, and the uniform follows the step. */
+Test(sampler, plain_draw_describes_the_step) {
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0.005f, p.top_k = 40, p.top_p = 0.9f, p.min_p = 0.05f, p.seed = 77, p.has_seed = 1;
+    const int32_t eos = 6;
+    mk_sampler *s = make(&p, 7, &eos, 1, NULL, 0);
+    mk_sample_draw d;
+    cr_assert(mk_sampler_plain_draw(s, &d));
+    cr_assert(!mk_sampler_plain_greedy(s));
+    cr_assert_eq(d.inv_t, 1.0f / 0.01f, "temperatures below 0.01 are raised to it");
+    cr_assert_eq(d.top_k, 40);
+    cr_assert_eq(d.top_p, 0.9f);
+    cr_assert_eq(d.min_p, 0.05f);
+    cr_assert_eq(d.u53, mk_philox_u53(77, 0, 0));
+    mk_sample_out o;
+    mk_err err = {0};
+    cr_assert_eq(mk_sampler_take(s, 3, &o, &err), MK_OK, "%s", err.msg);
+    cr_assert_eq(o.token, 3);
+    cr_assert_eq(mk_sampler_take(s, 7, &o, &err), MK_EINVAL);
+    cr_assert_eq(mk_sampler_take(s, -1, &o, &err), MK_ERANGE);
+    mk_sampler_accept(s, 3);
+    cr_assert(mk_sampler_plain_draw(s, &d));
+    cr_assert_eq(d.u53, mk_philox_u53(77, 1, 0), "the next step's uniform");
+    mk_sampler_free(s);
+    /* greedy, logprobs, bias, penalties, masked stop tokens: the host samples */
+    const int32_t bid = 2;
+    const float bval = 1;
+    for (int c = 0; c < 6; c++) {
+        mk_sampling_params q = p;
+        if (c == 0) q.temperature = 0;
+        if (c == 1) q.logprobs = 1;
+        if (c == 2) q.bias_ids = &bid, q.bias_vals = &bval, q.n_bias = 1;
+        if (c == 3) q.frequency_penalty = 0.5f;
+        if (c == 4) q.repetition_penalty = 1.2f;
+        if (c == 5) q.min_tokens = 1;
+        s = make(&q, 7, &eos, 1, NULL, 0);
+        cr_assert(!mk_sampler_plain_draw(s, &d), "setting %d", c);
+        if (c == 5) { /* min_tokens reached: plain again */
+            mk_sampler_accept(s, 1);
+            cr_assert(mk_sampler_plain_draw(s, &d));
+        }
+        mk_sampler_free(s);
+    }
+}
 
 /* Greedy: the argmax of the processed logits, the lowest id among equal maxima; NaN never wins. */
 Test(sampler, greedy_lowest_id_on_ties) {

@@ -35,6 +35,7 @@
 #define MK_OPS_CUDA_OPS_CUDA_H
 
 #include "minke.h"
+#include "num/sample_math.h"
 #include "ops/ops.h"
 
 #include <stddef.h>
@@ -301,18 +302,11 @@ int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, 
 /* out[r] = the argmax of row r of x [rows, n] with the sampler's greedy rule (NaN as -inf, +inf as
  * FLT_MAX, the lowest index among equal maxima; -1 when every value is -inf or NaN). */
 int mk_cuda_argmax_rows(mk_cuda_ctx *ctx, const float *x, int rows, int n, int32_t *out, mk_err *err);
-/* One row's sampling draw (src/engine/sampler.h's plain case: no bias, penalties, masked stop tokens
- * or logprobs): inv_t = 1 / max(temperature, 0.01) as the sampler computes it, min_p (0: off),
- * top_k (<= 0 or >= V: off), top_p (1: off), u53 = mk_philox_u53(seed, step, 0). */
-typedef struct {
-    float inv_t, min_p, top_p;
-    int top_k;
-    uint64_t u53;
-} mk_cuda_draw;
-/* out[r] = the token the host sampler draws from row r of logits [rows, V] with draws[r] (device
- * array), or -1 when every logit is -inf / NaN (the sampler's MK_ERANGE). ws: device scratch of
- * rows * V floats. src/ops/cuda/sample.cu. */
-int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_cuda_draw *draws, float *ws,
+/* out[r] = the token the host sampler draws from row r of logits [rows, V] with draws[r] (a device
+ * array of src/num/sample_math.h's mk_sample_draw), or -1 when every logit is -inf / NaN (the
+ * sampler's MK_ERANGE); rows whose draw has inv_t 0 are left alone (out[r] untouched). ws: device
+ * scratch of rows * V floats. src/ops/cuda/sample.cu. */
+int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws, float *ws,
                         int32_t *out, mk_err *err);
 /* mk_rmsnorm over rows [rows, d]; w bf16 [d] (device) or NULL. y may alias x. */
 int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,

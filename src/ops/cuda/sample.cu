@@ -4,7 +4,7 @@
  *
  * One block of 1024 threads per row. The steps and the arithmetic are the host's:
  *   - the logits sanitized as the sampler does (NaN -> -inf, +inf -> FLT_MAX) and their maximum;
- *   - each token's weight exp((l - max) / T) and its integer mass from src/engine/sample_math.h
+ *   - each token's weight exp((l - max) / T) and its integer mass from src/num/sample_math.h
  *     (the same bits on both sides); min_p removes weights below it;
  *   - top_k: the k-th largest logit among the candidates by a radix select over its order-preserving
  *     32-bit key (8 bits a pass); candidates below that value are removed (ties with it kept);
@@ -22,7 +22,7 @@
 #include <float.h>
 #include <limits.h>
 
-#include "engine/sample_math.h"
+#include "num/sample_math.h"
 
 #define SMP_T 1024
 #define SMP_W (SMP_T / 32)
@@ -76,7 +76,7 @@ __device__ int smp_min(int v, smp_red &r) {
 /* Row blockIdx.x of logits [rows, V]: its draw d, its weights into ws [rows, V] (scratch), the
  * token into out. */
 __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__ logits, int V,
-                                                       const mk_cuda_draw *__restrict__ draws, float *__restrict__ ws,
+                                                       const mk_sample_draw *__restrict__ draws, float *__restrict__ ws,
                                                        int32_t *__restrict__ out) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ smp_red red;
@@ -86,7 +86,8 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     const int tid = threadIdx.x, row = blockIdx.x;
     const float *l = logits + (size_t)row * V;
     float *w = ws + (size_t)row * V;
-    const mk_cuda_draw d = draws[row];
+    const mk_sample_draw d = draws[row];
+    if (!(d.inv_t > 0.0f)) return; /* a row without a draw (the whole block returns) */
 
     /* the maximum of the sanitized logits */
     float mx = -INFINITY;
@@ -218,7 +219,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     if (tid == 0) out[row] = found == INT_MAX ? -1 : found;
 }
 
-extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_cuda_draw *draws,
+extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws,
                                    float *ws, int32_t *out, mk_err *err) {
     if (rows <= 0) return MK_OK;
     if (V <= 0 || !logits || !draws || !ws || !out)

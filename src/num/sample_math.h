@@ -12,6 +12,8 @@
  *     and a serial one on the host agree; top_p's cut and the draw's inverse CDF use them;
  *   - the draw's target, floor(u * z) for the 53-bit uniform u = u53 / 2^53 and the total mass z,
  *     computed exactly in integers (mk_sample_target).
+ * mk_sample_draw carries one request's draw from the sampler (mk_sampler_plain_draw) through the
+ * model's batch (mk_batch_item.draw) to the GPU kernel (mk_cuda_sample_rows).
  * Plain C11 for the host; under nvcc the functions are __host__ __device__.
  */
 #ifndef MK_ENGINE_SAMPLE_MATH_H
@@ -36,6 +38,16 @@
 #define MK_SM_ADD(a, b) ((a) + (b))
 #define MK_SM_SUB(a, b) ((a) - (b))
 #endif
+
+/* One step's draw of a request whose sampling is plain (src/engine/sampler.h: not greedy; no bias,
+ * penalties, masked stop tokens or logprobs): inv_t = 1 / max(temperature, 0.01) as the sampler
+ * computes it (> 0), min_p (0: off), top_p (1: off), top_k (<= 0 or >= vocab: off), and the step's
+ * uniform as its 53 bits (mk_philox_u53 of the seed and the step). */
+typedef struct {
+    float inv_t, min_p, top_p;
+    int top_k;
+    uint64_t u53;
+} mk_sample_draw;
 
 #define MK_SAMPLE_MASS_ONE 2147483648.0f /* the mass of weight 1 (the top token): 2^31 */
 #define MK_SAMPLE_W_MIN 4.656612873077392578125e-10f /* 2^-31: smaller weights have mass 0 */
