@@ -16,6 +16,9 @@
  *     uniform's 53 bits given by the caller (mk_philox_u53 of the request's seed and step).
  * Masses are integers, so every sum is exact and its order (atomics, tree, serial) cannot change a
  * decision. A row whose logits are all -inf (or NaN) gets -1, where the host sampler fails.
+ * The radix passes count into a histogram per warp (dynamic shared memory, 64 KiB), added up
+ * after each pass: most candidates of a row share their first key bytes, and one histogram for
+ * the block would serialize every atomic of the block on one bin.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -73,6 +76,23 @@ __device__ int smp_min(int v, smp_red &r) {
     return v;
 }
 
+/* One radix pass's per-warp histograms (whist: SMP_W x 256) added into hist (256 bins); all threads
+ * call it after counting (it starts with the barrier that ends the counting). */
+__device__ __forceinline__ void smp_hist_sum(const unsigned long long *whist, unsigned long long *hist) {
+    __syncthreads();
+    for (int b = threadIdx.x; b < 256; b += SMP_T) {
+        unsigned long long v = 0;
+        for (int q = 0; q < SMP_W; q++) v += whist[q * 256 + b];
+        hist[b] = v;
+    }
+    __syncthreads();
+}
+__device__ __forceinline__ void smp_hist_clear(unsigned long long *whist) {
+    for (int b = threadIdx.x; b < SMP_W * 256; b += SMP_T) whist[b] = 0;
+    __syncthreads();
+}
+#define SMP_SMEM (sizeof(unsigned long long) * SMP_W * 256)
+
 /* Row blockIdx.x of logits [rows, V]: its draw d, its weights into ws [rows, V] (scratch), the
  * token into out. */
 __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__ logits, int V,
@@ -81,6 +101,8 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ smp_red red;
     __shared__ unsigned long long hist[256];
+    extern __shared__ unsigned long long whist[]; /* [SMP_W][256] */
+    unsigned long long *my = whist + (threadIdx.x >> 5) * 256;
     __shared__ int sel_bin;
     __shared__ unsigned long long sel_val;
     const int tid = threadIdx.x, row = blockIdx.x;
@@ -113,14 +135,13 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
         uint32_t prefix = 0, mask = 0;
         unsigned long long k = (unsigned long long)d.top_k;
         for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int b = tid; b < 256; b += SMP_T) hist[b] = 0;
-            __syncthreads();
+            smp_hist_clear(whist);
             for (int i = tid; i < V; i += SMP_T) {
                 if (!(w[i] > 0.0f)) continue;
                 const uint32_t key = smp_key(smp_san(l[i]));
-                if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1ull);
+                if ((key & mask) == prefix) atomicAdd(&my[(key >> shift) & 255u], 1ull);
             }
-            __syncthreads();
+            smp_hist_sum(whist, hist);
             if (tid == 0) { /* from the top bin down: the bin holding the k-th */
                 unsigned long long c = 0;
                 int b = 255;
@@ -150,15 +171,14 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
             const double target = __dmul_rn((double)d.top_p, (double)z);
             unsigned long long prefix = 0, mask = 0, above = 0; /* above: the mass before the prefix's range */
             for (int shift = 56; shift >= 0; shift -= 8) {
-                for (int b = tid; b < 256; b += SMP_T) hist[b] = 0;
-                __syncthreads();
+                smp_hist_clear(whist);
                 for (int i = tid; i < V; i += SMP_T) {
                     const float wi = w[i], v = smp_san(l[i]);
                     if (!(wi > 0.0f && v >= thr)) continue;
                     const unsigned long long key = (unsigned long long)smp_key(v) << 32 | (uint32_t)~(uint32_t)i;
-                    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], (unsigned long long)mk_sample_mass(wi));
+                    if ((key & mask) == prefix) atomicAdd(&my[(key >> shift) & 255u], (unsigned long long)mk_sample_mass(wi));
                 }
-                __syncthreads();
+                smp_hist_sum(whist, hist);
                 if (tid == 0) { /* the lowest non-empty bin whose first candidate is kept */
                     unsigned long long s = 0, sa = above;
                     int sb = -1;
@@ -224,7 +244,9 @@ extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int ro
     if (rows <= 0) return MK_OK;
     if (V <= 0 || !logits || !draws || !ws || !out)
         return mk_fail(err, MK_EINVAL, "cuda: sample: bad arguments (rows of %d values)", V);
-    (void)mk_cuda_launch_pdl(ctx, rows, SMP_T, 0, k_sample_rows, logits, V, draws, ws, out);
+    int st = mk_cuda_smem_optin(ctx, MK_OPTIN_SAMPLE, (const void *)k_sample_rows, SMP_SMEM, err);
+    if (st) return st;
+    (void)mk_cuda_launch_pdl(ctx, rows, SMP_T, SMP_SMEM, k_sample_rows, logits, V, draws, ws, out);
     MK_CU_LAUNCHED(err, "cuda: sample launch");
     return MK_OK;
 }
