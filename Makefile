@@ -160,7 +160,8 @@ $(CUDA_BUILD)/test_dsv4_cuda: $(CUDA_BUILD)/tests/ops/test_dsv4_cuda.o $(CUDA_DS
 $(CUDA_BUILD)/test_dsv4_paged_cuda: $(CUDA_BUILD)/tests/ops/test_dsv4_paged_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
 
-$(CUDA_BUILD)/bench_dsv4_cuda: $(CUDA_BUILD)/bench/gpu/bench_dsv4_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ)
+$(CUDA_BUILD)/bench_dsv4_cuda: $(CUDA_BUILD)/bench/gpu/bench_dsv4_cuda.o $(CUDA_DSV4_OBJ) $(CUDA_OBJ) $(CUDA_HOST_OBJ) \
+                               $(CUDA_BUILD)/src/engine/sampler.o $(CUDA_BUILD)/src/engine/philox.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) $(JANSSON_LIB)
 
 # build-cuda/minke: every host source of build/minke (and src/models/dsv4_cuda.c) compiled into

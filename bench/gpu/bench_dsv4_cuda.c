@@ -19,7 +19,11 @@
  * MINKE_CUDA_TRACE_PREFILL=FILE: the same for one more run of the prefill (after the timed one).
  * MINKE_CUDA_PROFILE=1: phase tables of each section (synchronized, so the timings of that run
  * are not the benchmark's).
+ * A sampled request's step (temperature 0.8, top_p 0.95, seeded) is timed both ways: the token drawn
+ * on the GPU (mk_sampler_plain_draw's draw through dsv4_cuda_forward_batch_am, MINKE_MODEL_DRAW's
+ * path) and the logits row to the host for the host sampler.
  */
+#include "engine/sampler.h"
 #include "models/dsv4.h"
 #include "models/dsv4_cuda.h"
 #include "num/formats.h"
@@ -200,7 +204,7 @@ int main(int argc, char **argv) {
     }
     double t_up = now() - t0;
     dsv4_cuda_seq *s;
-    if (dsv4_cuda_seq_create(g, P + 2 * N + 8, P, &s, &err)) {
+    if (dsv4_cuda_seq_create(g, P + 4 * N + 8, P, &s, &err)) {
         fprintf(stderr, "seq: %s\n", err.msg);
         return 1;
     }
@@ -243,6 +247,57 @@ int main(int argc, char **argv) {
         }
         dta[i] = now() - a;
     }
+    /* 2 x N more steps as a seeded sampled request: the token drawn on the GPU, then the logits row
+     * to the host for the host sampler */
+    double medd = 0, medh = 0;
+    {
+        mk_sampling_params sp;
+        mk_sampling_defaults(&sp);
+        sp.temperature = 0.8f, sp.top_p = 0.95f, sp.seed = 1, sp.has_seed = 1;
+        mk_sampler *smp = NULL;
+        if (mk_sampler_create(&sp, c->vocab, NULL, 0, NULL, 0, &smp, &err)) {
+            fprintf(stderr, "sampler: %s\n", err.msg);
+            return 1;
+        }
+        double *d2 = malloc(sizeof(double) * (size_t)N), *h2 = malloc(sizeof(double) * (size_t)N);
+        int32_t tk = ta[N];
+        const int one = 1;
+        for (int i = 0; i < N; i++) {
+            mk_sample_draw dd;
+            if (!mk_sampler_plain_draw(smp, &dd)) {
+                fprintf(stderr, "sampler: not a plain draw\n");
+                return 1;
+            }
+            float dummy = 0.0f, *lg = &dummy;
+            int32_t got = -1, *gp2 = &got;
+            const mk_sample_draw *dp = &dd;
+            const int32_t *tp = &tk;
+            double a = now();
+            if (dsv4_cuda_forward_batch_am(dsv4_cuda_seq_work(s), &s, &tp, &one, &lg, &gp2, &dp, 1, &err) || got < 0) {
+                fprintf(stderr, "decode (GPU draw) %d: %s\n", i, got < 0 ? "no token" : err.msg);
+                return 1;
+            }
+            d2[i] = now() - a;
+            mk_sampler_accept(smp, got);
+            tk = got;
+        }
+        for (int i = 0; i < N; i++) {
+            mk_sample_out so;
+            double a = now();
+            if (dsv4_cuda_forward(s, &tk, 1, logits, &err) || mk_sampler_sample(smp, logits, &so, &err)) {
+                fprintf(stderr, "decode (host sampler) %d: %s\n", i, err.msg);
+                return 1;
+            }
+            h2[i] = now() - a;
+            mk_sampler_accept(smp, so.token);
+            tk = so.token;
+        }
+        qsort(d2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
+        qsort(h2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
+        medd = d2[3 + (N - 3) / 2], medh = h2[3 + (N - 3) / 2];
+        free(d2), free(h2);
+        mk_sampler_free(smp);
+    }
     double meda;
     {
         double *sa2 = malloc(sizeof(double) * (size_t)(N - 3));
@@ -278,12 +333,14 @@ int main(int argc, char **argv) {
                      "| device-to-device copy (read + write), same run | %.0f GB/s |\n"
                      "| achieved / copy | %.1f%% |\n"
                      "| decode step median, token picked on the GPU (the server's greedy path; %d steps) ms | %.3f |\n"
-                     "| decode tokens/s / achieved / copy, that path | %.1f / %.0f GB/s / %.1f%% |\n\n",
+                     "| decode tokens/s / achieved / copy, that path | %.1f / %.0f GB/s / %.1f%% |\n"
+                     "| sampled step (T 0.8, top_p 0.95) median ms: drawn on the GPU / logits to the host sampler | "
+                     "%.3f / %.3f |\n\n",
                      cp->name, argv[1], c->n_layers, c->dim, c->n_heads, c->head_dim, c->n_experts, c->n_act,
                      c->moe_inter, c->vocab, (int)m->layers[0].experts[0].w1.kind, dsv4_cuda_weight_bytes(g) / 1e9,
                      t_load, t_up, P, t_pre * 1e3, nt, med * 1e3, mn * 1e3, tps, wb / 1e6, gbs, bw,
                      100.0 * gbs / bw, nt, meda * 1e3, 1.0 / meda, (double)wb / meda / 1e9,
-                     100.0 * ((double)wb / meda / 1e9) / bw);
+                     100.0 * ((double)wb / meda / 1e9) / bw, medd * 1e3, medh * 1e3);
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
     {
