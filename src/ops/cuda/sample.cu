@@ -42,38 +42,30 @@ __device__ __forceinline__ float smp_unkey(uint32_t k) {
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-/* Block-wide reductions (all threads call them; the result reaches every thread). */
+/* Block-wide reductions (all threads call them; the result reaches every thread): op over the
+ * warp by shuffles, then over the warps' results in shared memory (slot: SMP_W entries). */
+template <typename T, typename Op> __device__ T smp_reduce(T v, T *slot, Op op) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads(); /* the slots' previous readers are done */
+    if ((threadIdx.x & 31) == 0) slot[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = slot[0];
+    for (int w = 1; w < SMP_W; w++) v = op(v, slot[w]);
+    return v;
+}
 struct smp_red {
     float f[SMP_W];
     unsigned long long u[SMP_W];
     int i[SMP_W];
 };
-__device__ float smp_max(float v, smp_red &r) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) r.f[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = r.f[0];
-    for (int w = 1; w < SMP_W; w++) v = fmaxf(v, r.f[w]);
-    return v;
+__device__ __forceinline__ float smp_max(float v, smp_red &r) {
+    return smp_reduce(v, r.f, [](float a, float b) { return fmaxf(a, b); });
 }
-__device__ unsigned long long smp_sum(unsigned long long v, smp_red &r) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) r.u[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = 0;
-    for (int w = 0; w < SMP_W; w++) v += r.u[w];
-    return v;
+__device__ __forceinline__ unsigned long long smp_sum(unsigned long long v, smp_red &r) {
+    return smp_reduce(v, r.u, [](unsigned long long a, unsigned long long b) { return a + b; });
 }
-__device__ int smp_min(int v, smp_red &r) {
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) r.i[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = r.i[0];
-    for (int w = 1; w < SMP_W; w++) v = min(v, r.i[w]);
-    return v;
+__device__ __forceinline__ int smp_min(int v, smp_red &r) {
+    return smp_reduce(v, r.i, [](int a, int b) { return min(a, b); });
 }
 
 /* One radix pass's per-warp histograms (whist: SMP_W x 256) added into hist (256 bins); all threads
