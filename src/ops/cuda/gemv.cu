@@ -1814,7 +1814,7 @@ template <int J>
 __global__ void __launch_bounds__(256, 1) k_gemm_dq_ri(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
                                                        const uint16_t *__restrict__ xh, const float *__restrict__ sx,
                                                        int m, int n, int k, int per, float *__restrict__ y, int round,
-                                                       int xs_, int gn) {
+                                                       int xs_, int gn, int pf) {
     __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 256];
     __shared__ float ss[RI_ST][8 * J];
     mk_d_pdl_launch_dependents();
@@ -1852,6 +1852,8 @@ __global__ void __launch_bounds__(256, 1) k_gemm_dq_ri(const uint8_t *__restrict
 #pragma unroll
         for (int s = 0; s < 2; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
         if (active && kb + 1 < nb) ri_load_w(an, w0, w1, (size_t)(kb + 1) * 128);
+        if (active && lane < 16 && kb + pf < nb) /* lane r: row n0 + r's 128-block kb + pf, into L2 (ri_l2_pf) */
+            mk_d_l2_prefetch(W + (size_t)(n0 + lane) * k + (size_t)(kb + pf) * 128);
         if (!active) continue;
         uint32_t h[2][4][4]; /* [64-k step][word q][A register] the widened weights */
 #pragma unroll
@@ -1910,7 +1912,7 @@ int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *x
         /* the row-invariant GEMM: the same bits (4 tiles: its f16 stages fill the static shared memory) */
         dim3 grid((m + 31) / 32, (n / 16 + 7) / 8, 1);
         MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_dq_ri<4>, (const uint8_t *)W->w, W->scale, xh, sx, m, n, k, p.per,
-                              y, round, G * k, gn),
+                              y, round, G * k, gn, ctx->tune.ri_l2_pf),
                   err, "cuda: fp8_dq row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq row-invariant gemm launch");
         return MK_OK;

@@ -152,7 +152,7 @@ typedef struct {
     int ri_wdepth;         /* 1 or 2: how many 128-blocks of weights a warp of the row-invariant FP8 and
                             * expert GEMMs (prefill, large batches; 8 tiles) has in flight while it
                             * computes one; ri_l2_pf (0: none): how many 128-blocks ahead its rows are
-                            * requested into L2. Only when loads are issued changes: same bits. Default
+                            * requested into L2 (those two and the FP8_DQ one). Only when loads are issued changes: same bits. Default
                             * 1 and 0 until run on a GPU (written in a session without one),
                             * MINKE_CUDA_RI_WDEPTH, MINKE_CUDA_RI_L2_PF */
     int ri_l2_pf;
