@@ -457,7 +457,7 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
     float *w = s->w;
     /* w = exp((l - max) / T): the softmax numerator, 1 at the max, 0 for -inf and below 2^-31
      * (sample_math.h: the arithmetic a GPU draw reproduces) */
-    for (int i = 0; i < V; i++) w[i] = mk_sample_weight(l[i], mx, inv_t);
+    mk_sample_weights(l, w, V, mx, inv_t);
     if (p->min_p > 0) /* p_i >= min_p * p_max  <=>  w_i >= min_p, since w_max = 1 */
         for (int i = 0; i < V; i++)
             if (w[i] < p->min_p) w[i] = 0;

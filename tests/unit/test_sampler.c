@@ -91,6 +91,33 @@ Test(sample_math, exp_accuracy_and_edges) {
     cr_assert_eq(mk_sample_mass(MK_SAMPLE_W_MIN), 1u);
 }
 
+/* mk_sample_weights (SSE4.1 where built with it) = mk_sample_weight one by one, bit for bit: random
+ * logits at several temperatures, ties with the max, -inf, FLT_MAX, -0, and the edges around -30 and
+ * 2^-31. */
+Test(sample_math, weights_vector_equals_scalar) {
+    enum { N = 1 << 16 };
+    static float l[N], w[N];
+    const float temps[4] = {100.0f, 1.0f, 0.7f, 1.0f / 3.0f};
+    int checked = 0;
+    for (int rep = 0; rep < 24; rep++) {
+        for (int i = 0; i < N; i++) {
+            const double u = mk_philox_uniform(4242 + (uint64_t)rep, (uint64_t)i, 2);
+            l[i] = (float)(u * 64.0 - 50.0);
+        }
+        l[7] = -INFINITY, l[9] = -0.0f, l[11] = 0.0f, l[13] = 3.4028235e38f * (rep & 1 ? 1.0f : -1.0f);
+        const float mx = rep & 1 ? 3.4028235e38f : 14.0f, inv_t = temps[rep % 4];
+        if (!(rep & 1)) l[15] = mx, l[16] = mx - 30.0f / inv_t, l[17] = mx - 21.487562f / inv_t;
+        mk_sample_weights(l, w, N - (rep % 4), mx, inv_t);
+        for (int i = 0; i < N - (rep % 4); i++) {
+            const float want = mk_sample_weight(l[i], mx, inv_t);
+            cr_assert(!memcmp(&w[i], &want, sizeof want), "rep %d i %d: l %a -> %a, scalar %a", rep, i, (double)l[i],
+                      (double)w[i], (double)want);
+            checked++;
+        }
+    }
+    cr_log_info("mk_sample_weights = mk_sample_weight on %d values", checked);
+}
+
 /* mk_sample_target = floor(u53 * z / 2^53), against 128-bit arithmetic, and always < z. */
 Test(sample_math, target_is_exact) {
     for (uint64_t i = 0; i < 200000; i++) {
