@@ -122,6 +122,67 @@ static inline void mk_sample_weights(const float *l, float *w, int n, float mx, 
 }
 #endif
 
+/* ---- the GPU draw's radix passes (src/ops/cuda/sample.cu), their decisions shared with the host
+ * model of the same algorithm in tests/unit/test_sampler.c ---- */
+
+/* Order-preserving key of a sanitized logit (no NaN): a larger logit has a larger key; -0 and +0,
+ * equal to the sampler's comparisons, share one. mk_sample_unkey inverts it (-0 comes back +0). */
+MK_SM_FN uint32_t mk_sample_key(float v) {
+    uint32_t u = 0;
+    if (v != 0.0f) {
+#if defined(__CUDA_ARCH__)
+        u = __float_as_uint(v);
+#else
+        memcpy(&u, &v, sizeof u);
+#endif
+    }
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+MK_SM_FN float mk_sample_unkey(uint32_t k) {
+    const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+#endif
+}
+/* A candidate's place in the sampler's order (logit descending, id ascending) as one 64-bit key:
+ * larger = earlier. */
+MK_SM_FN unsigned long long mk_sample_order_key(float v, int id) {
+    return (unsigned long long)mk_sample_key(v) << 32 | (uint32_t)~(uint32_t)id;
+}
+
+/* top_k's radix select, one pass: hist[256] counts the candidates under the current prefix by
+ * their next key byte; the bin holding the k-th largest (k >= 1, at most the candidates counted),
+ * with *k_in (the rank left inside that bin). */
+MK_SM_FN int mk_sample_topk_bin(const unsigned long long *hist, unsigned long long k, unsigned long long *k_in) {
+    unsigned long long c = 0;
+    int b = 255;
+    for (; b > 0 && c + hist[b] < k; b--) c += hist[b];
+    *k_in = k - c;
+    return b;
+}
+
+/* top_p's radix descent, one pass: hist[256] holds the masses of the candidates under the current
+ * prefix by their next order-key byte, above the mass of every candidate before that prefix. The
+ * lowest non-empty bin whose first candidate is kept (the mass before it < target), with *above_in
+ * (the mass before that bin); -1 when none is (not when the prefix is a kept candidate's). */
+MK_SM_FN int mk_sample_topp_bin(const unsigned long long *hist, unsigned long long above, double target,
+                                unsigned long long *above_in) {
+    unsigned long long s = 0;
+    int sb = -1;
+    *above_in = above;
+    for (int b = 255; b >= 0; b--) {
+        if (!hist[b]) continue;
+        if (!((double)(above + s) < target)) break;
+        sb = b, *above_in = above + s;
+        s += hist[b];
+    }
+    return sb;
+}
+
 /* The integer mass of weight w (0 <= w <= 1): floor(w * 2^31), exact (a power-of-two scale). */
 MK_SM_FN uint32_t mk_sample_mass(float w) { return (uint32_t)MK_SM_MUL(w, MK_SAMPLE_MASS_ONE); }
 

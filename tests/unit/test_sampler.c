@@ -118,6 +118,123 @@ Test(sample_math, weights_vector_equals_scalar) {
     cr_log_info("mk_sample_weights = mk_sample_weight on %d values", checked);
 }
 
+/* The GPU draw's algorithm (src/ops/cuda/sample.cu's k_sample_rows) run serially on the host with
+ * the same sample_math.h pieces: the weights, top_k's radix select over the logit keys, top_p's
+ * radix descent over the order keys with integer masses, the inverse CDF in id order. Returns the
+ * token, -1 when every logit is -inf / NaN. */
+static int32_t radix_draw(const float *lg, int V, const mk_sample_draw *d) {
+    float *l = malloc(sizeof(float) * (size_t)V), *w = malloc(sizeof(float) * (size_t)V);
+    cr_assert(l && w);
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        l[i] = isnan(lg[i]) ? -INFINITY : lg[i] == INFINITY ? 3.4028235e38f : lg[i];
+        mx = fmaxf(mx, l[i]);
+    }
+    int32_t tok = -1;
+    if (mx == -INFINITY) goto out;
+    unsigned long long n = 0;
+    for (int i = 0; i < V; i++) {
+        w[i] = mk_sample_weight(l[i], mx, d->inv_t);
+        if (d->min_p > 0.0f && w[i] < d->min_p) w[i] = 0.0f;
+        n += w[i] > 0.0f;
+    }
+    float thr = -INFINITY;
+    unsigned long long hist[256];
+    if (d->top_k > 0 && d->top_k < V && n > (unsigned long long)d->top_k) {
+        uint32_t prefix = 0, mask = 0;
+        unsigned long long k = (unsigned long long)d->top_k;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            memset(hist, 0, sizeof hist);
+            for (int i = 0; i < V; i++) {
+                const uint32_t key = mk_sample_key(l[i]);
+                if (w[i] > 0.0f && (key & mask) == prefix) hist[(key >> shift) & 255u]++;
+            }
+            prefix |= (uint32_t)mk_sample_topk_bin(hist, k, &k) << shift;
+            mask |= 255u << shift;
+        }
+        thr = mk_sample_unkey(prefix);
+    }
+    unsigned long long kstar = 0;
+    if (d->top_p < 1.0f) {
+        unsigned long long n2 = 0, z = 0;
+        for (int i = 0; i < V; i++)
+            if (w[i] > 0.0f && l[i] >= thr) n2++, z += mk_sample_mass(w[i]);
+        if (n2 > 1) {
+            const double target = (double)d->top_p * (double)z;
+            unsigned long long prefix = 0, mask = 0, above = 0;
+            for (int shift = 56; shift >= 0; shift -= 8) {
+                memset(hist, 0, sizeof hist);
+                for (int i = 0; i < V; i++) {
+                    const unsigned long long key = mk_sample_order_key(l[i], i);
+                    if (w[i] > 0.0f && l[i] >= thr && (key & mask) == prefix) hist[(key >> shift) & 255u] += mk_sample_mass(w[i]);
+                }
+                const int b = mk_sample_topp_bin(hist, above, target, &above);
+                cr_assert(b >= 0, "top_p pass at shift %d: no kept bin", shift);
+                prefix |= (unsigned long long)b << shift;
+                mask |= 255ull << shift;
+            }
+            kstar = prefix;
+        }
+    }
+    unsigned long long total = 0, c = 0;
+    for (int i = 0; i < V; i++)
+        if (w[i] > 0.0f && l[i] >= thr && mk_sample_order_key(l[i], i) >= kstar) total += mk_sample_mass(w[i]);
+    const unsigned long long t = mk_sample_target(d->u53, total);
+    for (int i = 0; i < V && tok < 0; i++)
+        if (w[i] > 0.0f && l[i] >= thr && mk_sample_order_key(l[i], i) >= kstar && (c += mk_sample_mass(w[i])) > t) tok = i;
+out:
+    free(l), free(w);
+    return tok;
+}
+
+/* That algorithm = mk_sampler_sample, token for token: 5000 spread logits and 1000 on a 0.25 grid
+ * (massive ties), settings of temperature, min_p, top_k and top_p, many seeds; rows with NaN, -inf,
+ * -0 / +0, +inf; an all -inf row. What the GPU kernel adds to this is the parallel plumbing only. */
+Test(sample_math, gpu_draw_algorithm_equals_sampler) {
+    static const struct { float T, min_p; int k; float top_p; } set[] = {
+        {1, 0, 0, 1},          {0.7f, 0, 0, 0.95f}, {1, 0, 50, 0.9f}, {1.3f, 0.05f, 0, 1}, {0.6f, 0.02f, 200, 0.8f},
+        {1, 0, 1, 1},          {0.005f, 0, 0, 1},   {2, 0, 0, 1e-4f}, {1, 0, 0, 0.5f},     {0.8f, 0, 5, 1},
+        {1.5f, 0.1f, 7, 0.6f}, {3, 0, 0, 0.999f},
+    };
+    enum { VMAX = 5000 };
+    static float row[VMAX], l[VMAX];
+    int checked = 0, nontrivial = 0;
+    for (int shape = 0; shape < 2; shape++) {
+        const int V = shape ? 1000 : VMAX;
+        for (int r = 0; r < 40; r++) {
+            for (int i = 0; i < V; i++) {
+                const double u = mk_philox_uniform(600 + (uint64_t)r + 100 * (uint64_t)shape, (uint64_t)i, 3);
+                row[i] = shape ? (float)(floor(u * 40) * 0.25 - 5) : (float)(u * u * u * 14.0 - 4.0);
+            }
+            if (r % 5 == 1) row[3] = NAN, row[V / 2] = -INFINITY, row[V - 1] = -0.0f, row[V - 2] = 0.0f;
+            if (r == 7) row[11] = INFINITY, row[V - 7] = INFINITY;
+            if (r == 39)
+                for (int i = 0; i < V; i++) row[i] = -INFINITY;
+            for (size_t c = 0; c < sizeof set / sizeof set[0]; c++) {
+                mk_sampling_params p;
+                mk_sampling_defaults(&p);
+                p.temperature = set[c].T, p.min_p = set[c].min_p, p.top_k = set[c].k, p.top_p = set[c].top_p;
+                p.seed = 77000 + (uint64_t)(r * 16 + (int)c), p.has_seed = 1;
+                mk_sampler *s = make(&p, V, NULL, 0, NULL, 0);
+                mk_sample_draw d;
+                cr_assert(mk_sampler_plain_draw(s, &d));
+                memcpy(l, row, sizeof(float) * (size_t)V);
+                mk_sample_out o;
+                mk_err err = {0};
+                const int st = mk_sampler_sample(s, l, &o, &err);
+                const int32_t want = st == MK_OK ? o.token : -1, got = radix_draw(row, V, &d);
+                cr_assert(st == MK_OK || (st == MK_ERANGE && r == 39), "row %d setting %zu: %s", r, c, err.msg);
+                cr_assert_eq(got, want, "V %d row %d setting %zu: radix draw %d, sampler %d", V, r, c, got, want);
+                checked++;
+                nontrivial += want > 0;
+                mk_sampler_free(s);
+            }
+        }
+    }
+    cr_assert(nontrivial > checked / 2);
+    cr_log_info("the GPU draw's algorithm = the sampler on %d rows", checked);
+}
+
 /* mk_sample_target = floor(u53 * z / 2^53), against 128-bit arithmetic, and always < z. */
 Test(sample_math, target_is_exact) {
     for (uint64_t i = 0; i < 200000; i++) {

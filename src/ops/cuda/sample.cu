@@ -8,6 +8,8 @@
  *     (the same bits on both sides); min_p removes weights below it;
  *   - top_k: the k-th largest logit among the candidates by a radix select over its order-preserving
  *     32-bit key (8 bits a pass); candidates below that value are removed (ties with it kept);
+ *     (the passes' decisions and keys are sample_math.h's: tests/unit/test_sampler.c runs the
+ *     same passes serially against the host sampler);
  *   - top_p: the candidates in the sampler's order (logit descending, id ascending) as a 64-bit key
  *     (the logit's key, then the complement of the id), and a radix descent over it with each
  *     bin's exact integer mass: the last candidate whose mass before it is below top_p * total,
@@ -31,16 +33,6 @@
 #define SMP_W (SMP_T / 32)
 
 __device__ __forceinline__ float smp_san(float x) { return isnan(x) ? -INFINITY : x == INFINITY ? FLT_MAX : x; }
-
-/* Order-preserving key of a (sanitized) logit: a larger logit has a larger key; -0 and +0, equal
- * for the host's comparisons, get the same key. */
-__device__ __forceinline__ uint32_t smp_key(float v) {
-    const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float smp_unkey(uint32_t k) {
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
 
 /* Block-wide reductions (all threads call them; the result reaches every thread): op over the
  * warp by shuffles, then over the warps' results in shared memory (slot: SMP_W entries). */
@@ -130,23 +122,18 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
             smp_hist_clear(whist);
             for (int i = tid; i < V; i += SMP_T) {
                 if (!(w[i] > 0.0f)) continue;
-                const uint32_t key = smp_key(smp_san(l[i]));
+                const uint32_t key = mk_sample_key(smp_san(l[i]));
                 if ((key & mask) == prefix) atomicAdd(&my[(key >> shift) & 255u], 1ull);
             }
             smp_hist_sum(whist, hist);
-            if (tid == 0) { /* from the top bin down: the bin holding the k-th */
-                unsigned long long c = 0;
-                int b = 255;
-                for (; b > 0 && c + hist[b] < k; b--) c += hist[b];
-                sel_bin = b, sel_val = k - c;
-            }
+            if (tid == 0) sel_bin = mk_sample_topk_bin(hist, k, &sel_val); /* the bin holding the k-th */
             __syncthreads();
             prefix |= (uint32_t)sel_bin << shift;
             mask |= 255u << shift;
             k = sel_val;
             __syncthreads();
         }
-        thr = smp_unkey(prefix);
+        thr = mk_sample_unkey(prefix);
     }
 
     /* top_p: the kept prefix of the candidates in the sampler's order, by exact masses */
@@ -167,21 +154,11 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
                 for (int i = tid; i < V; i += SMP_T) {
                     const float wi = w[i], v = smp_san(l[i]);
                     if (!(wi > 0.0f && v >= thr)) continue;
-                    const unsigned long long key = (unsigned long long)smp_key(v) << 32 | (uint32_t)~(uint32_t)i;
+                    const unsigned long long key = mk_sample_order_key(v, i);
                     if ((key & mask) == prefix) atomicAdd(&my[(key >> shift) & 255u], (unsigned long long)mk_sample_mass(wi));
                 }
                 smp_hist_sum(whist, hist);
-                if (tid == 0) { /* the lowest non-empty bin whose first candidate is kept */
-                    unsigned long long s = 0, sa = above;
-                    int sb = -1;
-                    for (int b = 255; b >= 0; b--) {
-                        if (!hist[b]) continue;
-                        if (!((double)(above + s) < target)) break;
-                        sb = b, sa = above + s;
-                        s += hist[b];
-                    }
-                    sel_bin = sb, sel_val = sa;
-                }
+                if (tid == 0) sel_bin = mk_sample_topp_bin(hist, above, target, &sel_val);
                 __syncthreads();
                 /* sel_bin >= 0: the prefix is a kept candidate's, so the first non-empty bin under it
                  * starts at its mass before, which is < target (> 0: top_p > 0, z >= 2^31) */
@@ -199,7 +176,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     auto kept_mass = [&](int i) -> unsigned long long {
         const float wi = w[i], v = smp_san(l[i]);
         if (!(wi > 0.0f && v >= thr)) return 0;
-        if (kstar && ((unsigned long long)smp_key(v) << 32 | (uint32_t)~(uint32_t)i) < kstar) return 0;
+        if (kstar && mk_sample_order_key(v, i) < kstar) return 0;
         return mk_sample_mass(wi);
     };
     unsigned long long mine = 0;
