@@ -355,10 +355,20 @@ static int partition(const float *l, int32_t *idx, int lo, int hi) {
     if (before(l, idx[mid], idx[lo])) swap_i32(idx, mid, lo);
     if (before(l, idx[last], idx[lo])) swap_i32(idx, last, lo);
     if (before(l, idx[mid], idx[last])) swap_i32(idx, mid, last); /* idx[last] = median */
-    int32_t pv = idx[last];
+    const int32_t pv = idx[last];
+    const float lp = l[pv];
     int store = lo;
-    for (int i = lo; i < last; i++)
-        if (before(l, idx[i], pv)) swap_i32(idx, i, store++);
+    /* branchless (the comparisons are coin flips to a branch predictor): x goes to store, what
+     * was there to i, and store advances when x comes before the pivot; idx[lo, store) come before
+     * it and idx[store, i] do not, as with a swap taken only for those */
+    for (int i = lo; i < last; i++) {
+        const int32_t x = idx[i];
+        const float lx = l[x];
+        const int b = (lx > lp) | ((lx == lp) & (x < pv));
+        idx[i] = idx[store];
+        idx[store] = x;
+        store += b;
+    }
     swap_i32(idx, store, last);
     return store;
 }

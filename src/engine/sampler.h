@@ -37,11 +37,12 @@
  * the sampler takes 64 bits from getrandom(2) at create (falling back to the clock mixed with a
  * process-wide counter); mk_sampler_seed reports the seed in use so a run can be replayed.
  *
- * Cost per step on one core at vocab 129280 (-O2, x86-64-v2; bench/bench_sampler.c): greedy 0.16
- * ms, plain temperature 0.49 ms, top_p 0.95 1.76 ms, top_k 50 + top_p 1.57 ms, min_p 0.70 ms (the
- * weights' exp four at a time, sample_math.h; with glibc's expf one at a time it was 0.84 / 2.1 /
- * 1.9 / 1.0 ms). Samplers are independent, so the engine can run a batch's samplers in parallel on
- * its thread pool.
+ * Cost per step on one core at vocab 129280 (-O2, x86-64-v2; bench/bench_sampler.c): greedy 0.16-
+ * 0.20 ms, plain temperature 0.49-0.54 ms, top_p 0.95 1.45 ms, top_k 50 + top_p 1.23 ms, min_p 0.75
+ * ms (the weights' exp four at a time, sample_math.h, and a branchless partition for top_k / top_p;
+ * with glibc's expf one at a time and a branching partition it was 0.16 / 0.84 / 2.1 / 1.9 / 1.0
+ * ms). Samplers are independent, so the engine can run a batch's samplers in parallel on its
+ * thread pool.
  *
  * Stop decisions: mk_sampler_is_stop_token tells the engine whether a sampled token ends the request
  * (EOS unless ignore_eos; any stop_token_id always). Stop strings are matched on text (stop.h).
