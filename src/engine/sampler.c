@@ -425,6 +425,19 @@ static int top_p_prefix(const float *l, const float *w, int32_t *idx, int n, dou
 
 /* ---- one step ------------------------------------------------------------------------------ */
 
+/* 1 / the temperature, 0.01 at least (vLLM's floor): what the weights divide by. */
+static float inv_temperature(const mk_sampling_params *p) { return 1.0f / fmaxf(p->temperature, 0.01f); }
+
+/* Whether this step leaves the logits as the model made them before the temperature: no logprobs
+ * to report, no bias, no penalties, no stop token masked by min_tokens (process() masks them while
+ * fewer than min_tokens were generated). Then the model may pick the token itself (plain greedy /
+ * plain draw). */
+static int unprocessed(const mk_sampler *s) {
+    const mk_sampling_params *p = &s->p;
+    if (s->want_lp || p->n_bias || s->counts) return 0;
+    return !(s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0));
+}
+
 /* Steps 1-7 of sampler.h on the (sanitized) logits l. Greedy: *greedy = the argmax. Otherwise
  * *greedy = -1 and s->w holds the kept tokens' unnormalized probabilities (0 elsewhere). */
 static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
@@ -463,7 +476,7 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
         return MK_OK;
     }
     *greedy = -1;
-    const float inv_t = 1.0f / fmaxf(p->temperature, 0.01f);
+    const float inv_t = inv_temperature(p);
     float *w = s->w;
     /* w = exp((l - max) / T): the softmax numerator, 1 at the max, 0 for -inf and below 2^-31
      * (sample_math.h: the arithmetic a GPU draw reproduces) */
@@ -594,18 +607,13 @@ int mk_sampler_candidates(mk_sampler *s, float *logits, int32_t *ids, float *pro
 }
 
 int mk_sampler_plain_greedy(const mk_sampler *s) {
-    const mk_sampling_params *p = &s->p;
-    if (!(p->temperature < MK_SAMPLER_GREEDY_EPS) || s->want_lp || p->n_bias || s->counts) return 0;
-    /* process() masks the stop tokens while fewer than min_tokens were generated */
-    return !(s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0));
+    return s->p.temperature < MK_SAMPLER_GREEDY_EPS && unprocessed(s);
 }
 
 int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d) {
     const mk_sampling_params *p = &s->p;
-    if (p->temperature < MK_SAMPLER_GREEDY_EPS || s->want_lp || p->n_bias || s->counts) return 0;
-    if (s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0)) return 0;
-    const float inv_t = 1.0f / fmaxf(p->temperature, 0.01f); /* process()'s */
-    if (!(inv_t > 0.0f)) return 0;
+    const float inv_t = inv_temperature(p);
+    if (p->temperature < MK_SAMPLER_GREEDY_EPS || !unprocessed(s) || !(inv_t > 0.0f)) return 0;
     *d = (mk_sample_draw){inv_t, p->min_p, p->top_p, p->top_k, mk_philox_u53(s->seed, s->step, 0)};
     return 1;
 }
@@ -614,8 +622,7 @@ int mk_sampler_take(const mk_sampler *s, int32_t token, mk_sample_out *out, mk_e
     out->token = -1;
     out->logprob = 0;
     out->n_top = 0;
-    mk_sample_draw d;
-    if (!mk_sampler_plain_greedy(s) && !mk_sampler_plain_draw(s, &d))
+    if (!unprocessed(s)) /* plain greedy or a plain draw */
         return mk_fail(err, MK_EINVAL, "sampler: a token taken for a request that is neither plain greedy nor a plain draw");
     if (token < 0) return mk_fail(err, MK_ERANGE, "sampler: every token is masked (all logits -inf)");
     if (token >= s->vocab)

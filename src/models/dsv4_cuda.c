@@ -1461,14 +1461,14 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
         TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
                                  c->norm_eps, w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
-    int any_am = 0, any_draw = 0;
+    int any_greedy = 0, any_draw = 0;
     for (int pi = 0; pi < C->np; pi++) {
-        any_am |= C->pc[pi].logits && C->pc[pi].argmax;
+        any_greedy |= C->pc[pi].logits && C->pc[pi].argmax && !C->pc[pi].draw;
         any_draw |= C->pc[pi].logits && C->pc[pi].draw;
     }
     /* greedy pieces: the argmax of every logits row, then only those ints to the host; pieces with
      * a draw: the sampler's token instead (rows without a draw, inv_t 0 in w->draw, keep theirs) */
-    if (any_am) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
+    if (any_greedy) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
     if (any_draw) TRY(mk_cuda_sample_rows(ctx, w->logits, n, c->vocab, w->draw, w->sws, w->am, err));
     return C->no_sync ? MK_OK : head_collect(C, err);
 }

@@ -52,6 +52,17 @@ typedef struct {
 #define MK_SAMPLE_MASS_ONE 2147483648.0f /* the mass of weight 1 (the top token): 2^31 */
 #define MK_SAMPLE_W_MIN 4.656612873077392578125e-10f /* 2^-31: smaller weights have mass 0 */
 
+/* mk_sample_exp's constants (shared with the four-wide host loop below): log2 e, ln 2 split in a
+ * 16-bit head and a tail, 1/7! .. 1/3! */
+#define MK_SE_LOG2E 1.44269502162933349609375f
+#define MK_SE_LN2_HI 0.693145751953125f
+#define MK_SE_LN2_LO 1.428606765330187045e-06f
+#define MK_SE_C7 1.98412698e-04f
+#define MK_SE_C6 1.38888889e-03f
+#define MK_SE_C5 8.33333377e-03f
+#define MK_SE_C4 4.16666679e-02f
+#define MK_SE_C3 1.66666672e-01f
+
 /* e^x for x <= 0 (0 below -30, where every weight has mass 0 anyway): x = k ln 2 + r with k the
  * nearest integer of x / ln 2 (ln 2 split in a 16-bit head, so k * head is exact, and a tail), e^r
  * by its Taylor polynomial to r^7 (|r| <= 0.35: truncation below 1e-8 relative), times 2^k. About
@@ -59,13 +70,13 @@ typedef struct {
 MK_SM_FN float mk_sample_exp(float x) {
     const int in = x >= -30.0f; /* else 0 (also -inf): selected at the end, so loops vectorize */
     x = in ? x : 0.0f;
-    const float kf = floorf(MK_SM_ADD(MK_SM_MUL(x, 1.44269502162933349609375f), 0.5f)); /* in [-43, 0] */
-    const float r = MK_SM_SUB(MK_SM_SUB(x, MK_SM_MUL(kf, 0.693145751953125f)), MK_SM_MUL(kf, 1.428606765330187045e-06f));
-    float p = 1.98412698e-04f; /* 1/7! */
-    p = MK_SM_ADD(MK_SM_MUL(p, r), 1.38888889e-03f); /* 1/6! */
-    p = MK_SM_ADD(MK_SM_MUL(p, r), 8.33333377e-03f); /* 1/5! */
-    p = MK_SM_ADD(MK_SM_MUL(p, r), 4.16666679e-02f); /* 1/4! */
-    p = MK_SM_ADD(MK_SM_MUL(p, r), 1.66666672e-01f); /* 1/3! */
+    const float kf = floorf(MK_SM_ADD(MK_SM_MUL(x, MK_SE_LOG2E), 0.5f)); /* in [-43, 0] */
+    const float r = MK_SM_SUB(MK_SM_SUB(x, MK_SM_MUL(kf, MK_SE_LN2_HI)), MK_SM_MUL(kf, MK_SE_LN2_LO));
+    float p = MK_SE_C7;
+    p = MK_SM_ADD(MK_SM_MUL(p, r), MK_SE_C6);
+    p = MK_SM_ADD(MK_SM_MUL(p, r), MK_SE_C5);
+    p = MK_SM_ADD(MK_SM_MUL(p, r), MK_SE_C4);
+    p = MK_SM_ADD(MK_SM_MUL(p, r), MK_SE_C3);
     p = MK_SM_ADD(MK_SM_MUL(p, r), 0.5f);
     p = MK_SM_ADD(MK_SM_MUL(p, r), 1.0f);
     p = MK_SM_ADD(MK_SM_MUL(p, r), 1.0f);
@@ -101,14 +112,14 @@ static inline void mk_sample_weights(const float *l, float *w, int n, float mx, 
         __m128 x = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(l + i), vmx), vit);
         const __m128 in = _mm_cmpge_ps(x, lo);
         x = _mm_and_ps(x, in); /* 0 where out of range */
-        const __m128 kf = _mm_floor_ps(_mm_add_ps(_mm_mul_ps(x, _mm_set1_ps(1.44269502162933349609375f)), _mm_set1_ps(0.5f)));
-        const __m128 r = _mm_sub_ps(_mm_sub_ps(x, _mm_mul_ps(kf, _mm_set1_ps(0.693145751953125f))),
-                                    _mm_mul_ps(kf, _mm_set1_ps(1.428606765330187045e-06f)));
-        __m128 p = _mm_set1_ps(1.98412698e-04f);
-        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.38888889e-03f));
-        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(8.33333377e-03f));
-        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(4.16666679e-02f));
-        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.66666672e-01f));
+        const __m128 kf = _mm_floor_ps(_mm_add_ps(_mm_mul_ps(x, _mm_set1_ps(MK_SE_LOG2E)), _mm_set1_ps(0.5f)));
+        const __m128 r = _mm_sub_ps(_mm_sub_ps(x, _mm_mul_ps(kf, _mm_set1_ps(MK_SE_LN2_HI))),
+                                    _mm_mul_ps(kf, _mm_set1_ps(MK_SE_LN2_LO)));
+        __m128 p = _mm_set1_ps(MK_SE_C7);
+        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(MK_SE_C6));
+        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(MK_SE_C5));
+        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(MK_SE_C4));
+        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(MK_SE_C3));
         p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(0.5f));
         p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.0f));
         p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.0f));
