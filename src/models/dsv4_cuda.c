@@ -797,6 +797,8 @@ typedef struct {
     int no_sync;   /* queue the head's kernels only: no copies to the host, no wait (graph capture) */
     int xproj;     /* this layer's bf16 projections of x are done (xproj()): the compressors' into
                       ckvp / cscp and ickvp / icscp, the indexer's weights into iw */
+    int iq_prep;   /* this layer's indexer queries are prepared already (mk_cuda_attn_prep), and
+                      the indexer's scores scale its head weights (tuning attn_prep) */
     int replay_bad; /* a launch decided on the host from the positions was queued (see run_graph) */
     double t_mark; /* phase profiling: the last mark */
 } gcall;
@@ -1093,13 +1095,15 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     dsv4_cuda_work *w = C->w;
     int IH = c->index_heads, ID = c->index_head_dim, rd = c->rope_dim, R = C->R;
     /* iq = idx_wq_b(qr) was computed by attention(), next to wq_b */
-    /* RoPE, Hadamard, FP4 simulation of the queries (one launch) */
-    TRY(mk_cuda_idx_q_prep(ctx, w->iq, R * IH, ID, rd, L->rope, w->pos, IH, 1.0f / sqrtf((float)ID), err));
+    /* RoPE, Hadamard, FP4 simulation of the queries (one launch; or done with the attention's q) */
+    if (!C->iq_prep)
+        TRY(mk_cuda_idx_q_prep(ctx, w->iq, R * IH, ID, rd, L->rope, w->pos, IH, 1.0f / sqrtf((float)ID), err));
     TRY(dumpv(C, w->iq, R, IH, ID, err, "L%d.idx.q", layer));
     TRY(compressor(C, layer, L, &L->idx_cmp, 1, x, err));
     if (!C->xproj) TRY(lin(C, &L->idx_wproj, x, R, w->iw, 1, err));
+    /* the head weights bf16(iw * wscale): here, or where the scores read them */
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
-    TRY(mk_cuda_scale_bf16(ctx, w->iw, (size_t)R * IH, wscale, err));
+    if (!C->iq_prep) TRY(mk_cuda_scale_bf16(ctx, w->iw, (size_t)R * IH, wscale, err));
     /* every piece's scores and picks in two launches; the hooks (one piece) see its rows */
     int n_cap = 0;
     for (int pi = 0; pi < C->np; pi++) {
@@ -1113,7 +1117,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     if (!n_cap) return MK_OK;
     if (!(C->hk && C->hk->indexer)) n_cap = idx_cols(w, n_cap);
     const int nL = c->n_layers + c->n_mtp;
-    TRY(mk_cuda_index_multi(ctx, w->apc + layer, C->np, nL, w->iq, w->iw,
+    TRY(mk_cuda_index_multi(ctx, w->apc + layer, C->np, nL, w->iq, w->iw, C->iq_prep ? wscale : 0.0f,
                             paged(&C->pc[0], C->pc[0].s->pool->lay.ikv[layer], DSV4_BLOCK_TOKENS / 4), R, IH, ID, n_cap,
                             w->isc, w->sel_cap, w->sel, err));
     if (C->hk && C->hk->indexer) {
@@ -1171,10 +1175,21 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
         TRY(mk_cuda_linear_pair(ctx, fq, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin, w->lin_bytes, err));
     else
         TRY(lin_f(C, fq, &L->wq_b, w->qr, R, w->q, 1, err));
-    TRY(mk_cuda_head_rms_rope(ctx, w->q, R * H, D, c->norm_eps, rd, L->rope, w->pos, H, err));
-    TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
-    TRY(mk_cuda_kv_norm_rope_q(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, rd, L->rope, w->pos, err));
-    TRY(dumpv(C, w->kv, R, D, 0, err, "L%d.attn.kv", layer));
+    /* q's and kv's norms and RoPE (and, with the tuning's attn_prep, the indexer's queries: iq is
+     * ready) in one launch where nothing is dumped between them */
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu);
+    C->iq_prep = tu.attn_prep && !(C->hk && C->hk->dump);
+    if (C->iq_prep) {
+        const int IH = c->index_heads, ID = c->index_head_dim;
+        TRY(mk_cuda_attn_prep(ctx, R, w->q, H, D, c->norm_eps, w->kv, L->kv_norm, rd, L->rope, w->pos,
+                              r == 4 ? w->iq : NULL, IH, ID, 1.0f / sqrtf((float)ID), err));
+    } else {
+        TRY(mk_cuda_head_rms_rope(ctx, w->q, R * H, D, c->norm_eps, rd, L->rope, w->pos, H, err));
+        TRY(dumpv(C, w->q, R, H, D, err, "L%d.attn.q", layer));
+        TRY(mk_cuda_kv_norm_rope_q(ctx, w->kv, R, D, L->kv_norm, c->norm_eps, rd, L->rope, w->pos, err));
+        TRY(dumpv(C, w->kv, R, D, 0, err, "L%d.attn.kv", layer));
+    }
     mark(C, "attn: q/kv projections, rope");
     for (int pi = 0; pi < C->np; pi++) C->pc[pi].k_sel = 0;
     C->xproj = 0;

@@ -941,6 +941,58 @@ static void test_qkv_fused(int R, int H, int D, int rd) {
     free(pos), free(q), free(kv), free(nw), free(a), free(b);
 }
 
+/* mk_cuda_attn_prep in one launch (tuning attn_prep) = head_rms_rope, kv_norm_rope_q and idx_q_prep
+ * (IH 0: none), bit for bit: q, kv and the indexer's queries. */
+static void test_attn_prep(int R, int H, int D, int IH, int ID, int rd) {
+    mk_rope_table tab, dtab;
+    if (mk_rope_table_init(&tab, 512, rd, 160000.0, 65536, 16.0, 32.0, 1.0)) exit(2);
+    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
+    int32_t *pos = xmalloc(sizeof(int32_t) * R);
+    for (int r = 0; r < R; r++) pos[r] = (int)(rnd64() % 500u);
+    int32_t *dpos = dup_dev(pos, sizeof(int32_t) * R);
+    const size_t n[3] = {(size_t)R * H * D, (size_t)R * D, (size_t)R * (IH ? IH : 1) * ID};
+    float *h[3], *d1[3], *d2[3];
+    for (int i = 0; i < 3; i++) {
+        h[i] = xmalloc(sizeof(float) * n[i]);
+        fill_act(h[i], n[i], 2.0f);
+        d1[i] = dup_dev(h[i], sizeof(float) * n[i]), d2[i] = dup_dev(h[i], sizeof(float) * n[i]);
+    }
+    uint16_t *nw = xmalloc(sizeof(uint16_t) * D);
+    for (int i = 0; i < D; i++) nw[i] = mk_f32_to_bf16(1.0f + 0.2f * rnd_n());
+    uint16_t *dnw = dup_dev(nw, sizeof(uint16_t) * D);
+    const float isc = 1.0f / sqrtf((float)ID);
+    CK(mk_cuda_head_rms_rope(ctx, d1[0], R * H, D, 1e-6f, rd, &dtab, dpos, H, &err_));
+    CK(mk_cuda_kv_norm_rope_q(ctx, d1[1], R, D, dnw, 1e-6f, rd, &dtab, dpos, &err_));
+    if (IH) CK(mk_cuda_idx_q_prep(ctx, d1[2], R * IH, ID, rd, &dtab, dpos, IH, isc, &err_));
+    mk_cuda_tuning tu0, tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu0);
+    tu = tu0;
+    tu.attn_prep = 1;
+    mk_cuda_ctx_set_tuning(ctx, &tu);
+    CK(mk_cuda_attn_prep(ctx, R, d2[0], H, D, 1e-6f, d2[1], dnw, rd, &dtab, dpos, IH ? d2[2] : NULL, IH, ID, isc, &err_));
+    mk_cuda_ctx_set_tuning(ctx, &tu0);
+    int same[3];
+    for (int i = 0; i < 3; i++) {
+        float *a = xmalloc(sizeof(float) * n[i]), *b = xmalloc(sizeof(float) * n[i]);
+        fetch(a, d1[i], sizeof(float) * n[i]), fetch(b, d2[i], sizeof(float) * n[i]);
+        /* equal, and changed (or, without an indexer, untouched) */
+        same[i] = !memcmp(a, b, sizeof(float) * n[i]) && (!memcmp(a, h[i], sizeof(float) * n[i]) == (i == 2 && !IH));
+        free(a), free(b);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "R%d H%d D%d IH%d ID%d", R, H, D, IH, ID);
+    n_checks += 3;
+    n_fail += !same[0] + !same[1] + !same[2];
+    printf("| %-40s | %-26s | one launch = head_rms_rope, kv_norm_rope_q, idx_q_prep, bit for bit: q %s, kv %s, "
+           "iq %s |\n", "attn_prep", shape, same[0] ? "PASS" : "FAIL", same[1] ? "PASS" : "FAIL",
+           same[2] ? "PASS" : "FAIL");
+    for (int i = 0; i < 3; i++) mk_cuda_free(ctx, d1[i]), mk_cuda_free(ctx, d2[i]), free(h[i]);
+    mk_cuda_free(ctx, dpos), mk_cuda_free(ctx, dnw);
+    mk_cuda_rope_table_free(ctx, &dtab);
+    mk_rope_table_free(&tab);
+    free(pos), free(nw);
+}
+
 static void test_rope(int T, int H, int D, int rd, double base, int orig, int pos0, int inverse) {
     mk_rope_table tab, dtab;
     if (mk_rope_table_init(&tab, 256, rd, base, orig, 16.0, 32.0, 1.0)) exit(2);
@@ -2091,7 +2143,7 @@ static void test_multi_pieces(int ratio) {
             memcpy(r2 + ((size_t)i * win + (starts[i] + t) % win) * D, kv_h + (size_t)(row0[i] + t) * D, sizeof(float) * D);
     int ring_same = !memcmp(r1, r2, sizeof(float) * np * win * D);
     /* the indexer (its entries are the pool's rows at ID = D) */
-    int idx_same = 1, idx_pick = 1;
+    int idx_same = 1, idx_pick = 1, idx_scaled = 1;
     if (ratio == 4) {
         float *iq_h = xmalloc(sizeof(float) * R * IH * ID), *iw_h = xmalloc(sizeof(float) * R * IH);
         fill_act(iq_h, (size_t)R * IH * ID, 1.0f);
@@ -2140,7 +2192,7 @@ static void test_multi_pieces(int ratio) {
             mk_cuda_ctx_set_tuning(ctx, &tu);
             CK(mk_cuda_memset(ctx, dsc, 0xff, sizeof(float) * R * n_cap, &err_));
             CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * R * sel_cap, &err_));
-            CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, ipg, R, IH, ID, n_cap, dsc, sel_cap, dsm, &err_));
+            CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, 0.0f, ipg, R, IH, ID, n_cap, dsc, sel_cap, dsm, &err_));
             mk_cuda_ctx_set_tuning(ctx, &tu0);
             fetch(sc_m, dsc, sizeof(float) * R * n_cap);
             fetch(sl_m, dsm, sizeof(int32_t) * R * sel_cap);
@@ -2167,17 +2219,35 @@ static void test_multi_pieces(int ratio) {
                 }
             }
         }
-        void *dv[] = {diq, diw, dsc, dsm};
+        /* the head weights scaled where the scores read them (iw_scale) = scale_bf16 first, bit for bit */
+        const float wsc = 0.0883883f;
+        float *diw2 = dup_dev(iw_h, sizeof(float) * R * IH);
+        CK(mk_cuda_scale_bf16(ctx, diw2, (size_t)R * IH, wsc, &err_));
+        float *sc_s = xmalloc(sizeof(float) * R * n_cap);
+        int32_t *sl_s = xmalloc(sizeof(int32_t) * R * sel_cap);
+        for (int way = 0; way < 2; way++) {
+            CK(mk_cuda_memset(ctx, dsc, 0xff, sizeof(float) * R * n_cap, &err_));
+            CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * R * sel_cap, &err_));
+            CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, way ? diw : diw2, way ? wsc : 0.0f, ipg, R, IH, ID, n_cap,
+                                   dsc, sel_cap, dsm, &err_));
+            fetch(way ? sc_m : sc_s, dsc, sizeof(float) * R * n_cap);
+            fetch(way ? sl_m : sl_s, dsm, sizeof(int32_t) * R * sel_cap);
+        }
+        idx_scaled = !memcmp(sc_m, sc_s, sizeof(float) * R * n_cap) && !memcmp(sl_m, sl_s, sizeof(int32_t) * R * sel_cap) &&
+                     memcmp(sc_m, sc_prev, sizeof(float) * R * n_cap);
+        free(sc_s), free(sl_s);
+        void *dv[] = {diq, diw, diw2, dsc, dsm};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
         free(iq_h), free(iw_h), free(sc_m), free(sc_ref), free(sl_m), free(sl_w), free(sc_prev);
     }
     char shape[64];
     snprintf(shape, sizeof shape, "3 pieces, ratio %d", ratio);
-    n_checks += 4;
-    n_fail += !same + !ring_same + !idx_same + !idx_pick;
-    printf("| %-40s | %-26s | = the host's rules: rows %s, rings %s, indexer scores %s, picks %s |\n",
+    n_checks += 5;
+    n_fail += !same + !ring_same + !idx_same + !idx_pick + !idx_scaled;
+    printf("| %-40s | %-26s | = the host's rules: rows %s, rings %s, indexer scores %s, picks %s; weights scaled "
+           "in the scores = scale_bf16 first: %s |\n",
            "attn_rows / ring_put / index multi", shape, same ? "PASS" : "FAIL", ring_same ? "PASS" : "FAIL",
-           idx_same ? "PASS" : "FAIL", idx_pick ? "PASS" : "FAIL");
+           idx_same ? "PASS" : "FAIL", idx_pick ? "PASS" : "FAIL", idx_scaled ? "PASS" : "FAIL");
     void *dev[] = {dpool, dtbl, drings, dkv, dsel, dap, drows, dstart};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free(pool_h), free(rings_h), free(kv_h), free(sel_h), free(st_m), free(rw_m), free(want), free(r1), free(r2);
@@ -2389,6 +2459,11 @@ int main(int argc, char **argv) {
     test_qkv_fused(1, 64, 512, 64);
     test_qkv_fused(5, 8, 512, 64);
     test_qkv_fused(3, 4, 128, 32);
+    test_attn_prep(1, 64, 512, 64, 128, 64); /* V4-Flash's decode: 128 threads for all three */
+    test_attn_prep(3, 64, 512, 64, 128, 64);
+    test_attn_prep(2, 4, 128, 8, 128, 64);   /* the tiny checkpoints: 64 threads, iq of 128 */
+    test_attn_prep(5, 4, 256, 16, 128, 64);
+    test_attn_prep(2, 64, 512, 0, 128, 64);  /* no indexer (HCA / window layers) */
     test_rope(3, 64, 512, 64, 160000.0, 65536, 7, 0);
     test_rope(3, 64, 512, 64, 160000.0, 65536, 7, 1);
     test_rope(2, 1, 512, 64, 10000.0, 0, 100, 0);

@@ -94,13 +94,9 @@ __device__ __forceinline__ void quant_sim_block(const float *__restrict__ x, flo
  * vecs_per_pos]), mk_cuda_hadamard(scale), then mk_cuda_quant_sim(block 32, FP4), in shared
  * memory: each step's arithmetic per element as its kernel's (the butterflies' outputs do not
  * depend on which thread computes them), the same bits in one launch. */
-__global__ void __launch_bounds__(1024) k_idx_q_prep(float *__restrict__ x, int n, int rd, const float *__restrict__ cs,
-                                                     int tab_half, int max_pos, const int32_t *__restrict__ pos,
-                                                     int vpp, float scale) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
-    extern __shared__ float hq[];
-    const int v = blockIdx.x;
-    float *xr = x + (size_t)v * n;
+__device__ __forceinline__ void idx_q_prep_vec(float *__restrict__ xr, float *hq, int v, int n, int rd,
+                                               const float *__restrict__ cs, int tab_half, int max_pos,
+                                               const int32_t *__restrict__ pos, int vpp, float scale) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) hq[i] = xr[i];
     __syncthreads();
     const int p = pos[v / vpp];
@@ -112,6 +108,15 @@ __global__ void __launch_bounds__(1024) k_idx_q_prep(float *__restrict__ x, int 
     __syncthreads();
     const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     for (int b = threadIdx.x >> 5; b < (n + 31) / 32; b += nw) quant_sim_block(hq, xr, n, 32, b, 1, lane);
+}
+
+__global__ void __launch_bounds__(1024) k_idx_q_prep(float *__restrict__ x, int n, int rd, const float *__restrict__ cs,
+                                                     int tab_half, int max_pos, const int32_t *__restrict__ pos,
+                                                     int vpp, float scale) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    extern __shared__ float hq[];
+    const int v = blockIdx.x;
+    idx_q_prep_vec(x + (size_t)v * n, hq, v, n, rd, cs, tab_half, max_pos, pos, vpp, scale);
 }
 
 extern "C" int mk_cuda_idx_q_prep(mk_cuda_ctx *ctx, float *x, int n_vec, int n, int rd, const mk_rope_table *t,
@@ -144,21 +149,24 @@ __global__ void k_quant_sim(const float *__restrict__ x, int rows, int stride, i
 /* The attention's kv rows (dsv4.c): RMSNorm (weight w), RoPE of the last rd values at the row's
  * position, then the FP8 simulation of the first D - rd in blocks of 64: a block of
  * mk_cuda_rmsnorm_threads(D) threads per row, the three kernels' arithmetic in their order. */
+__device__ __forceinline__ void kv_norm_rope_q_row(float *x, int D, const uint16_t *__restrict__ w, float eps, int rd,
+                                                   const float *__restrict__ cs, int tab_half, int pos, int max_pos) {
+    mk_d_rmsnorm_row(x, D, w, eps, x);
+    __syncthreads();
+    if (pos < 0 || pos >= max_pos) return; /* checked by the caller */
+    for (int i = threadIdx.x; i < rd / 2; i += blockDim.x) mk_d_rope_pair(x + D - rd, cs, tab_half, pos, i, 0);
+    __syncthreads();
+    const int nope = D - rd, nb = (nope + 63) / 64;
+    for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) quant_sim_block(x, x, nope, 64, b, 0, threadIdx.x & 31);
+}
+
 __global__ void __launch_bounds__(1024) k_kv_norm_rope_q(float *kv, int D, const uint16_t *__restrict__ w, float eps,
                                                          int rd, const float *__restrict__ cs, int tab_half,
                                                          const int32_t *__restrict__ pos_of, int max_pos) {
     mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the weights */
     mk_d_l2_prefetch_block(w, (size_t)D * 2); /* are touched (prefetched) before the wait */
     mk_d_pdl_wait();
-    float *x = kv + (size_t)blockIdx.x * D;
-    mk_d_rmsnorm_row(x, D, w, eps, x);
-    __syncthreads();
-    const int pos = pos_of[blockIdx.x];
-    if (pos < 0 || pos >= max_pos) return; /* checked by the caller */
-    for (int i = threadIdx.x; i < rd / 2; i += blockDim.x) mk_d_rope_pair(x + D - rd, cs, tab_half, pos, i, 0);
-    __syncthreads();
-    const int nope = D - rd, nb = (nope + 63) / 64;
-    for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) quant_sim_block(x, x, nope, 64, b, 0, threadIdx.x & 31);
+    kv_norm_rope_q_row(kv + (size_t)blockIdx.x * D, D, w, eps, rd, cs, tab_half, pos_of[blockIdx.x], max_pos);
 }
 
 extern "C" int mk_cuda_kv_norm_rope_q(mk_cuda_ctx *ctx, float *kv, int rows, int D, const uint16_t *w, float eps, int rd,
@@ -205,18 +213,22 @@ __global__ void k_head_rms_bf16(float *q, int n_vec, int D, float eps) {
 
 /* k_head_rms_bf16 then RoPE of each vector's last rd values at its row's position (vecs_per_pos
  * vectors a row), by the same warp. */
-__global__ void k_head_rms_rope(float *q, int n_vec, int D, float eps, int rd, const float *__restrict__ cs,
-                                int tab_half, const int32_t *__restrict__ pos_of, int max_pos, int vpp) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
-    int v = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    int lane = threadIdx.x & 31;
-    if (v >= n_vec) return;
-    float *x = q + (size_t)v * D;
+__device__ __forceinline__ void head_rms_rope_vec(float *x, int v, int D, float eps, int rd, const float *__restrict__ cs,
+                                                  int tab_half, const int32_t *__restrict__ pos_of, int max_pos, int vpp,
+                                                  int lane) {
     head_rms_vec(x, D, eps, lane);
     __syncwarp();
     const int pos = pos_of[v / vpp];
     if (pos < 0 || pos >= max_pos) return; /* checked by the caller */
     for (int i = lane; i < rd / 2; i += 32) mk_d_rope_pair(x + D - rd, cs, tab_half, pos, i, 0);
+}
+
+__global__ void k_head_rms_rope(float *q, int n_vec, int D, float eps, int rd, const float *__restrict__ cs,
+                                int tab_half, const int32_t *__restrict__ pos_of, int max_pos, int vpp) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    int v = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    if (v >= n_vec) return;
+    head_rms_rope_vec(q + (size_t)v * D, v, D, eps, rd, cs, tab_half, pos_of, max_pos, vpp, threadIdx.x & 31);
 }
 
 extern "C" int mk_cuda_head_rms_rope(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float eps, int rd,
@@ -267,6 +279,55 @@ extern "C" int mk_cuda_rope_step(mk_cuda_ctx *ctx, float *x, int n_vec, int stri
     k_rope_step<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(x, n_vec, stride, rd / 2, t->cs,
                                                                         t->half, pos0, step, inverse);
     MK_CU_LAUNCHED(err, "cuda: rope_step launch");
+    return MK_OK;
+}
+
+/* ---- the attention's row preparation in one launch ------------------------------------------ */
+
+/* mk_cuda_attn_prep: blocks [0, nqb) normalize and rotate the q vectors (a warp each, as
+ * k_head_rms_rope), the next R blocks the kv rows (a block each, as k_kv_norm_rope_q: blockDim.x
+ * is mk_cuda_rmsnorm_threads(D), which its norm's bits need), the last niq blocks the indexer's
+ * query vectors (a block each, as k_idx_q_prep, whose bits do not depend on the block's size). */
+__global__ void __launch_bounds__(1024) k_attn_prep(float *q, int nq, int qvpp, int D, float eps, float *kv,
+                                                    const uint16_t *__restrict__ w, int R, float *iq, int niq,
+                                                    int ivpp, int ID, float iscale, int rd,
+                                                    const float *__restrict__ cs, int tab_half,
+                                                    const int32_t *__restrict__ pos, int max_pos) {
+    extern __shared__ float hq[];
+    const int vpb = blockDim.x >> 5, nqb = (nq + vpb - 1) / vpb, b = blockIdx.x;
+    mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the kv norm's */
+    if (b >= nqb && b < nqb + R) mk_d_l2_prefetch_block(w, (size_t)D * 2); /* weights before the wait */
+    mk_d_pdl_wait();
+    if (b < nqb) {
+        const int v = b * vpb + (threadIdx.x >> 5);
+        if (v < nq) head_rms_rope_vec(q + (size_t)v * D, v, D, eps, rd, cs, tab_half, pos, max_pos, qvpp, threadIdx.x & 31);
+    } else if (b < nqb + R) {
+        kv_norm_rope_q_row(kv + (size_t)(b - nqb) * D, D, w, eps, rd, cs, tab_half, pos[b - nqb], max_pos);
+    } else {
+        const int v = b - nqb - R;
+        if (v < niq) idx_q_prep_vec(iq + (size_t)v * ID, hq, v, ID, rd, cs, tab_half, max_pos, pos, ivpp, iscale);
+    }
+}
+
+extern "C" int mk_cuda_attn_prep(mk_cuda_ctx *ctx, int R, float *q, int H, int D, float eps, float *kv,
+                                 const uint16_t *kv_w, int rd, const mk_rope_table *t, const int32_t *pos, float *iq,
+                                 int IH, int ID, float iscale, mk_err *err) {
+    if (R <= 0) return MK_OK;
+    const int th = mk_cuda_rmsnorm_threads(D);
+    const int with_iq = iq && IH > 0;
+    if (!ctx->tune.attn_prep || D <= 0 || rd <= 0 || rd % 2 || rd > D || rd / 2 > t->half || !t->cs || !pos || H <= 0 ||
+        (with_iq && (ID < 1 || ID > 1024 || (ID & (ID - 1)) || rd > ID)) ||
+        (size_t)R * H + (size_t)R * (with_iq ? IH : 0) + (size_t)R > 0x7fffffffu) { /* the separate ops */
+        int st = mk_cuda_head_rms_rope(ctx, q, R * H, D, eps, rd, t, pos, H, err);
+        if (!st) st = mk_cuda_kv_norm_rope_q(ctx, kv, R, D, kv_w, eps, rd, t, pos, err);
+        if (!st && with_iq) st = mk_cuda_idx_q_prep(ctx, iq, R * IH, ID, rd, t, pos, IH, iscale, err);
+        return st;
+    }
+    const int vpb = th / 32, nq = R * H, nqb = (nq + vpb - 1) / vpb, niq = with_iq ? R * IH : 0;
+    (void)mk_cuda_launch_pdl(ctx, (unsigned)(nqb + R + niq), th, with_iq ? sizeof(float) * ID : 0, k_attn_prep, q, nq, H,
+                             D, eps, kv, kv_w, R, iq, niq, with_iq ? IH : 1, with_iq ? ID : 0, iscale, rd, t->cs,
+                             t->half, pos, t->max_pos);
+    MK_CU_LAUNCHED(err, "cuda: attn_prep launch");
     return MK_OK;
 }
 

@@ -156,6 +156,10 @@ typedef struct {
                             * 1 and 0 until run on a GPU (written in a session without one),
                             * MINKE_CUDA_RI_WDEPTH, MINKE_CUDA_RI_L2_PF */
     int ri_l2_pf;
+    int attn_prep;         /* 1: the attention's q / kv / indexer-query preparation in one launch
+                            * (mk_cuda_attn_prep), and the indexer's head weights scaled where its scores
+                            * read them (mk_cuda_index_multi's iw_scale: no scale_bf16 launch); same
+                            * bits; default 0 until run on a GPU, MINKE_CUDA_ATTN_PREP=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -423,6 +427,13 @@ int mk_cuda_head_rms_rope(mk_cuda_ctx *ctx, float *q, int n_vec, int D, float ep
  * one kernel. */
 int mk_cuda_kv_norm_rope_q(mk_cuda_ctx *ctx, float *kv, int rows, int D, const uint16_t *w, float eps, int rd,
                            const mk_rope_table *t, const int32_t *pos, mk_err *err);
+/* The attention's row preparation: mk_cuda_head_rms_rope(q, R * H, D, eps, rd, t, pos, H),
+ * mk_cuda_kv_norm_rope_q(kv, R, D, kv_w, eps, rd, t, pos) and, where iq is given,
+ * mk_cuda_idx_q_prep(iq, R * IH, ID, rd, t, pos, IH, iscale): one launch (the tuning's attn_prep,
+ * ID a power of two up to 1024), the same bits. */
+int mk_cuda_attn_prep(mk_cuda_ctx *ctx, int R, float *q, int H, int D, float eps, float *kv, const uint16_t *kv_w,
+                      int rd, const mk_rope_table *t, const int32_t *pos, float *iq, int IH, int ID, float iscale,
+                      mk_err *err);
 /* mk_rope of vector v (at x + v * stride) at position pos0 + v * step. */
 int mk_cuda_rope_step(mk_cuda_ctx *ctx, float *x, int n_vec, int stride, int rd,
                       const mk_rope_table *t, int pos0, int step, int inverse, mk_err *err);
@@ -516,10 +527,11 @@ int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int st
  * piece P has (P.start + P.T) / 4 entries in its blocks (keys: the paged indexer entries ikv,
  * D = ID, ikv.tbl ignored) and picks P.k_sel): sc [R, n_cap] (n_cap >= every piece's entry count;
  * -inf past the entries visible to the row) and the top-k per row (descending, ties to the lower
- * index, -1 padded) at row0 * sel_cap + t * k_sel. */
+ * index, -1 padded) at row0 * sel_cap + t * k_sel. iw_scale: 0, the head weights iw as they are;
+ * else each is read as bf16(iw * iw_scale) (the bits of mk_cuda_scale_bf16 before the call). */
 int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, const float *iq,
-                        const float *iw, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap, float *sc,
-                        int sel_cap, int32_t *sel, mk_err *err);
+                        const float *iw, float iw_scale, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
+                        float *sc, int sel_cap, int32_t *sel, mk_err *err);
 
 /* Rearranges uploaded FP4 weights (k % 128 == 0) in place into the lane order that
  * mk_cuda_moe_gemv_fp4 reads: in each row's 64-byte 128-block the 4 x 4 matrix of 4-byte words

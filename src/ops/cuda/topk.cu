@@ -17,13 +17,18 @@ __device__ __forceinline__ int d_vis(int t, int start, int n_all) {
     return min((start + t + 1) / 4, n_all);
 }
 
+/* Head weight i: iw[i], or bf16(iw[i] * s) where s != 0 (mk_cuda_scale_bf16's bits). */
+__device__ __forceinline__ float d_iw(const float *__restrict__ iw, size_t i, float s) {
+    return s != 0.0f ? mk_d_bf16r(__fmul_rn(iw[i], s)) : iw[i];
+}
+
 /* ---- every piece of a call in one launch (pieces as for mk_cuda_attn_rows_multi) ---------------- */
 
 /* The scores of every row r of the call (warp per (r, j), j < n_cap): row r of piece P sees
  * P's entries (n_all = (P.start + P.T) / 4 of them, P's block table); sc [R, n_cap]. */
 __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
                                      const float *__restrict__ iq, const float *__restrict__ iw,
-                                     mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
+                                     float iw_scale, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
                                      float *__restrict__ sc) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
@@ -46,7 +51,7 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
         for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
         d = mk_d_bf16r(mk_d_warp_sum(d));
         if (d < 0) d = 0;
-        acc += mk_d_bf16r(__fmul_rn(d, iw[(size_t)r * IH + h]));
+        acc += mk_d_bf16r(__fmul_rn(d, d_iw(iw, (size_t)r * IH + h, iw_scale)));
     }
     if (lane == 0) sc[(size_t)r * n_cap + j] = mk_d_bf16r(acc);
 }
@@ -58,7 +63,8 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
 #define IDX_MAXH 256
 __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_apiece *__restrict__ pc, int np,
                                                                int stride, const float *__restrict__ iq,
-                                                               const float *__restrict__ iw, mk_cuda_paged ikv,
+                                                               const float *__restrict__ iw, float iw_scale,
+                                                               mk_cuda_paged ikv,
                                                                int R, int IH, int ID, int n_cap,
                                                                float *__restrict__ sc) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
@@ -79,7 +85,7 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
         for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
         d = mk_d_bf16r(mk_d_warp_sum(d));
         if (d < 0) d = 0;
-        if (lane == 0) e[h] = mk_d_bf16r(__fmul_rn(d, iw[(size_t)r * IH + h]));
+        if (lane == 0) e[h] = mk_d_bf16r(__fmul_rn(d, d_iw(iw, (size_t)r * IH + h, iw_scale)));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -115,7 +121,8 @@ __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np
 }
 
 extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride,
-                                   const float *iq, const float *iw, mk_cuda_paged ikv, int R, int IH, int ID,
+                                   const float *iq, const float *iw, float iw_scale, mk_cuda_paged ikv, int R,
+                                   int IH, int ID,
                                    int n_cap, float *sc, int sel_cap, int32_t *sel, mk_err *err) {
     if (R <= 0 || np <= 0 || n_cap <= 0) return MK_OK;
     size_t warps = (size_t)R * n_cap;
@@ -124,11 +131,11 @@ extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *piece
                                                : (size_t)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 32;
     if (warps < below && IH <= IDX_MAXH && R <= 65535) {
         (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)n_cap, (unsigned)R), 256, 0, k_index_scores_multi_hb, pieces, np, stride, iq, iw,
-                                                                                           ikv, R, IH, ID, n_cap, sc);
+                                                                                           iw_scale, ikv, R, IH, ID, n_cap, sc);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi (heads over warps) launch");
     } else {
         (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps * 32 + 255) / 256), 256, 0, k_index_scores_multi, pieces, np, stride, iq, iw,
-                                                                                         ikv, R, IH, ID, n_cap, sc);
+                                                                                         iw_scale, ikv, R, IH, ID, n_cap, sc);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi launch");
     }
     (void)mk_cuda_launch_pdl(ctx, R, 256, 0, k_index_topk_multi, pieces, np, stride, sc, n_cap, sel_cap, sel);
