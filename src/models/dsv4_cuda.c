@@ -1213,8 +1213,9 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     }
     mk_cuda_paged ckv = {0};
     if (r) ckv = paged(&C->pc[0], C->pc[0].s->pool->lay.ckv[layer], bt / r);
+    const int rows_ring = tu.rows_ring && R == C->np; /* one-row pieces: the rings written with the lists */
     TRY(mk_cuda_attn_rows_multi(ctx, apc, C->np, nL, R, win, D, w->kv, ckv, r, w->sel, w->sel_cap, w->rows,
-                                w->row_start, err));
+                                w->row_start, rows_ring, err));
     TRY(mk_cuda_sparse_attn(ctx, w->q, R, H, D, (const float *const *)w->rows, w->row_start, L->attn_sink,
                             1.0f / sqrtf((float)D), w->o, err));
     for (int pi = 0; pi < C->np; pi++) {
@@ -1225,7 +1226,7 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
             TRY(mk_cuda_snap_ring(ctx, (uint16_t *)(blk(s, e / bt) + s->pool->lay.win[layer]), s->ls[layer].win,
                                   w->kv + (size_t)p->row0 * D, start, e, win, D, err));
     }
-    TRY(mk_cuda_ring_put_multi(ctx, apc, C->np, nL, R, w->kv, win, D, err));
+    if (!rows_ring) TRY(mk_cuda_ring_put_multi(ctx, apc, C->np, nL, R, w->kv, win, D, err));
     /* wo_a: all groups in one launch where the kernel takes the shape, else group by group; the
      * inverse RoPE of o then goes with that launch (its input preparation; not when o is dumped) */
     int grouped = L->wo_a.kind == MK_W_FP8_DQ && L->wo_a.n == G * c->o_lora && L->wo_a.k == Dg &&

@@ -2069,9 +2069,9 @@ static void test_cmp_step(int is_idx, int D, int r, int ov) {
  * valid picks in order, or every visible entry) as device addresses; the rings after the call;
  * the indexer's scores (tolerance: the dots sum in another order) and its picks by the top-k
  * rule on the returned scores, exactly. */
-static void test_multi_pieces(int ratio) {
+static void test_multi_pieces(int ratio, int one_row) {
     const int D = 64, win = 8, np = 3, IH = 4, ID = 64, topk = 6, bt = 64, epb = bt / 4;
-    const int Ts[3] = {1, 5, 2}, starts[3] = {37, 100, 3};
+    const int Ts[3] = {1, one_row ? 1 : 5, one_row ? 1 : 2}, starts[3] = {37, 100, 3};
     int R = 0, row0[3];
     for (int i = 0; i < np; i++) row0[i] = R, R += Ts[i];
     const int nblk = 8, cap = 4; /* blocks in the pool, table entries per piece */
@@ -2103,7 +2103,9 @@ static void test_multi_pieces(int ratio) {
     const int rows_per = win + 64 + 16;
     const float **drows = poisoned_dev(sizeof(void *) * R * rows_per);
     int32_t *dstart = poisoned_dev(sizeof(int32_t) * (R + 1));
-    CK(mk_cuda_attn_rows_multi(ctx, dap, np, 1, R, win, D, dkv, pg, ratio, dsel, sel_cap, drows, dstart, &err_));
+    /* one-row pieces (a decode step): the rings written by the row-list launch (ring_put) */
+    CK(mk_cuda_attn_rows_multi(ctx, dap, np, 1, R, win, D, dkv, pg, ratio, dsel, sel_cap, drows, dstart, one_row,
+                               &err_));
     int32_t *st_m = xmalloc(sizeof(int32_t) * (R + 1));
     const float **rw_m = xmalloc(sizeof(void *) * R * rows_per), **want = xmalloc(sizeof(void *) * rows_per);
     fetch(st_m, dstart, sizeof(int32_t) * (R + 1));
@@ -2134,7 +2136,7 @@ static void test_multi_pieces(int ratio) {
         }
     }
     /* the rings: each piece's last min(T, win) rows at slot (start + t) % win, the rest as before */
-    CK(mk_cuda_ring_put_multi(ctx, dap, np, 1, R, dkv, win, D, &err_));
+    if (!one_row) CK(mk_cuda_ring_put_multi(ctx, dap, np, 1, R, dkv, win, D, &err_));
     float *r1 = xmalloc(sizeof(float) * np * win * D), *r2 = xmalloc(sizeof(float) * np * win * D);
     fetch(r1, drings, sizeof(float) * np * win * D);
     memcpy(r2, rings_h, sizeof(float) * np * win * D);
@@ -2241,7 +2243,7 @@ static void test_multi_pieces(int ratio) {
         free(iq_h), free(iw_h), free(sc_m), free(sc_ref), free(sl_m), free(sl_w), free(sc_prev);
     }
     char shape[64];
-    snprintf(shape, sizeof shape, "3 pieces, ratio %d", ratio);
+    snprintf(shape, sizeof shape, "3 pieces%s, ratio %d", one_row ? " of 1 row" : "", ratio);
     n_checks += 5;
     n_fail += !same + !ring_same + !idx_same + !idx_pick + !idx_scaled;
     printf("| %-40s | %-26s | = the host's rules: rows %s, rings %s, indexer scores %s, picks %s; weights scaled "
@@ -2492,9 +2494,12 @@ int main(int argc, char **argv) {
     test_cmp_step(0, 512, 4, 1);
     test_cmp_step(1, 128, 4, 1);
     test_cmp_step(0, 512, 128, 0);
-    test_multi_pieces(4);
-    test_multi_pieces(128);
-    test_multi_pieces(0);
+    test_multi_pieces(4, 0);
+    test_multi_pieces(128, 0);
+    test_multi_pieces(0, 0);
+    test_multi_pieces(4, 1); /* decode steps: the ring writes in the row-list launch */
+    test_multi_pieces(128, 1);
+    test_multi_pieces(0, 1);
 
     printf("\n%d checks, %d failed\n", n_checks, n_fail);
     mk_pool_free(pool);

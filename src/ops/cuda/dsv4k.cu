@@ -464,7 +464,7 @@ extern "C" int mk_cuda_cmp_pool(mk_cuda_ctx *ctx, const float *kv, const float *
 __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride, int R,
                                                           int win, int D, const float *kv_call, mk_cuda_paged ckv,
                                                           int ratio, const int32_t *__restrict__ sel, int sel_cap,
-                                                          const float **rows, int32_t *row_start) {
+                                                          const float **rows, int32_t *row_start, int ring_put) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     extern __shared__ int32_t cnt[]; /* [R + 1] */
     __shared__ int32_t wtot[32];
@@ -524,18 +524,25 @@ __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *
             int vis = min((p + 1) / ratio, P.n_ckv);
             for (int j = lane; j < vis; j += 32) rows[n + j] = mk_d_paged_row(pg, j, D);
         }
+        if (ring_put) { /* a one-row piece: its row into ring slot p % win, which holds position p - win,
+                         * outside every list of the call (and of the window snapshots after it) */
+            float *dst = (float *)P.ring + (size_t)(p % win) * D;
+            for (int c = lane; c < D; c += 32) dst[c] = kv[c];
+        }
     }
 }
 
 extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R, int win,
                                        int D, const float *kv_call, mk_cuda_paged ckv, int ratio,
                                        const int32_t *sel, int sel_cap, const float **rows, int32_t *row_start,
-                                       mk_err *err) {
+                                       int ring_put, mk_err *err) {
     if (R <= 0 || np <= 0) return MK_OK;
     if (R > 12000) return mk_fail(err, MK_ERANGE, "cuda: attn_rows: %d rows in one call", R);
+    if (ring_put && R != np)
+        return mk_fail(err, MK_EINVAL, "cuda: attn_rows with the ring writes: %d rows in %d pieces (one each)", R, np);
     int threads = R < 32 ? R * 32 : 1024;
     (void)mk_cuda_launch_pdl(ctx, 1, threads, sizeof(int32_t) * (R + 1), k_attn_rows_multi, pieces, np, stride, R, win, D, kv_call, ckv,
-                                                                              ratio, sel, sel_cap, rows, row_start);
+                                                                              ratio, sel, sel_cap, rows, row_start, ring_put);
     MK_CU_LAUNCHED(err, "cuda: attn_rows_multi launch");
     return MK_OK;
 }

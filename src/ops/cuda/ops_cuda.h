@@ -156,6 +156,9 @@ typedef struct {
                             * 1 and 0 until run on a GPU (written in a session without one),
                             * MINKE_CUDA_RI_WDEPTH, MINKE_CUDA_RI_L2_PF */
     int ri_l2_pf;
+    int rows_ring;         /* 1: a step of one-row pieces (a decode) writes the window rings in the
+                            * attention's row-list launch (mk_cuda_attn_rows_multi's ring_put): no
+                            * ring_put launch; default 0 until run on a GPU, MINKE_CUDA_ROWS_RING=1 */
     int attn_prep;         /* 1: the attention's q / kv / indexer-query preparation in one launch
                             * (mk_cuda_attn_prep), and the indexer's head weights scaled where its scores
                             * read them (mk_cuda_index_multi's iw_scale: no scale_bf16 launch); same
@@ -471,7 +474,8 @@ typedef struct {
  * sel row at sel + row0 * sel_cap + t * k_sel; other ratios: every visible entry of ckv, with the
  * piece's block table; ckv.tbl is ignored); rows / row_start over all R rows (R <= 12000).
  * ring_put_multi: ring slot q % win <- the call's row of position q, for the last min(T, win)
- * positions of each piece. */
+ * positions of each piece. attn_rows_multi with ring_put (every piece one row: R == np) does
+ * ring_put_multi's writes too, in the same launch (the slot written is in no row's list). */
 typedef struct {
     const float *ring;    /* the piece's window ring [win, D] of this layer */
     const int32_t *tbl;   /* its block table */
@@ -482,7 +486,7 @@ typedef struct {
 } mk_cuda_apiece;
 int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R, int win, int D,
                             const float *kv_call, mk_cuda_paged ckv, int ratio, const int32_t *sel, int sel_cap,
-                            const float **rows, int32_t *row_start, mk_err *err);
+                            const float **rows, int32_t *row_start, int ring_put, mk_err *err);
 int mk_cuda_ring_put_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R,
                            const float *kv_call, int win, int D, mk_err *err);
 /* mk_cuda_cmp_put_multi, then for every one-token piece whose position completes a group of r
