@@ -1326,8 +1326,9 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             else TRY(st);
         }
         if (ride) {
-            TRY(mk_cuda_swiglu_quant(ctx, w->act, w->actd, w->sw, T * K, I, lim, 1, NULL, w->mxq, w->msa, err));
-            TRY(mk_cuda_swiglu_quant(ctx, w->sg, w->su, NULL, T, I, lim, perm2, NULL, xq2, sa2, err));
+            const mk_cuda_swiglu_job s1 = {w->act, w->actd, w->sw, T * K, I, 1, NULL, w->mxq, w->msa};
+            const mk_cuda_swiglu_job s2 = {w->sg, w->su, NULL, T, I, perm2, NULL, xq2, sa2};
+            TRY(mk_cuda_swiglu_quant2(ctx, &s1, &s2, lim, err)); /* one launch with the tuning's swiglu_pair */
             const mk_cuda_fp8_job j2 = {&L->sh2, NULL, xq2, sa2, T, w->seo, NULL, 1};
             int st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL,
                                                NULL, d, I, w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, &j2,

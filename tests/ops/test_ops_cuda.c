@@ -1966,6 +1966,54 @@ static void test_swiglu_quant(int m, int k, int moe, int perm) {
     free(g), free(u), free(sw), free(a1), free(a2), free(b1), free(b2), free(c1), free(c2);
 }
 
+/* mk_cuda_swiglu_quant2 in one launch (tuning swiglu_pair) = the two mk_cuda_swiglu_quant calls, bit for
+ * bit: the routed experts' (slot weights, FP4 layout) and the shared expert's. */
+static void test_swiglu_quant2(int m0, int m1, int k, int perm1) {
+    const size_t n0 = (size_t)m0 * k, n1 = (size_t)m1 * k, nb = (size_t)(k + 127) / 128;
+    float *h[5];
+    const size_t hn[5] = {n0, n0, (size_t)m0, n1, n1};
+    void *dh[5];
+    for (int i = 0; i < 5; i++) {
+        h[i] = xmalloc(sizeof(float) * hn[i]);
+        fill_act(h[i], hn[i], i == 2 ? 0.5f : 3.0f);
+        dh[i] = dup_dev(h[i], sizeof(float) * hn[i]);
+    }
+    uint8_t *q[2][2];
+    float *sa[2][2];
+    for (int way = 0; way < 2; way++) {
+        q[way][0] = poisoned_dev(n0), q[way][1] = poisoned_dev(n1);
+        sa[way][0] = poisoned_dev(sizeof(float) * m0 * nb), sa[way][1] = poisoned_dev(sizeof(float) * m1 * nb);
+        const mk_cuda_swiglu_job j0 = {dh[0], dh[1], dh[2], m0, k, 1, NULL, q[way][0], sa[way][0]};
+        const mk_cuda_swiglu_job j1 = {dh[3], dh[4], NULL, m1, k, perm1, NULL, q[way][1], sa[way][1]};
+        mk_cuda_tuning tu0, tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu0);
+        tu = tu0;
+        tu.swiglu_pair = way;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        CK(mk_cuda_swiglu_quant2(ctx, &j0, &j1, 7.0f, &err_));
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+    }
+    int same = 1;
+    for (int i = 0; i < 2; i++) {
+        const size_t nq = i ? n1 : n0, ns = sizeof(float) * (i ? m1 : m0) * nb;
+        uint8_t *a = xmalloc(nq), *b = xmalloc(nq);
+        float *x = xmalloc(ns), *y = xmalloc(ns);
+        fetch(a, q[0][i], nq), fetch(b, q[1][i], nq), fetch(x, sa[0][i], ns), fetch(y, sa[1][i], ns);
+        same = same && !memcmp(a, b, nq) && !memcmp(x, y, ns);
+        for (size_t e = 0; e < ns / sizeof(float); e++) same = same && isfinite(x[e]) && x[e] > 0; /* written */
+        free(a), free(b), free(x), free(y);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "m %d + %d, k %d", m0, m1, k);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | one launch = two swiglu_quant launches, bit for bit: %s |\n", "swiglu_quant2", shape,
+           same ? "PASS" : "FAIL");
+    for (int i = 0; i < 5; i++) mk_cuda_free(ctx, dh[i]), free(h[i]);
+    for (int way = 0; way < 2; way++)
+        for (int i = 0; i < 2; i++) mk_cuda_free(ctx, q[way][i]), mk_cuda_free(ctx, sa[way][i]);
+}
+
 /* mk_cuda_cmp_step_multi = mk_cuda_cmp_put_multi, then for each one-token piece completing a
  * group the host-launched chain (cmp_pool, the overlap move, rmsnorm, rope_step, hadamard + FP4
  * simulation or the FP8 simulation, the copy into the block), bit for bit: states and pool. Piece
@@ -2442,6 +2490,9 @@ int main(int argc, char **argv) {
     test_swiglu_quant(6, 2048, 1, 1);
     test_swiglu_quant(5, 200, 1, 0);
     test_swiglu_quant(3, 384, 0, 1);
+    test_swiglu_quant2(6, 1, 2048, 0); /* a decode step: 6 routed slots, the shared expert */
+    test_swiglu_quant2(12, 2, 2048, 1);
+    test_swiglu_quant2(5, 3, 200, 0);
     test_probe_wgmma();
     test_argmax_rows(129280);
     test_argmax_rows(1000);

@@ -159,6 +159,9 @@ typedef struct {
     int rows_ring;         /* 1: a step of one-row pieces (a decode) writes the window rings in the
                             * attention's row-list launch (mk_cuda_attn_rows_multi's ring_put): no
                             * ring_put launch; default 0 until run on a GPU, MINKE_CUDA_ROWS_RING=1 */
+    int swiglu_pair;       /* 1: the routed and the shared expert's SwiGLU + quantization of a decode step
+                            * in one launch (mk_cuda_swiglu_quant2; same bits); default 0 until run on
+                            * a GPU, MINKE_CUDA_SWIGLU_PAIR=1 */
     int attn_prep;         /* 1: the attention's q / kv / indexer-query preparation in one launch
                             * (mk_cuda_attn_prep), and the indexer's head weights scaled where its scores
                             * read them (mk_cuda_index_multi's iw_scale: no scale_bf16 launch); same
@@ -263,6 +266,18 @@ int mk_cuda_linear_xq(const mk_cuda_ctx *ctx, const mk_wmat *W, int m, void *scr
  * bit for bit, in one kernel; out (optional) receives the SwiGLU values. */
 int mk_cuda_swiglu_quant(mk_cuda_ctx *ctx, const float *g, const float *u, const float *sw, int m, int k, float lim,
                          int perm, float *out, uint8_t *q, float *sa, mk_err *err);
+/* One mk_cuda_swiglu_quant call's operands (m rows of k). */
+typedef struct {
+    const float *g, *u, *sw;
+    int m, k, perm;
+    float *out;
+    uint8_t *q;
+    float *sa;
+} mk_cuda_swiglu_job;
+/* mk_cuda_swiglu_quant of j0, then of j1 (disjoint outputs): one launch with the tuning's
+ * swiglu_pair (the routed and the shared expert's SwiGLU of a decode step), the same bits. */
+int mk_cuda_swiglu_quant2(mk_cuda_ctx *ctx, const mk_cuda_swiglu_job *j0, const mk_cuda_swiglu_job *j1, float lim,
+                          mk_err *err);
 /* Bytes of scratch mk_cuda_linear needs for W and m rows (quantized activations, scales, bf16
  * copy, split-K partials). */
 size_t mk_cuda_linear_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W, int m);

@@ -54,14 +54,11 @@ __global__ void k_act_quant(const float *__restrict__ x, int m, int k, int perm,
 
 /* SwiGLU (k_swiglu; with sw, k_moe_swiglu: inputs rounded to bf16, times the slot weight sw[r])
  * of row r's block b, then act_quant of it: the bits of the two kernels in a row, in one. */
-__global__ void k_swiglu_quant(const float *__restrict__ g, const float *__restrict__ u,
-                               const float *__restrict__ sw, int m, int k, float lim, int perm,
-                               float *__restrict__ out, uint8_t *__restrict__ q, float *__restrict__ sa) {
-    mk_d_pdl_launch_dependents();
-    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    int lane = threadIdx.x & 31;
+__device__ __forceinline__ void swiglu_quant_warp(const float *__restrict__ g, const float *__restrict__ u,
+                                                  const float *__restrict__ sw, int k, float lim, int perm,
+                                                  float *__restrict__ out, uint8_t *__restrict__ q,
+                                                  float *__restrict__ sa, int warp, int lane) {
     int nb = (k + 127) >> 7;
-    if (warp >= m * nb) return;
     int r = warp / nb, b = warp - r * nb;
     int base = b * 128, w = min(128, k - base);
     const size_t o = (size_t)r * k + base;
@@ -85,6 +82,15 @@ __global__ void k_swiglu_quant(const float *__restrict__ g, const float *__restr
     act_quant_block(v, w, lane, r, b, k, nb, perm, q, sa);
 }
 
+__global__ void k_swiglu_quant(const float *__restrict__ g, const float *__restrict__ u,
+                               const float *__restrict__ sw, int m, int k, float lim, int perm,
+                               float *__restrict__ out, uint8_t *__restrict__ q, float *__restrict__ sa) {
+    mk_d_pdl_launch_dependents();
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    if (warp >= m * ((k + 127) >> 7)) return;
+    swiglu_quant_warp(g, u, sw, k, lim, perm, out, q, sa, warp, threadIdx.x & 31);
+}
+
 extern "C" int mk_cuda_swiglu_quant(mk_cuda_ctx *ctx, const float *g, const float *u, const float *sw, int m, int k,
                                     float lim, int perm, float *out, uint8_t *q, float *sa, mk_err *err) {
     if (m <= 0 || k <= 0) return MK_OK;
@@ -92,6 +98,37 @@ extern "C" int mk_cuda_swiglu_quant(mk_cuda_ctx *ctx, const float *g, const floa
     size_t warps = (size_t)m * ((k + 127) / 128);
     k_swiglu_quant<<<(unsigned)((warps + 7) / 8), 256, 0, ctx->stream>>>(g, u, sw, m, k, lim, perm, out, q, sa);
     MK_CU_LAUNCHED(err, "cuda: swiglu_quant launch");
+    return MK_OK;
+}
+
+/* Two swiglu_quant jobs in one launch: job 0's warps, then job 1's. */
+__global__ void k_swiglu_quant2(const mk_cuda_swiglu_job j0, const mk_cuda_swiglu_job j1, float lim) {
+    mk_d_pdl_launch_dependents();
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    const int w0 = j0.m * ((j0.k + 127) >> 7);
+    const mk_cuda_swiglu_job &j = warp < w0 ? j0 : j1;
+    if (warp >= w0) warp -= w0;
+    if (warp >= j.m * ((j.k + 127) >> 7)) return;
+    swiglu_quant_warp(j.g, j.u, j.sw, j.k, lim, j.perm, j.out, j.q, j.sa, warp, threadIdx.x & 31);
+}
+
+extern "C" int mk_cuda_swiglu_quant2(mk_cuda_ctx *ctx, const mk_cuda_swiglu_job *j0, const mk_cuda_swiglu_job *j1,
+                                     float lim, mk_err *err) {
+    const mk_cuda_swiglu_job *j[2] = {j0, j1};
+    size_t warps = 0;
+    for (int i = 0; i < 2; i++) {
+        if (j[i]->m < 0 || j[i]->k <= 0 || (j[i]->perm && j[i]->k % 8))
+            return mk_fail(err, MK_EINVAL, "cuda: swiglu_quant2: job %d: m %d, k %d, perm %d (k %% 8 == 0 when permuted)", i,
+                           j[i]->m, j[i]->k, j[i]->perm);
+        warps += (size_t)j[i]->m * ((j[i]->k + 127) / 128);
+    }
+    if (!ctx->tune.swiglu_pair) { /* two launches */
+        int st = mk_cuda_swiglu_quant(ctx, j0->g, j0->u, j0->sw, j0->m, j0->k, lim, j0->perm, j0->out, j0->q, j0->sa, err);
+        return st ? st : mk_cuda_swiglu_quant(ctx, j1->g, j1->u, j1->sw, j1->m, j1->k, lim, j1->perm, j1->out, j1->q, j1->sa, err);
+    }
+    if (!warps) return MK_OK;
+    k_swiglu_quant2<<<(unsigned)((warps + 7) / 8), 256, 0, ctx->stream>>>(*j0, *j1, lim);
+    MK_CU_LAUNCHED(err, "cuda: swiglu_quant2 launch");
     return MK_OK;
 }
 
