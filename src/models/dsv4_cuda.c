@@ -363,6 +363,7 @@ struct dsv4_cuda_work {
     float *ckvp, *cscp, *ekv, *esc, *ents;
     float *ickvp, *icscp;                   /* the indexer compressor's projections (xproj) */
     float *iq, *iw, *isc;
+    int32_t *icnt;                          /* the fused indexer top-k's counters (zero between uses) */
     int32_t *sel;
     const float **rows;
     int32_t *row_start;
@@ -454,6 +455,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->iq, F(Tm * c->index_heads * ID));
     WA(w->iw, F(Tm * c->index_heads));
     WA(w->isc, F(Tm * n_ent));
+    WA(w->icnt, sizeof(int32_t) * Tm); /* zero, and left zero by each use */
     WA(w->sel, F(Tm * w->sel_cap + 16));
     WA(w->rows, sizeof(void *) * Tm * w->rows_per);
     WA(w->row_start, sizeof(int32_t) * (Tm + 1));
@@ -1119,7 +1121,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     const int nL = c->n_layers + c->n_mtp;
     TRY(mk_cuda_index_multi(ctx, w->apc + layer, C->np, nL, w->iq, w->iw, C->iq_prep ? wscale : 0.0f,
                             paged(&C->pc[0], C->pc[0].s->pool->lay.ikv[layer], DSV4_BLOCK_TOKENS / 4), R, IH, ID, n_cap,
-                            w->isc, w->sel_cap, w->sel, err));
+                            w->isc, w->icnt, w->sel_cap, w->sel, err));
     if (C->hk && C->hk->indexer) {
         const gpiece *p = &C->pc[0];
         const int T = p->T, start = p->start, n_all = n_cap, k = p->k_sel;

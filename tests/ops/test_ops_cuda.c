@@ -2193,7 +2193,7 @@ static void test_multi_pieces(int ratio, int one_row) {
             memcpy(r2 + ((size_t)i * win + (starts[i] + t) % win) * D, kv_h + (size_t)(row0[i] + t) * D, sizeof(float) * D);
     int ring_same = !memcmp(r1, r2, sizeof(float) * np * win * D);
     /* the indexer (its entries are the pool's rows at ID = D) */
-    int idx_same = 1, idx_pick = 1, idx_scaled = 1;
+    int idx_same = 1, idx_pick = 1, idx_scaled = 1, idx_fused = 1;
     if (ratio == 4) {
         float *iq_h = xmalloc(sizeof(float) * R * IH * ID), *iw_h = xmalloc(sizeof(float) * R * IH);
         fill_act(iq_h, (size_t)R * IH * ID, 1.0f);
@@ -2242,7 +2242,8 @@ static void test_multi_pieces(int ratio, int one_row) {
             mk_cuda_ctx_set_tuning(ctx, &tu);
             CK(mk_cuda_memset(ctx, dsc, 0xff, sizeof(float) * R * n_cap, &err_));
             CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * R * sel_cap, &err_));
-            CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, 0.0f, ipg, R, IH, ID, n_cap, dsc, sel_cap, dsm, &err_));
+            CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, 0.0f, ipg, R, IH, ID, n_cap, dsc, NULL, sel_cap, dsm,
+                                   &err_));
             mk_cuda_ctx_set_tuning(ctx, &tu0);
             fetch(sc_m, dsc, sizeof(float) * R * n_cap);
             fetch(sl_m, dsm, sizeof(int32_t) * R * sel_cap);
@@ -2279,12 +2280,40 @@ static void test_multi_pieces(int ratio, int one_row) {
             CK(mk_cuda_memset(ctx, dsc, 0xff, sizeof(float) * R * n_cap, &err_));
             CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * R * sel_cap, &err_));
             CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, way ? diw : diw2, way ? wsc : 0.0f, ipg, R, IH, ID, n_cap,
-                                   dsc, sel_cap, dsm, &err_));
+                                   dsc, NULL, sel_cap, dsm, &err_));
             fetch(way ? sc_m : sc_s, dsc, sizeof(float) * R * n_cap);
             fetch(way ? sl_m : sl_s, dsm, sizeof(int32_t) * R * sel_cap);
         }
         idx_scaled = !memcmp(sc_m, sc_s, sizeof(float) * R * n_cap) && !memcmp(sl_m, sl_s, sizeof(int32_t) * R * sel_cap) &&
                      memcmp(sc_m, sc_prev, sizeof(float) * R * n_cap);
+        /* the top-k in the scores' launch (index_fuse, counters): the same scores and picks, twice (the
+         * counters are left zero), against the two launches just run (sc_m / sl_m) */
+        int32_t *dcnt = NULL;
+        CK(mk_cuda_alloc(ctx, sizeof(int32_t) * R, (void **)&dcnt, &err_));
+        CK(mk_cuda_memset(ctx, dcnt, 0, sizeof(int32_t) * R, &err_));
+        {
+            mk_cuda_tuning tu0, tu;
+            mk_cuda_ctx_get_tuning(ctx, &tu0);
+            tu = tu0;
+            tu.index_fuse = 1;
+            mk_cuda_ctx_set_tuning(ctx, &tu);
+            for (int rep = 0; rep < 2; rep++) {
+                CK(mk_cuda_memset(ctx, dsc, 0xff, sizeof(float) * R * n_cap, &err_));
+                CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * R * sel_cap, &err_));
+                CK(mk_cuda_index_multi(ctx, dap, np, 1, diq, diw, wsc, ipg, R, IH, ID, n_cap, dsc, dcnt, sel_cap, dsm,
+                                       &err_));
+                fetch(sc_s, dsc, sizeof(float) * R * n_cap);
+                fetch(sl_s, dsm, sizeof(int32_t) * R * sel_cap);
+                idx_fused = idx_fused && !memcmp(sc_m, sc_s, sizeof(float) * R * n_cap) &&
+                            !memcmp(sl_m, sl_s, sizeof(int32_t) * R * sel_cap);
+            }
+            mk_cuda_ctx_set_tuning(ctx, &tu0);
+            int32_t *cnt_h = xmalloc(sizeof(int32_t) * R);
+            fetch(cnt_h, dcnt, sizeof(int32_t) * R);
+            for (int i = 0; i < R; i++) idx_fused = idx_fused && cnt_h[i] == 0;
+            free(cnt_h);
+        }
+        mk_cuda_free(ctx, dcnt);
         free(sc_s), free(sl_s);
         void *dv[] = {diq, diw, diw2, dsc, dsm};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
@@ -2292,12 +2321,13 @@ static void test_multi_pieces(int ratio, int one_row) {
     }
     char shape[64];
     snprintf(shape, sizeof shape, "3 pieces%s, ratio %d", one_row ? " of 1 row" : "", ratio);
-    n_checks += 5;
-    n_fail += !same + !ring_same + !idx_same + !idx_pick + !idx_scaled;
+    n_checks += 6;
+    n_fail += !same + !ring_same + !idx_same + !idx_pick + !idx_scaled + !idx_fused;
     printf("| %-40s | %-26s | = the host's rules: rows %s, rings %s, indexer scores %s, picks %s; weights scaled "
-           "in the scores = scale_bf16 first: %s |\n",
+           "in the scores = scale_bf16 first: %s; top-k in the scores' launch = two launches: %s |\n",
            "attn_rows / ring_put / index multi", shape, same ? "PASS" : "FAIL", ring_same ? "PASS" : "FAIL",
-           idx_same ? "PASS" : "FAIL", idx_pick ? "PASS" : "FAIL", idx_scaled ? "PASS" : "FAIL");
+           idx_same ? "PASS" : "FAIL", idx_pick ? "PASS" : "FAIL", idx_scaled ? "PASS" : "FAIL",
+           idx_fused ? "PASS" : "FAIL");
     void *dev[] = {dpool, dtbl, drings, dkv, dsel, dap, drows, dstart};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
     free(pool_h), free(rings_h), free(kv_h), free(sel_h), free(st_m), free(rw_m), free(want), free(r1), free(r2);

@@ -161,6 +161,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.attn_prep = env_switch("MINKE_CUDA_ATTN_PREP", 0); /* not yet run on a GPU: off */
     ctx->tune.rows_ring = env_switch("MINKE_CUDA_ROWS_RING", 0); /* not yet run on a GPU: off */
     ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 0); /* not yet run on a GPU: off */
+    ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 0); /* not yet run on a GPU: off */
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -307,6 +308,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;
     ctx->tune.rows_ring = ctx->tune.rows_ring != 0;
     ctx->tune.swiglu_pair = ctx->tune.swiglu_pair != 0;
+    ctx->tune.index_fuse = ctx->tune.index_fuse != 0;
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
     if (ctx->tune.ri_l2_pf < 0) ctx->tune.ri_l2_pf = 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;

@@ -162,6 +162,9 @@ typedef struct {
     int swiglu_pair;       /* 1: the routed and the shared expert's SwiGLU + quantization of a decode step
                             * in one launch (mk_cuda_swiglu_quant2; same bits); default 0 until run on
                             * a GPU, MINKE_CUDA_SWIGLU_PAIR=1 */
+    int index_fuse;        /* 1: the indexer's top-k runs in its scores' launch when that has a block per
+                            * (row, entry) (a decode; mk_cuda_index_multi's cnt); same picks; default 0
+                            * until run on a GPU, MINKE_CUDA_INDEX_FUSE=1 */
     int attn_prep;         /* 1: the attention's q / kv / indexer-query preparation in one launch
                             * (mk_cuda_attn_prep), and the indexer's head weights scaled where its scores
                             * read them (mk_cuda_index_multi's iw_scale: no scale_bf16 launch); same
@@ -547,10 +550,12 @@ int mk_cuda_index_clamp(mk_cuda_ctx *ctx, int32_t *sel, int T, int n_all, int st
  * D = ID, ikv.tbl ignored) and picks P.k_sel): sc [R, n_cap] (n_cap >= every piece's entry count;
  * -inf past the entries visible to the row) and the top-k per row (descending, ties to the lower
  * index, -1 padded) at row0 * sel_cap + t * k_sel. iw_scale: 0, the head weights iw as they are;
- * else each is read as bf16(iw * iw_scale) (the bits of mk_cuda_scale_bf16 before the call). */
+ * else each is read as bf16(iw * iw_scale) (the bits of mk_cuda_scale_bf16 before the call).
+ * cnt: NULL, or R counters that are zero (and are left zero): with the tuning's index_fuse, a call
+ * of few (row, entry) pairs runs the top-k in the scores' launch (its last block per row). */
 int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, const float *iq,
                         const float *iw, float iw_scale, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
-                        float *sc, int sel_cap, int32_t *sel, mk_err *err);
+                        float *sc, int32_t *cnt, int sel_cap, int32_t *sel, mk_err *err);
 
 /* Rearranges uploaded FP4 weights (k % 128 == 0) in place into the lane order that
  * mk_cuda_moe_gemv_fp4 reads: in each row's 64-byte 128-block the 4 x 4 matrix of 4-byte words

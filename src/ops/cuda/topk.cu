@@ -61,52 +61,16 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
  * another on a few warps of an idle GPU). Each head's term is computed exactly as above (same lanes,
  * same tree), staged in shared memory, and thread 0 adds them in head order: the same bits. */
 #define IDX_MAXH 256
-__global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_apiece *__restrict__ pc, int np,
-                                                               int stride, const float *__restrict__ iq,
-                                                               const float *__restrict__ iw, float iw_scale,
-                                                               mk_cuda_paged ikv,
-                                                               int R, int IH, int ID, int n_cap,
-                                                               float *__restrict__ sc) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
-    __shared__ float e[IDX_MAXH];
-    const int r = blockIdx.y, j = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
-    const int t = r - P.row0, n_all = (P.start + P.T) / 4;
-    if (j >= n_all || j >= d_vis(t, P.start, n_all)) {
-        if (threadIdx.x == 0) sc[(size_t)r * n_cap + j] = -INFINITY;
-        return;
-    }
-    mk_cuda_paged pg = ikv;
-    pg.tbl = P.tbl;
-    const float *K = mk_d_paged_row(pg, j, ID);
-    for (int h = warp; h < IH; h += blockDim.x >> 5) {
-        const float *q = iq + ((size_t)r * IH + h) * ID;
-        float d = 0.0f;
-        for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
-        d = mk_d_bf16r(mk_d_warp_sum(d));
-        if (d < 0) d = 0;
-        if (lane == 0) e[h] = mk_d_bf16r(__fmul_rn(d, d_iw(iw, (size_t)r * IH + h, iw_scale)));
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float acc = 0.0f;
-        for (int h = 0; h < IH; h++) acc += e[h];
-        sc[(size_t)r * n_cap + j] = mk_d_bf16r(acc);
-    }
-}
+#define IDX_FUSE_MAX 4096 /* the fused top-k stages a row of at most this many scores in shared memory */
 
-/* One block per row r: the top-k of its piece's k_sel by rank (sel at row0 * sel_cap + t * k_sel). */
-__global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
-                                   const float *__restrict__ sc, int n_cap, int sel_cap,
-                                   int32_t *__restrict__ sel) {
-    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
-    int r = blockIdx.x;
-    const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
+/* The top-k of row r of piece P from its scores v (n_all visible at most; by rank, ties to the lower
+ * index, -1 padded) at sel + P.row0 * sel_cap + t * k_sel, by the whole block. */
+__device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, const float *v, int sel_cap,
+                                               int32_t *__restrict__ sel) {
     int t = r - P.row0, n_all = (P.start + P.T) / 4, k = P.k_sel;
     if (k <= 0) return;
     int vis = d_vis(t, P.start, n_all);
     int kk = min(k, vis);
-    const float *v = sc + (size_t)r * n_cap;
     int32_t *o = sel + (size_t)P.row0 * sel_cap + (size_t)t * k;
     for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
     for (int j = threadIdx.x; j < vis; j += blockDim.x) {
@@ -120,19 +84,86 @@ __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np
     }
 }
 
+/* The same scores with the heads spread over the warps of a block per (r, j), for calls with few
+ * (row, entry) pairs (a decode at a short context: a warp per pair ran its 64 heads one after
+ * another on a few warps of an idle GPU). Each head's term is computed exactly as above (same lanes,
+ * same tree), staged in shared memory, and thread 0 adds them in head order: the same bits.
+ * With cnt (R counters, zero between launches; n_cap <= IDX_FUSE_MAX), the last block of row r to
+ * finish (counted there) also runs the row's top-k on the scores, staged in shared memory, and
+ * zeroes its counter: no second launch. */
+__global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_apiece *__restrict__ pc, int np,
+                                                               int stride, const float *__restrict__ iq,
+                                                               const float *__restrict__ iw, float iw_scale,
+                                                               mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
+                                                               float *__restrict__ sc, int32_t *cnt, int sel_cap,
+                                                               int32_t *__restrict__ sel) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    __shared__ float e[IDX_MAXH];
+    __shared__ int last;
+    const int r = blockIdx.y, j = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
+    const int t = r - P.row0, n_all = (P.start + P.T) / 4;
+    if (j >= n_all || j >= d_vis(t, P.start, n_all)) {
+        if (threadIdx.x == 0) sc[(size_t)r * n_cap + j] = -INFINITY;
+    } else {
+        mk_cuda_paged pg = ikv;
+        pg.tbl = P.tbl;
+        const float *K = mk_d_paged_row(pg, j, ID);
+        for (int h = warp; h < IH; h += blockDim.x >> 5) {
+            const float *q = iq + ((size_t)r * IH + h) * ID;
+            float d = 0.0f;
+            for (int i = lane; i < ID; i += 32) d += q[i] * K[i];
+            d = mk_d_bf16r(mk_d_warp_sum(d));
+            if (d < 0) d = 0;
+            if (lane == 0) e[h] = mk_d_bf16r(__fmul_rn(d, d_iw(iw, (size_t)r * IH + h, iw_scale)));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float acc = 0.0f;
+            for (int h = 0; h < IH; h++) acc += e[h];
+            sc[(size_t)r * n_cap + j] = mk_d_bf16r(acc);
+        }
+    }
+    if (!cnt) return;
+    if (threadIdx.x == 0) { /* the score is written before the count (the last block reads every score) */
+        __threadfence();
+        last = atomicAdd(cnt + r, 1) == n_cap - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    extern __shared__ float vs[];
+    for (int i = threadIdx.x; i < n_cap; i += blockDim.x) vs[i] = __ldcg(sc + (size_t)r * n_cap + i);
+    __syncthreads();
+    index_topk_row(P, r, vs, sel_cap, sel);
+    if (threadIdx.x == 0) cnt[r] = 0;
+}
+
+/* One block per row r: the top-k of its piece's k_sel by rank (sel at row0 * sel_cap + t * k_sel). */
+__global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
+                                   const float *__restrict__ sc, int n_cap, int sel_cap,
+                                   int32_t *__restrict__ sel) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    int r = blockIdx.x;
+    index_topk_row(mk_d_apiece_of(pc, np, stride, r), r, sc + (size_t)r * n_cap, sel_cap, sel);
+}
+
 extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride,
                                    const float *iq, const float *iw, float iw_scale, mk_cuda_paged ikv, int R,
-                                   int IH, int ID,
-                                   int n_cap, float *sc, int sel_cap, int32_t *sel, mk_err *err) {
+                                   int IH, int ID, int n_cap, float *sc, int32_t *cnt, int sel_cap, int32_t *sel,
+                                   mk_err *err) {
     if (R <= 0 || np <= 0 || n_cap <= 0) return MK_OK;
     size_t warps = (size_t)R * n_cap;
     /* a block per (row, entry) while a warp each would leave the GPU mostly idle, else a warp each */
     size_t below = ctx->tune.index_block_pairs ? (size_t)ctx->tune.index_block_pairs
                                                : (size_t)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 32;
     if (warps < below && IH <= IDX_MAXH && R <= 65535) {
-        (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)n_cap, (unsigned)R), 256, 0, k_index_scores_multi_hb, pieces, np, stride, iq, iw,
-                                                                                           iw_scale, ikv, R, IH, ID, n_cap, sc);
+        const int fuse = cnt && ctx->tune.index_fuse && n_cap <= IDX_FUSE_MAX;
+        (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)n_cap, (unsigned)R), 256, fuse ? sizeof(float) * n_cap : 0,
+                                 k_index_scores_multi_hb, pieces, np, stride, iq, iw, iw_scale, ikv, R, IH, ID, n_cap, sc,
+                                 fuse ? cnt : (int32_t *)NULL, sel_cap, sel);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi (heads over warps) launch");
+        if (fuse) return MK_OK; /* the top-k ran in the scores' last blocks */
     } else {
         (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps * 32 + 255) / 256), 256, 0, k_index_scores_multi, pieces, np, stride, iq, iw,
                                                                                          iw_scale, ikv, R, IH, ID, n_cap, sc);
