@@ -10,7 +10,7 @@
  * penalties or min_tokens mask) asks the model for the argmax instead of the logits
  * (mk_batch_item.argmax); the GPU model computes it on the device and copies one int instead of
  * the vocabulary's floats, and the sampler records it with mk_sampler_take (the same token
- * mk_sampler_sample would pick). With MINKE_MODEL_DRAW=1 (off until measured on a GPU), a step
+ * mk_sampler_sample would pick). Likewise (MINKE_MODEL_DRAW, default 1; 0 turns it off), a step
  * whose sampling is plain (mk_sampler_plain_draw: temperature, min_p, top_k, top_p only) hands the
  * model its draw the same way (mk_batch_item.draw): the GPU model draws the token the host
  * sampler would, and mk_sampler_take records it. Every other step samples the logits on the host, the step's
@@ -89,7 +89,7 @@ struct mk_engine {
     mk_err *serr;         /* and messages */
     int model_argmax;     /* let the model pick plain greedy tokens (default; MINKE_MODEL_ARGMAX=0: off,
                            * for A/B benchmarks) */
-    int model_draw;       /* and draw plain sampled tokens (MINKE_MODEL_DRAW=1; default 0 until run on a GPU) */
+    int model_draw;       /* and draw plain sampled tokens (default; MINKE_MODEL_DRAW=0: off) */
     mk_sched_item *items; /* [max_num_seqs] */
     mk_batch_item *bitems;
     mk_sreq **preempted;
@@ -476,7 +476,7 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->argmax = calloc((size_t)o->max_num_seqs, sizeof *e->argmax);
     e->model_argmax = !(getenv("MINKE_MODEL_ARGMAX") && atoi(getenv("MINKE_MODEL_ARGMAX")) == 0);
     e->draws = calloc((size_t)o->max_num_seqs, sizeof *e->draws);
-    e->model_draw = getenv("MINKE_MODEL_DRAW") && atoi(getenv("MINKE_MODEL_DRAW")) == 1;
+    e->model_draw = !(getenv("MINKE_MODEL_DRAW") && atoi(getenv("MINKE_MODEL_DRAW")) == 0);
     e->sidx = calloc((size_t)o->max_num_seqs, sizeof *e->sidx);
     e->sout = calloc((size_t)o->max_num_seqs, sizeof *e->sout);
     e->src = calloc((size_t)o->max_num_seqs, sizeof *e->src);

@@ -275,7 +275,8 @@ static int submit_sampled(mk_engine *e, const int32_t *prompt, int n, int max_to
     return 0;
 }
 
-/* (f) plain sampled requests drawn by the model (MINKE_MODEL_DRAW=1) = sampled on the host */
+/* (f) plain sampled requests drawn by the model (MINKE_MODEL_DRAW=1, the default) = sampled on the host
+ * (MINKE_MODEL_DRAW=0) */
 static int check_draw(mk_model *gm) {
     enum { N = 6, GEN = 24 };
     static const int np[N] = {90, 300, 257, 40, 512, 170};
@@ -286,8 +287,7 @@ static int check_draw(mk_model *gm) {
     mk_ereq *rq[N];
     int rc = 0;
     for (int v = 0; v < 2 && !rc; v++) {
-        if (v) setenv("MINKE_MODEL_DRAW", "1", 1);
-        else unsetenv("MINKE_MODEL_DRAW");
+        setenv("MINKE_MODEL_DRAW", v ? "1" : "0", 1); /* the default is 1 */
         if (engine(gm, 8, 0, 1, &e)) return -1;
         for (int k = 0; k < N && !rc; k++) rc = submit_sampled(e, prompt[k], np[k], GEN, k, v && k % 2, &rq[k]);
         for (int k = 0; k < N && !rc; k++) rc = drain(rq[k], v ? &got[k] : &want[k]);

@@ -152,16 +152,18 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* 1: H200, 1.163 / 1.146 / 1.178 vs 1.169 / 1.182 / 1.168 ms per step in A/B pairs (the same page) */
     ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 1);
     ctx->tune.moe_wslab = env_switch("MINKE_CUDA_MOE_WSLAB", 0); /* measured slower (results-2026-12-04-wslab.md) */
-    ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 0); /* not yet run on a GPU: off */
-    ctx->tune.hc_fin_split = env_switch("MINKE_CUDA_HC_FIN_SPLIT", 0); /* not yet run on a GPU: off */
+    /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
+     * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
+    ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
+    ctx->tune.hc_fin_split = env_switch("MINKE_CUDA_HC_FIN_SPLIT", 1);
     ctx->tune.ri_wdepth = getenv("MINKE_CUDA_RI_WDEPTH") ? atoi(getenv("MINKE_CUDA_RI_WDEPTH")) : 1; /* not yet run */
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
     ctx->tune.ri_l2_pf = getenv("MINKE_CUDA_RI_L2_PF") ? atoi(getenv("MINKE_CUDA_RI_L2_PF")) : 0; /* not yet run */
     if (ctx->tune.ri_l2_pf < 0) ctx->tune.ri_l2_pf = 0;
-    ctx->tune.attn_prep = env_switch("MINKE_CUDA_ATTN_PREP", 0); /* not yet run on a GPU: off */
-    ctx->tune.rows_ring = env_switch("MINKE_CUDA_ROWS_RING", 0); /* not yet run on a GPU: off */
-    ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 0); /* not yet run on a GPU: off */
-    ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 0); /* not yet run on a GPU: off */
+    ctx->tune.attn_prep = env_switch("MINKE_CUDA_ATTN_PREP", 1);
+    ctx->tune.rows_ring = env_switch("MINKE_CUDA_ROWS_RING", 1);
+    ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 1);
+    ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
