@@ -77,6 +77,18 @@ __device__ __forceinline__ void smp_hist_clear(unsigned long long *whist) {
 }
 #define SMP_SMEM (sizeof(unsigned long long) * SMP_W * 256)
 
+/* Adds m (< 2^32) to bin b of the warp's histogram, or nothing where !ok: the lanes with the same bin
+ * add their sum once (most candidates of a pass share a bin; their atomics would run one after
+ * another). The sum of a group is exact: two 16-bit halves summed in 32 bits. Called by every
+ * active lane of the warp together. */
+__device__ __forceinline__ void smp_hist_add(unsigned long long *my, int ok, uint32_t b, uint32_t m) {
+    const unsigned peers = __match_any_sync(__activemask(), ok ? b : 0xffffffffu);
+    const uint32_t lo = __reduce_add_sync(peers, ok ? (m & 0xffffu) : 0u);
+    const uint32_t hi = __reduce_add_sync(peers, ok ? (m >> 16) : 0u);
+    if (ok && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
+        atomicAdd(&my[b], ((unsigned long long)hi << 16) + lo);
+}
+
 /* Row blockIdx.x of logits [rows, V]: its draw d, its weights into ws [rows, V] (scratch), the
  * token into out. */
 __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__ logits, int V,
@@ -121,9 +133,8 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
         for (int shift = 24; shift >= 0; shift -= 8) {
             smp_hist_clear(whist);
             for (int i = tid; i < V; i += SMP_T) {
-                if (!(w[i] > 0.0f)) continue;
                 const uint32_t key = mk_sample_key(smp_san(l[i]));
-                if ((key & mask) == prefix) atomicAdd(&my[(key >> shift) & 255u], 1ull);
+                smp_hist_add(my, w[i] > 0.0f && (key & mask) == prefix, (key >> shift) & 255u, 1u);
             }
             smp_hist_sum(whist, hist);
             if (tid == 0) sel_bin = mk_sample_topk_bin(hist, k, &sel_val); /* the bin holding the k-th */
@@ -153,9 +164,9 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
                 smp_hist_clear(whist);
                 for (int i = tid; i < V; i += SMP_T) {
                     const float wi = w[i], v = smp_san(l[i]);
-                    if (!(wi > 0.0f && v >= thr)) continue;
                     const unsigned long long key = mk_sample_order_key(v, i);
-                    if ((key & mask) == prefix) atomicAdd(&my[(key >> shift) & 255u], (unsigned long long)mk_sample_mass(wi));
+                    const int ok = wi > 0.0f && v >= thr && (key & mask) == prefix;
+                    smp_hist_add(my, ok, (uint32_t)(key >> shift) & 255u, ok ? (uint32_t)mk_sample_mass(wi) : 0u);
                 }
                 smp_hist_sum(whist, hist);
                 if (tid == 0) sel_bin = mk_sample_topp_bin(hist, above, target, &sel_val);
