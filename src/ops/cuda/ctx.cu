@@ -151,7 +151,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.gemv_pipe = env_switch("MINKE_CUDA_GEMV_PIPE", 1);
     /* 1: H200, 1.163 / 1.146 / 1.178 vs 1.169 / 1.182 / 1.168 ms per step in A/B pairs (the same page) */
     ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 1);
-    ctx->tune.moe_wslab = env_switch("MINKE_CUDA_MOE_WSLAB", 0); /* measured slower (results-2026-12-04-wslab.md) */
     /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
      * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
@@ -304,7 +303,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
-    ctx->tune.moe_wslab = ctx->tune.moe_wslab != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
     ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;

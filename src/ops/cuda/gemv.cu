@@ -60,7 +60,6 @@
 
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
-#define MOE_WSLAB_U 4    /* 128-blocks per load batch of the warp-per-slab expert GEMV */
 
 /* Launch plan for `slabs` 16-row slabs over `units` k-units (128-blocks, or 32-k steps for bf16):
  * enough warps in flight to cover the memory latency (~16 per SM), whole units per warp, and for
@@ -1060,114 +1059,10 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
 }
 
 
-/* The decode expert GEMV with a warp per 16-row slab over the whole of k (tuning moe_wslab): block
- * (slab group, expert group, matrix) is 8 warps = 8 consecutive slabs of the group's expert, so there
- * is no shared memory, no barrier and no cross-warp reduction, and each warp's fixed costs (the plan's
- * lookups, the L2 prefetch of its rows, the store) are paid once per 16 rows x k instead of once per
- * 16 rows x k/8. The arithmetic is moe_fp4_body's: the k range is cut into the GEMV's 8 warp ranges
- * of `per` 128-blocks (segments), each summed from zero in the same per-(128-block, 32-block) order
- * and added to the earlier ones in order as gemv_reduce adds the warps (ri_fold; an empty range adds
- * 0.0f like an idle warp), so the bits are the other expert kernels'. */
-template <int U>
-__device__ __forceinline__ void moe_wslab_body(const uint3 bid, const void *const *__restrict__ Wt,
-                                               const uint8_t *const *__restrict__ St,
-                                               const void *const *__restrict__ Wt3,
-                                               const uint8_t *const *__restrict__ St3,
-                                               const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                               int n, int k, int per, const int32_t *__restrict__ plan, int TK,
-                                               int E, int by_token, float *__restrict__ y,
-                                               float *__restrict__ y3, int round, int fast) {
-    if (bid.z) Wt = Wt3, St = St3, y = y3;
-    const int G = TK < E ? TK : E, grp = bid.y;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n0 = ((int)bid.x * GEMV_MAXW + warp) * 16;
-    if (grp >= plan[0] || n0 >= n) { /* the plan is two kernels old, as for moe_fp4_body */
-        mk_d_pdl_wait();
-        return;
-    }
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
-    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
-    const size_t rowb = (size_t)k >> 1;
-    { /* the warp's 16 rows into L2 while the previous kernel finishes */
-        const int lines = (int)(rowb / 128);
-        for (int i = lane; i < 16 * lines; i += 32)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(n0 + i / lines) * rowb + (size_t)(i % lines) * 128));
-    }
-    mk_d_pdl_wait();
-    const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5;
-    const uint8_t *w0 = W + (size_t)(n0 + g) * rowb + t * 16, *w1 = w0 + 8 * rowb;
-    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb, *s1p = s0p + (size_t)8 * nsb;
-    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
-        const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
-        const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
-        const uint8_t *xp = xq + (size_t)mc.xr * k + 8 * t;
-        float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f}, part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int kb = 0; kb < nb; kb += U) {
-            uint4 a[U][2];
-            uint32_t sw[U][2];
-            uint2 x[U][4];
-            float s0[U], s1[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (kb + u < nb) {
-                    a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
-                    a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
-                    sw[u][0] = *(const uint32_t *)(s0p + 4 * (kb + u));
-                    sw[u][1] = *(const uint32_t *)(s1p + 4 * (kb + u));
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        x[u][j] = g < m ? *(const uint2 *)(xp + (size_t)(kb + u) * 128 + 32 * j) : make_uint2(0, 0);
-                    s0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
-                    s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (kb + u < nb) {
-                    if (fast && m == 1) fp4l_step_fast<true>(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], 0.0f, part);
-                    else if (fast) fp4l_step_fast<false>(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], s1[u], part);
-                    else fp4l_step(a[u][0], a[u][1], sw[u][0], sw[u][1], x[u], s0[u], s1[u], part);
-                    if ((kb + u + 1) % per == 0 || kb + u + 1 == nb) ri_fold(tot, part, kb + u < per);
-                }
-            }
-        }
-        for (int e = (nb + per - 1) / per; e < GEMV_MAXW; e++) /* idle warps' zeros, as gemv_reduce adds them */
-#pragma unroll
-            for (int i = 0; i < 4; i++) tot[i] += 0.0f;
-        const int ca = 2 * t, cb = 2 * t + 1;
-        if (ca < m) {
-            y[(size_t)(c0 + ca) * n + n0 + g] = gemv_out(tot[0], round);
-            y[(size_t)(c0 + ca) * n + n0 + g + 8] = gemv_out(tot[2], round);
-        }
-        if (cb < m) {
-            y[(size_t)(c0 + cb) * n + n0 + g] = gemv_out(tot[1], round);
-            y[(size_t)(c0 + cb) * n + n0 + g + 8] = gemv_out(tot[3], round);
-        }
-    }
-}
-
-template <int U>
-__global__ void __launch_bounds__(256, 2) k_moe_wslab(const void *const *__restrict__ Wt,
-                                                      const uint8_t *const *__restrict__ St,
-                                                      const void *const *__restrict__ Wt3,
-                                                      const uint8_t *const *__restrict__ St3,
-                                                      const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                                      int n, int k, int per, const int32_t *__restrict__ plan,
-                                                      int TK, int E, int by_token, float *__restrict__ y,
-                                                      float *__restrict__ y3, int round, int fast) {
-    mk_d_pdl_launch_dependents();
-    moe_wslab_body<U>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
-}
-
-
 /* The decode expert GEMV (k_moe_gemv_fp4<2, 2>, grid (mx, my, mz)) and an FP8 GEMV (one matrix or a
  * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
  * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
- * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. With
- * WSLAB the experts' blocks run moe_wslab_body instead (grid mx = ceil(n / 128)). */
-template <bool WSLAB>
+ * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
 __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1184,9 +1079,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
     mk_d_pdl_launch_dependents();
     const int b = blockIdx.x, nm = mx * my * mz;
     const uint3 eb = make_uint3(b % mx, (b / mx) % my, b / (mx * my));
-    if (b < nm && WSLAB)
-        moe_wslab_body<MOE_WSLAB_U>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
-    else if (b < nm)
+    if (b < nm)
         moe_fp4_body<2, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
@@ -1436,11 +1329,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step;
-    if (T == 1 && ctx->tune.moe_wslab) { /* decode, a warp per slab over the whole k (tuning) */
-        grid.x = (unsigned)((n / 16 + GEMV_MAXW - 1) / GEMV_MAXW);
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_wslab<MOE_WSLAB_U>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, fast);
-    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round, fast);
@@ -1475,8 +1364,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
                               const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                               const int32_t *plan, int T, int K, int E, float *y, float *y3, int round,
                               const mk_cuda_fp8_job *f, mk_err *err) {
-    const int wslab = ctx->tune.moe_wslab;
-    int one = f && ctx->tune.moe_with_fp8 && T == 1 && (wslab || (ctx->tune.moe_slabs == 2 && n % 32 == 0)) &&
+    int one = f && ctx->tune.moe_with_fp8 && T == 1 && ctx->tune.moe_slabs == 2 && n % 32 == 0 &&
               n % 16 == 0 && k % 128 == 0 &&
               f->m >= 1 && f->m <= 8 && f->W->kind == MK_W_FP8 && f->W->n % 16 == 0 && f->W->k % 128 == 0 &&
               (!f->W2 || mk_cuda_gemv_fp8_pair_ok(ctx, f->W, f->W2));
@@ -1486,14 +1374,14 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     }
     if (!one) return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: the fp8 gemv cannot share its launch");
     const int TK = T * K, G = TK < E ? TK : E, my = G, mz = W3 ? 2 : 1;
-    const int mx = wslab ? (n / 16 + GEMV_MAXW - 1) / GEMV_MAXW : n / 32;
+    const int mx = n / 32;
     if ((W3 == NULL) != (y3 == NULL) || (W3 && !S3))
         return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
-                                wslab ? k_moe_fp4_with_fp8<true> : k_moe_fp4_with_fp8<false>, W, S,
+                                k_moe_fp4_with_fp8, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,

@@ -134,10 +134,6 @@ typedef struct {
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
                             * over three A/B pairs), MINKE_CUDA_HC_MOE_SUM=0 */
-    int moe_wslab;         /* 1: the decode FP4 expert GEMV (alone or with the shared expert's FP8) runs a
-                            * warp per 16-row slab over the whole k (k_moe_wslab: no cross-warp
-                            * reduction; same bits); default 0: measured slower (H200, 1.23 vs 1.17 ms per
-                            * step) before moe_fast_step existed; MINKE_CUDA_MOE_WSLAB=1 */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
