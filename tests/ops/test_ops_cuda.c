@@ -881,18 +881,28 @@ static void test_sample_rows(int V, int ties) {
     float *dx = dup_dev(x, sizeof(float) * (size_t)R * V), *dws = poisoned_dev(sizeof(float) * (size_t)R * V);
     mk_sample_draw *ddr = dup_dev(dr, sizeof(mk_sample_draw) * R);
     int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
-    CK(mk_cuda_memset(ctx, dout, 0x5a, sizeof(int32_t) * R, &err_));
-    CK(mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &err_));
-    fetch(got, dout, sizeof(int32_t) * R);
-    int differ = 0;
-    for (int r = 0; r < R; r++) differ += got[r] != want[r];
-    ok = ok && !differ && drawn > R / 2;
-    n_checks++;
-    if (!ok) n_fail++;
-    char shape[64];
-    snprintf(shape, sizeof shape, "V%d %s", V, ties ? "ties" : "spread");
-    printf("| %-40s | %-26s | %d rows (T, min_p, top_k, top_p; NaN / inf / -0; all -inf; one without a draw): "
-           "the host sampler's token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, ok ? "PASS" : "FAIL", differ);
+    /* both ways of adding to the passes' histograms (tuning sample_agg) */
+    for (int agg = 0; agg < 2; agg++) {
+        mk_cuda_tuning tu0, tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu0);
+        tu = tu0;
+        tu.sample_agg = agg;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        CK(mk_cuda_memset(ctx, dout, 0x5a, sizeof(int32_t) * R, &err_));
+        CK(mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &err_));
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+        fetch(got, dout, sizeof(int32_t) * R);
+        int differ = 0;
+        for (int r = 0; r < R; r++) differ += got[r] != want[r];
+        const int pass = ok && !differ && drawn > R / 2;
+        n_checks++;
+        if (!pass) n_fail++;
+        char shape[64];
+        snprintf(shape, sizeof shape, "V%d %s%s", V, ties ? "ties" : "spread", agg ? ", sample_agg" : "");
+        printf("| %-40s | %-26s | %d rows (T, min_p, top_k, top_p; NaN / inf / -0; all -inf; one without a draw): "
+               "the host sampler's token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, pass ? "PASS" : "FAIL",
+               differ);
+    }
     void *dv[] = {dx, dws, ddr, dout};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
     free(x), free(l), free(dr), free(want), free(got);

@@ -163,6 +163,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.rows_ring = env_switch("MINKE_CUDA_ROWS_RING", 1);
     ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 1);
     ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
+    ctx->tune.sample_agg = env_switch("MINKE_CUDA_SAMPLE_AGG", 0); /* not yet run on a GPU: off */
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -309,6 +310,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.rows_ring = ctx->tune.rows_ring != 0;
     ctx->tune.swiglu_pair = ctx->tune.swiglu_pair != 0;
     ctx->tune.index_fuse = ctx->tune.index_fuse != 0;
+    ctx->tune.sample_agg = ctx->tune.sample_agg != 0;
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
     if (ctx->tune.ri_l2_pf < 0) ctx->tune.ri_l2_pf = 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;

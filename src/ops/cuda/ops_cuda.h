@@ -157,6 +157,9 @@ typedef struct {
     int swiglu_pair;       /* 1: the routed and the shared expert's SwiGLU + quantization of a decode step
                             * in one launch (mk_cuda_swiglu_quant2; same bits); default 1,
                             * MINKE_CUDA_SWIGLU_PAIR=0 */
+    int sample_agg;        /* 1: the GPU draw's radix passes add once per group of a warp's lanes with the
+                            * same bin (mk_cuda_sample_rows; same tokens); default 0 until run on a GPU,
+                            * MINKE_CUDA_SAMPLE_AGG=1 */
     int index_fuse;        /* 1: the indexer's top-k runs in its scores' launch when that has a block per
                             * (row, entry) (a decode; mk_cuda_index_multi's cnt); same picks; default 1,
                             * MINKE_CUDA_INDEX_FUSE=0 */

@@ -20,7 +20,8 @@
  * decision. A row whose logits are all -inf (or NaN) gets -1, where the host sampler fails.
  * The radix passes count into a histogram per warp (dynamic shared memory, 64 KiB), added up
  * after each pass: most candidates of a row share their first key bytes, and one histogram for
- * the block would serialize every atomic of the block on one bin.
+ * the block would serialize every atomic of the block on one bin. With the tuning's sample_agg the
+ * lanes of a warp that share a bin add to it once (their sum), not one after another.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -81,7 +82,12 @@ __device__ __forceinline__ void smp_hist_clear(unsigned long long *whist) {
  * add their sum once (most candidates of a pass share a bin; their atomics would run one after
  * another). The sum of a group is exact: two 16-bit halves summed in 32 bits. Called by every
  * active lane of the warp together. */
+template <bool AGG>
 __device__ __forceinline__ void smp_hist_add(unsigned long long *my, int ok, uint32_t b, uint32_t m) {
+    if (!AGG) { /* one atomic per lane (tuning sample_agg 0) */
+        if (ok) atomicAdd(&my[b], (unsigned long long)m);
+        return;
+    }
     const unsigned peers = __match_any_sync(__activemask(), ok ? b : 0xffffffffu);
     const uint32_t lo = __reduce_add_sync(peers, ok ? (m & 0xffffu) : 0u);
     const uint32_t hi = __reduce_add_sync(peers, ok ? (m >> 16) : 0u);
@@ -91,6 +97,7 @@ __device__ __forceinline__ void smp_hist_add(unsigned long long *my, int ok, uin
 
 /* Row blockIdx.x of logits [rows, V]: its draw d, its weights into ws [rows, V] (scratch), the
  * token into out. */
+template <bool AGG>
 __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__ logits, int V,
                                                        const mk_sample_draw *__restrict__ draws, float *__restrict__ ws,
                                                        int32_t *__restrict__ out) {
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
             smp_hist_clear(whist);
             for (int i = tid; i < V; i += SMP_T) {
                 const uint32_t key = mk_sample_key(smp_san(l[i]));
-                smp_hist_add(my, w[i] > 0.0f && (key & mask) == prefix, (key >> shift) & 255u, 1u);
+                smp_hist_add<AGG>(my, w[i] > 0.0f && (key & mask) == prefix, (key >> shift) & 255u, 1u);
             }
             smp_hist_sum(whist, hist);
             if (tid == 0) sel_bin = mk_sample_topk_bin(hist, k, &sel_val); /* the bin holding the k-th */
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
                     const float wi = w[i], v = smp_san(l[i]);
                     const unsigned long long key = mk_sample_order_key(v, i);
                     const int ok = wi > 0.0f && v >= thr && (key & mask) == prefix;
-                    smp_hist_add(my, ok, (uint32_t)(key >> shift) & 255u, ok ? (uint32_t)mk_sample_mass(wi) : 0u);
+                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? (uint32_t)mk_sample_mass(wi) : 0u);
                 }
                 smp_hist_sum(whist, hist);
                 if (tid == 0) sel_bin = mk_sample_topp_bin(hist, above, target, &sel_val);
@@ -224,9 +231,13 @@ extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int ro
     if (rows <= 0) return MK_OK;
     if (V <= 0 || !logits || !draws || !ws || !out)
         return mk_fail(err, MK_EINVAL, "cuda: sample: bad arguments (rows of %d values)", V);
-    int st = mk_cuda_smem_optin(ctx, MK_OPTIN_SAMPLE, (const void *)k_sample_rows, SMP_SMEM, err);
+    const int agg = ctx->tune.sample_agg;
+    int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_AGG : MK_OPTIN_SAMPLE,
+                                agg ? (const void *)k_sample_rows<true> : (const void *)k_sample_rows<false>, SMP_SMEM,
+                                err);
     if (st) return st;
-    (void)mk_cuda_launch_pdl(ctx, rows, SMP_T, SMP_SMEM, k_sample_rows, logits, V, draws, ws, out);
+    (void)mk_cuda_launch_pdl(ctx, rows, SMP_T, SMP_SMEM, agg ? k_sample_rows<true> : k_sample_rows<false>, logits, V,
+                             draws, ws, out);
     MK_CU_LAUNCHED(err, "cuda: sample launch");
     return MK_OK;
 }
