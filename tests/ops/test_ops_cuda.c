@@ -908,15 +908,21 @@ static void test_sample_rows(int V, int ties) {
     free(x), free(l), free(dr), free(want), free(got);
 }
 
+/* A YaRN table for rope dim rd (host and device) and R random positions below 500 (host and device). */
+static void yarn_rows(int R, int rd, mk_rope_table *tab, mk_rope_table *dtab, int32_t **pos, int32_t **dpos) {
+    if (mk_rope_table_init(tab, 512, rd, 160000.0, 65536, 16.0, 32.0, 1.0)) exit(2);
+    CK(mk_cuda_rope_table_upload(ctx, tab, dtab, &err_));
+    *pos = xmalloc(sizeof(int32_t) * R);
+    for (int r = 0; r < R; r++) (*pos)[r] = (int)(rnd64() % 500u);
+    *dpos = dup_dev(*pos, sizeof(int32_t) * R);
+}
+
 /* The attention's fused row ops = the unfused sequence, bit for bit: head_rms_rope = head_rms_bf16
  * then rope_at (H heads a row), kv_norm_rope_q = rmsnorm, rope_at, quant_sim(64) of the nope part. */
 static void test_qkv_fused(int R, int H, int D, int rd) {
     mk_rope_table tab, dtab;
-    if (mk_rope_table_init(&tab, 512, rd, 160000.0, 65536, 16.0, 32.0, 1.0)) exit(2);
-    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
-    int32_t *pos = xmalloc(sizeof(int32_t) * R);
-    for (int r = 0; r < R; r++) pos[r] = (int)(rnd64() % 500u);
-    int32_t *dpos = dup_dev(pos, sizeof(int32_t) * R);
+    int32_t *pos, *dpos;
+    yarn_rows(R, rd, &tab, &dtab, &pos, &dpos);
     size_t nq = (size_t)R * H * D, nk = (size_t)R * D;
     float *q = xmalloc(sizeof(float) * nq), *kv = xmalloc(sizeof(float) * nk);
     fill_act(q, nq, 2.0f);
@@ -955,11 +961,8 @@ static void test_qkv_fused(int R, int H, int D, int rd) {
  * (IH 0: none), bit for bit: q, kv and the indexer's queries. */
 static void test_attn_prep(int R, int H, int D, int IH, int ID, int rd) {
     mk_rope_table tab, dtab;
-    if (mk_rope_table_init(&tab, 512, rd, 160000.0, 65536, 16.0, 32.0, 1.0)) exit(2);
-    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
-    int32_t *pos = xmalloc(sizeof(int32_t) * R);
-    for (int r = 0; r < R; r++) pos[r] = (int)(rnd64() % 500u);
-    int32_t *dpos = dup_dev(pos, sizeof(int32_t) * R);
+    int32_t *pos, *dpos;
+    yarn_rows(R, rd, &tab, &dtab, &pos, &dpos);
     const size_t n[3] = {(size_t)R * H * D, (size_t)R * D, (size_t)R * (IH ? IH : 1) * ID};
     float *h[3], *d1[3], *d2[3];
     for (int i = 0; i < 3; i++) {
