@@ -346,8 +346,11 @@ int main(int argc, char **argv) {
     {
         dsv4_cuda_graph_counts gc;
         dsv4_cuda_work_graph_counts(dsv4_cuda_seq_work(s), &gc);
+        mk_cuda_tuning tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu);
         n = snprintf(line, sizeof line, "decode calls of the batch-1 sequence as CUDA graphs: %ld captured, %ld replayed, "
-                     "%ld as launches%s\n\n", gc.captured, gc.replayed, gc.eager, gc.off ? " (graphs off)" : "");
+                     "%ld as launches%s; L2 lane %d MiB (%ld prefetch launches captured in all)\n\n", gc.captured,
+                     gc.replayed, gc.eager, gc.off ? " (graphs off)" : "", tu.l2_lane, mk_cuda_lane_count(ctx));
         fwrite(line, 1, (size_t)n, stdout);
         if (md) fwrite(line, 1, (size_t)n, md);
     }

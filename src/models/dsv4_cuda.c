@@ -1148,6 +1148,29 @@ static int lin_in_q(gcall *C, const mk_wmat *W, mk_cuda_actq *aq) {
 
 /* Whether moe() runs the routed experts on the tensor cores from FP4-permuted activations in
  * w->mxq / w->msa (then the op computing its input may write them: see moe()). */
+/* The L2 lane (tuning l2_lane, ops_cuda.h): the data of the weights W (in the order their linears
+ * read them) requested into L2 on a second stream, after everything queued so far, while the main
+ * stream runs the latency-bound kernels before those linears. Captured decode steps only (elsewhere
+ * mk_cuda_lane_prefetch does nothing); a hint: no value depends on it. */
+static int lane(gcall *C, const mk_wmat *const *W, int n, mk_err *err) {
+    if (C->R > 8) return MK_OK;
+    mk_cuda_span sp[MK_CUDA_LANE_SPANS];
+    int k = 0;
+    for (int i = 0; i < n && k < MK_CUDA_LANE_SPANS; i++) {
+        if (!W[i] || !W[i]->w) continue;
+        const size_t nk = (size_t)W[i]->n * (size_t)W[i]->k;
+        const size_t b = W[i]->kind == MK_W_BF16 ? nk * 2 : W[i]->kind == MK_W_F32 ? nk * 4 : W[i]->kind == MK_W_FP4 ? nk / 2 : nk;
+        sp[k++] = (mk_cuda_span){W[i]->w, b};
+    }
+    return mk_cuda_lane_prefetch(C->ctx, sp, k, err);
+}
+
+/* A layer's first linears: q / kv, q's second, the indexer's queries, the compressors' projections. */
+static int lane_attn_in(gcall *C, const glayer *L, mk_err *err) {
+    const mk_wmat *W[8] = {&L->wq_a, &L->wkv, &L->wq_b, L->ratio == 4 ? &L->idx_wq_b : NULL};
+    return lane(C, W, 4, err);
+}
+
 static int moe_fp4_mma(const dsv4_config *c, const glayer *L) {
     const int I = c->moe_inter, d = c->dim;
     return L->ekind == MK_W_FP4 && I % 128 == 0 && d % 128 == 0 && I % 16 == 0 && d % 16 == 0;
@@ -1177,6 +1200,15 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
         TRY(mk_cuda_linear_pair(ctx, fq, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin, w->lin_bytes, err));
     else
         TRY(lin_f(C, fq, &L->wq_b, w->qr, R, w->q, 1, err));
+    { /* the lane: the compressors' projections, then wo_a and wo_b, while q / kv are prepared and the
+       * indexer, the compressors and the sparse attention run */
+        const mk_wmat *W[7];
+        int n = 0;
+        if (r == 4) W[n++] = &L->idx_cmp.wkv, W[n++] = &L->idx_cmp.wgate, W[n++] = &L->idx_wproj;
+        if (r) W[n++] = &L->cmp.wkv, W[n++] = &L->cmp.wgate;
+        W[n++] = &L->wo_a, W[n++] = &L->wo_b;
+        TRY(lane(C, W, n, err));
+    }
     /* q's and kv's norms and RoPE (and, with the tuning's attn_prep, the indexer's queries: iq is
      * ready) in one launch where nothing is dumped between them */
     mk_cuda_tuning tu;
@@ -1269,6 +1301,10 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     }
     TRY(dumpv(C, w->oa, R, G * c->o_lora, 0, err, "L%d.attn.oa", layer));
     TRY(lin(C, &L->wo_b, w->oa, R, out, 1, err));
+    { /* the lane: the gate and the shared expert, while hc_post / hc_pre and the routing run */
+        const mk_wmat *W[4] = {&L->gate, &L->sh1, &L->sh3, &L->sh2};
+        TRY(lane(C, W, 4, err));
+    }
     mark(C, "attn: output projections");
     return dumpv(C, out, R, c->dim, 0, err, "L%d.attn.out", layer);
 }
@@ -1398,10 +1434,11 @@ typedef struct {
     const uint16_t *norm;
     int head;
     const mk_wmat *wq_a; /* the next layer's first linear: its input quantized too (lin_in_q) */
+    const glayer *layer; /* the next layer (NULL: the head) */
 } gnext;
 
 static gnext next_attn(const glayer *L) {
-    return (gnext){L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm, 0, &L->wq_a};
+    return (gnext){L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm, 0, &L->wq_a, L};
 }
 
 /* One layer on h [T, hc, d]. pre_done: h's attention hc_pre is already in w->x / w->post /
@@ -1439,6 +1476,7 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     const mk_cuda_moe_sum ms = {w->eo, w->gidx, w->plan, T, c->n_act, c->n_experts, w->seo, w->sub};
     const int sum = nx && tu.hc_moe_sum && !(C->hk && C->hk->dump) && c->n_act <= 64;
     TRY(moe(C, layer, L, w->x, moe_q, sum ? NULL : w->sub, err));
+    if (nx && nx->layer) TRY(lane_attn_in(C, nx->layer, err)); /* the lane: the next layer's first linears */
     TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
     if (!nx) {
         TRY(mk_cuda_hc_post(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, err));
@@ -1637,7 +1675,8 @@ static int run_call(gcall *C, mk_err *err) {
      * logits) */
     int head_fused = c->n_layers > 0;
     for (int i = 0; i < C->np; i++) head_fused = head_fused && C->pc[i].T == 1 && C->pc[i].logits;
-    const gnext nx_head = {g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, 1, NULL};
+    const gnext nx_head = {g->hc_head_fn, g->hc_head_scale, g->hc_head_base, g->norm, 1, NULL, NULL};
+    if (c->n_layers > 0) TRY(lane_attn_in(C, &g->layers[0], err)); /* the lane: layer 0's first linears */
     for (int l = 0; l < c->n_layers; l++) {
         const gnext nx = l + 1 < c->n_layers ? next_attn(&g->layers[l + 1]) : nx_head;
         TRY(block(C, l, &g->layers[l], w->h, l > 0, l + 1 < c->n_layers || head_fused ? &nx : NULL, err));
@@ -1852,7 +1891,7 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     TRY(lin(&C, &L->h_proj, w->mhn, T * hc, w->mhp, 1, err));
     TRY(mk_cuda_add_bcast_bf16(ctx, w->mhp, w->sub, T * hc, hc, d, w->mh, err));
     /* one row (T == 1) is the logits row: the head's collapse runs with the block's last hc_post */
-    const gnext nx_head = {L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, 1, NULL};
+    const gnext nx_head = {L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, 1, NULL, NULL};
     TRY(block(&C, c->n_layers, L, w->mh, 0, T == 1 ? &nx_head : NULL, err));
     TRY(head(&C, w->mh, L->hc_head_fn, L->hc_head_scale, L->hc_head_base, L->norm, T == 1, err));
     s->mtp_pos = start + T;

@@ -164,11 +164,17 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 1);
     ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
     ctx->tune.sample_agg = env_switch("MINKE_CUDA_SAMPLE_AGG", 0); /* not yet run on a GPU: off */
+    /* the L2 lane (lane.cu): MiB per prefetch; not yet run on a GPU: off */
+    ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;
+    ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
+    ctx->tune.l2_lane_hint = env_switch("MINKE_CUDA_L2_LANE_HINT", 0);
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
     }
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;
+    if (ctx->tune.l2_lane < 0) ctx->tune.l2_lane = 0;
+    if (ctx->tune.l2_lane_blocks < 1 || ctx->tune.l2_lane_blocks > 1024) ctx->tune.l2_lane_blocks = 32;
     int st = MK_OK;
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
@@ -230,6 +236,7 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
     if (ctx->counters) cudaFree(ctx->counters);
     if (ctx->hc_partial) cudaFree(ctx->hc_partial);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    mk_cuda_lane_free(ctx);
     for (int i = 0; i < ctx->trace_cap; i++) cudaEventDestroy(ctx->trace_ev[i]);
     free(ctx->trace_ev);
     free(ctx->trace_name);
@@ -314,6 +321,9 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
     if (ctx->tune.ri_l2_pf < 0) ctx->tune.ri_l2_pf = 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;
+    if (ctx->tune.l2_lane < 0) ctx->tune.l2_lane = 0;
+    if (ctx->tune.l2_lane_blocks < 1 || ctx->tune.l2_lane_blocks > 1024) ctx->tune.l2_lane_blocks = 32;
+    ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }
@@ -452,14 +462,30 @@ struct mk_cuda_graph {
 };
 
 extern "C" int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err) {
+    if (ctx->tune.l2_lane > 0) { /* the lane's stream exists before the capture (lane.cu) */
+        int st = mk_cuda_lane_ready(ctx, err);
+        if (st) return st;
+    }
     MK_CU_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), err, "cuda: begin capture");
+    ctx->capturing = 1;
+    ctx->lane_pending = 0;
     return MK_OK;
 }
 
 extern "C" int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err *err) {
     *out = NULL;
     cudaGraph_t graph = NULL;
+    mk_err ej;
+    memset(&ej, 0, sizeof ej);
+    const int jst = mk_cuda_lane_join(ctx, &ej); /* on error the capture still ends (unjoined: it fails) */
+    ctx->capturing = 0;
     cudaError_t e = cudaStreamEndCapture(ctx->stream, &graph);
+    if (jst && e == cudaSuccess) {
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        if (err) *err = ej;
+        return jst;
+    }
     if (e != cudaSuccess) {
         if (graph) cudaGraphDestroy(graph);
         cudaGetLastError(); /* the capture's error is reported here, not left for the next call */

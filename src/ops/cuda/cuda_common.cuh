@@ -44,7 +44,18 @@ struct mk_cuda_ctx {
     cudaEvent_t *trace_ev;
     const char **trace_name;
     double *trace_host;             /* host clock (s) at each mark: when the launch was queued */
+    /* the L2 lane (lane.cu): its stream and fork / join events, made at the first prefetch */
+    int capturing;                  /* between capture_begin and capture_end */
+    int lane_pending;               /* lane work queued in this capture, not yet joined */
+    long lane_count;                /* prefetch launches queued so far */
+    cudaStream_t lane;
+    cudaEvent_t lane_fork, lane_join;
 };
+/* lane.cu, for ctx.cu: the lane's stream and events made (before a capture), the lane joined into
+ * the main stream (before a capture ends), both freed */
+int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err);
+int mk_cuda_lane_join(mk_cuda_ctx *ctx, mk_err *err);
+void mk_cuda_lane_free(mk_cuda_ctx *ctx);
 #define MK_CUDA_HC_SPLIT 64     /* chunks of the hc*d row reduced by separate blocks */
 #define MK_CUDA_HC_SPLIT_TOK 1024 /* tokens per split-path launch pair (the partials buffer's size) */
 #define MK_CUDA_COUNTERS 65536

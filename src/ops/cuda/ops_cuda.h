@@ -168,6 +168,13 @@ typedef struct {
                             * read them (mk_cuda_index_multi's iw_scale: no scale_bf16 launch); same
                             * bits; default 1, MINKE_CUDA_ATTN_PREP=0 (the four merges together: H200,
                             * ~2% less per batch-1 step) */
+    int l2_lane;           /* MiB (0: off): a captured decode step prefetches the weights of its next
+                            * linears into L2, at most this much per fork, on a second stream while the
+                            * main one runs latency-bound kernels (mk_cuda_lane_prefetch; no value
+                            * changes); default 0 until run on a GPU, MINKE_CUDA_L2_LANE */
+    int l2_lane_blocks;    /* blocks of one warp of a lane prefetch (default 32; MINKE_CUDA_L2_LANE_BLOCKS) */
+    int l2_lane_hint;      /* 1: the lane's prefetches mark their lines evict_last (default 0: normal;
+                            * MINKE_CUDA_L2_LANE_HINT) */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -195,6 +202,24 @@ int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err *err);
 int mk_cuda_graph_launch(mk_cuda_ctx *ctx, mk_cuda_graph *g, mk_err *err);
 size_t mk_cuda_graph_nodes(const mk_cuda_graph *g);
 void mk_cuda_graph_free(mk_cuda_graph *g);
+
+/* The L2 lane: while a decode step's main stream runs latency-bound kernels (norms, RoPE, the
+ * attention, the routing), a second stream brings the weights of the step's next linears into L2,
+ * so that those read them from L2 instead of HBM. Prefetches are hints: no value changes, and a
+ * line evicted before its read is read from HBM as before. Only while the context's stream is
+ * being captured (a replayed decode step) and the tuning's l2_lane is on; otherwise nothing.
+ *   mk_cuda_lane_prefetch: the spans (device memory; 16-byte aligned starts, sizes rounded down to
+ *     16), at most l2_lane MiB of them in order, requested after everything queued on the main
+ *     stream so far has finished (the lane forks there; its prefetches run one after another);
+ *   capture_end joins the lane back into the main stream before the capture ends. */
+#define MK_CUDA_LANE_SPANS 8
+typedef struct {
+    const void *p;
+    size_t bytes;
+} mk_cuda_span;
+int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk_err *err);
+/* Lane prefetches queued since the context was made (tests: capture_end joined each capture's). */
+long mk_cuda_lane_count(const mk_cuda_ctx *ctx);
 
 /* ---- memory ------------------------------------------------------------------------------- */
 

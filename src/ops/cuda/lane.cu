@@ -1,0 +1,108 @@
+/* lane.cu — the L2 lane (ops_cuda.h): a second stream on which a captured decode step prefetches
+ * the weights of its next linears into L2 while the main stream runs latency-bound kernels.
+ *
+ * Why: at batch 1 a layer is a chain of ~20 kernels; the GEMVs stream 2-34 MB each from HBM, and
+ * between them norms, RoPE, the sparse attention, the compressors and the routing run for tens of
+ * microseconds reading almost nothing. Each GEMV ramps up and drains (~4 us fixed, and the small
+ * ones reach 0.5-1.1 TB/s: bench/gpu/results-2026-12-04-launches.md). Bytes requested into L2
+ * during those latency-bound stretches are bytes the next GEMV reads from L2.
+ *
+ * How: mk_cuda_lane_prefetch forks the lane off the main stream (an event recorded there, waited
+ * for on the lane: the prefetch starts once everything queued before it has finished, so it does
+ * not compete with the GEMV before it) and launches k_lane_prefetch there: a few one-warp blocks
+ * whose threads issue cp.async.bulk.prefetch.L2 (the TMA unit's bulk prefetch: one instruction per
+ * 16 KiB chunk, nothing waits for it) over the spans in order. capture_end joins the lane back
+ * into the main stream. Outside a capture (or with the tuning's l2_lane at 0) nothing happens:
+ * eager launches keep their programmatic-dependent-launch chain untouched.
+ */
+#include "ops/cuda/cuda_common.cuh"
+
+#define LANE_CHUNK 16384 /* bytes per bulk prefetch (a multiple of 16) */
+
+struct lane_args {
+    const char *p[MK_CUDA_LANE_SPANS];
+    unsigned long long n[MK_CUDA_LANE_SPANS]; /* multiples of 16 */
+    int count;
+};
+
+/* Chunk c of the spans' concatenation is issued by thread c mod (threads of the grid), each thread
+ * in increasing c: the first chunks are requested first. */
+__global__ void k_lane_prefetch(lane_args a, int hint) {
+    unsigned long long pol = 0;
+    if (hint) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    const unsigned long long nt = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long base = 0; /* index of the span's first chunk */
+    for (int s = 0; s < a.count; s++) {
+        const unsigned long long nch = (a.n[s] + LANE_CHUNK - 1) / LANE_CHUNK;
+        for (unsigned long long c = base + (t + nt - base % nt) % nt; c < base + nch; c += nt) {
+            const unsigned long long off = (c - base) * LANE_CHUNK;
+            const unsigned long long left = a.n[s] - off;
+            const unsigned sz = (unsigned)(left < LANE_CHUNK ? left : LANE_CHUNK);
+            const char *q = a.p[s] + off;
+            if (hint)
+                asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(q), "r"(sz),
+                             "l"(pol)
+                             : "memory");
+            else
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(sz) : "memory");
+        }
+        base += nch;
+    }
+}
+
+/* The lane's stream and events, made before a capture starts (no stream is created inside one). */
+int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err) {
+    if (ctx->lane) return MK_OK;
+    MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->lane, cudaStreamNonBlocking), err, "cuda: lane: stream");
+    MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_fork, cudaEventDisableTiming), err, "cuda: lane: event");
+    MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_join, cudaEventDisableTiming), err, "cuda: lane: event");
+    return MK_OK;
+}
+
+/* The main stream waits for the lane's work (before a capture ends): 0, or the first error. */
+int mk_cuda_lane_join(mk_cuda_ctx *ctx, mk_err *err) {
+    if (!ctx->lane_pending) return MK_OK;
+    ctx->lane_pending = 0;
+    MK_CU_TRY(cudaEventRecord(ctx->lane_join, ctx->lane), err, "cuda: lane: join record");
+    MK_CU_TRY(cudaStreamWaitEvent(ctx->stream, ctx->lane_join, 0), err, "cuda: lane: join wait");
+    return MK_OK;
+}
+
+void mk_cuda_lane_free(mk_cuda_ctx *ctx) {
+    if (ctx->lane_fork) cudaEventDestroy(ctx->lane_fork);
+    if (ctx->lane_join) cudaEventDestroy(ctx->lane_join);
+    if (ctx->lane) cudaStreamDestroy(ctx->lane);
+    ctx->lane = NULL;
+    ctx->lane_fork = ctx->lane_join = NULL;
+}
+
+extern "C" long mk_cuda_lane_count(const mk_cuda_ctx *ctx) { return ctx->lane_count; }
+
+extern "C" int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk_err *err) {
+    if (ctx->tune.l2_lane <= 0 || !ctx->capturing || !ctx->lane || n <= 0) return MK_OK;
+    if (!spans || n > MK_CUDA_LANE_SPANS)
+        return mk_fail(err, MK_EINVAL, "cuda: lane: %d spans (at most %d)", n, MK_CUDA_LANE_SPANS);
+    lane_args a = {};
+    unsigned long long budget = (unsigned long long)ctx->tune.l2_lane << 20;
+    for (int i = 0; i < n && budget >= 16; i++) {
+        if (!spans[i].p) continue;
+        const uintptr_t b = ((uintptr_t)spans[i].p + 15) & ~(uintptr_t)15;
+        const uintptr_t e = ((uintptr_t)spans[i].p + spans[i].bytes) & ~(uintptr_t)15;
+        if (e <= b) continue;
+        unsigned long long len = (unsigned long long)(e - b);
+        if (len > budget) len = budget & ~15ull;
+        a.p[a.count] = (const char *)b;
+        a.n[a.count++] = len;
+        budget -= len;
+    }
+    if (!a.count) return MK_OK;
+    MK_CU_TRY(cudaEventRecord(ctx->lane_fork, ctx->stream), err, "cuda: lane: fork record");
+    MK_CU_TRY(cudaStreamWaitEvent(ctx->lane, ctx->lane_fork, 0), err, "cuda: lane: fork wait");
+    ctx->lane_pending = 1; /* the lane is in the capture now: capture_end must join it */
+    const int blocks = ctx->tune.l2_lane_blocks > 0 ? ctx->tune.l2_lane_blocks : 32;
+    k_lane_prefetch<<<blocks, 32, 0, ctx->lane>>>(a, ctx->tune.l2_lane_hint);
+    MK_CU_LAUNCHED(err, "cuda: lane prefetch launch");
+    ctx->lane_count++;
+    return MK_OK;
+}
