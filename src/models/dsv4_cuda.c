@@ -1333,6 +1333,9 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
     }
     TRY(dumpv(C, w->gw, T, K, 0, err, "L%d.moe.weights", layer));
     mark(C, "moe: gate, route, plan");
+    if (T <= 8 && moe_fp4_mma(c, L)) /* the lane: the picked experts' w2, while w1 / w3 and the SwiGLU run */
+        TRY(mk_cuda_lane_prefetch_experts(ctx, w->gidx, T * K, E, (const void *const *)L->ew2,
+                                          (size_t)d * (size_t)I / 2, err));
     mk_cuda_actq shq = {0};
     int sh_q = 0;
     if (moe_fp4_mma(c, L)) {

@@ -309,6 +309,10 @@ static void test_lane(void) {
     CK(mk_cuda_linear(ctx, &Bd, dx, m, dy2, 0, ds, sb, &err_));
     fetch(r1, dy1, sizeof(float) * n1);
     fetch(r2, dy2, sizeof(float) * n2);
+    /* an expert table of two matrices and three picks (one of them none) */
+    const void *tab[2] = {Ad.w, Bd.w};
+    const int32_t ids[3] = {1, -1, 0};
+    void *dtab = dup_dev(tab, sizeof tab), *dids = dup_dev(ids, sizeof ids);
     mk_cuda_tuning def, t;
     mk_cuda_ctx_get_tuning(ctx, &def);
     int ok = 1;
@@ -332,12 +336,13 @@ static void test_lane(void) {
         CK(mk_cuda_linear(ctx, &Bd, dx, m, dy2, 0, ds, sb, &err_));
         const mk_cuda_span sp2 = {Ad.w, (size_t)n1 * k}; /* over the budget: its first 8 MiB */
         CK(mk_cuda_lane_prefetch(ctx, &sp2, 1, &err_));
+        CK(mk_cuda_lane_prefetch_experts(ctx, dids, 3, 2, (const void *const *)dtab, (size_t)n2 * k / 2, &err_));
         mk_cuda_graph *gr = NULL;
         CK(mk_cuda_capture_end(ctx, &gr, &err_));
         const long launched = mk_cuda_lane_count(ctx) - c0;
-        if (launched != (mode ? 2 : 0)) {
+        if (launched != (mode ? 3 : 0)) {
             ok = 0;
-            snprintf(why, sizeof why, "mode %d: %ld lane launches, expected %d", mode, launched, mode ? 2 : 0);
+            snprintf(why, sizeof why, "mode %d: %ld lane launches, expected %d", mode, launched, mode ? 3 : 0);
         }
         for (int rep = 0; rep < 2 && ok; rep++) {
             CK(mk_cuda_graph_launch(ctx, gr, &err_));
@@ -375,13 +380,15 @@ static void test_lane(void) {
     if (!ok) n_fail++;
     printf("| %-40s | %-26s | lane off / on / evict_last: captured GEMVs = eager, bit for bit; prefetches "
            "launched and joined: %s%s%s |\n",
-           "L2 lane prefetch", "fp8 4096x4096, fp4 1024x4096", ok ? "PASS" : "FAIL", ok ? "" : ": ", why);
+           "L2 lane prefetch (spans, experts)", "fp8 4096x4096, fp4 1024x4096", ok ? "PASS" : "FAIL", ok ? "" : ": ", why);
     mk_cuda_wmat_free(ctx, &Ad);
     mk_cuda_wmat_free(ctx, &Bd);
     mk_cuda_free(ctx, dx);
     mk_cuda_free(ctx, dy1);
     mk_cuda_free(ctx, dy2);
     mk_cuda_free(ctx, ds);
+    mk_cuda_free(ctx, dtab);
+    mk_cuda_free(ctx, dids);
     free((void *)A.w), free((void *)A.scale), free((void *)B.w), free((void *)B.scale);
     free(x), free(r1), free(r2), free(g1), free(g2);
 }

@@ -106,3 +106,50 @@ extern "C" int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans
     ctx->lane_count++;
     return MK_OK;
 }
+
+/* The routed experts' matrices: for each of the n picks in ids (device, values in [0, E); negative:
+ * none), tab[ids[i]] (a device table of device pointers) over `bytes` bytes. Block b takes pick
+ * b mod n, its threads the pick's chunks in order. */
+__global__ void k_lane_experts(const int32_t *__restrict__ ids, int n, int E, const void *const *__restrict__ tab,
+                               unsigned long long bytes, int hint) {
+    unsigned long long pol = 0;
+    if (hint) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    const int per = (gridDim.x + n - 1) / n; /* blocks per pick */
+    const int pick = blockIdx.x % n, part = blockIdx.x / n;
+    const int e = ids[pick];
+    if (e < 0 || e >= E || part >= per) return;
+    const char *p = (const char *)tab[e];
+    if (!p || ((uintptr_t)p & 15)) return;
+    const unsigned long long nch = (bytes + LANE_CHUNK - 1) / LANE_CHUNK;
+    for (unsigned long long c = (unsigned long long)part * blockDim.x + threadIdx.x; c < nch;
+         c += (unsigned long long)per * blockDim.x) {
+        const unsigned long long off = c * LANE_CHUNK, left = bytes - off;
+        const unsigned sz = (unsigned)(left < LANE_CHUNK ? left : LANE_CHUNK);
+        if (hint)
+            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p + off), "r"(sz),
+                         "l"(pol)
+                         : "memory");
+        else
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off), "r"(sz) : "memory");
+    }
+}
+
+extern "C" int mk_cuda_lane_prefetch_experts(mk_cuda_ctx *ctx, const int32_t *ids, int n, int E,
+                                             const void *const *tab, size_t bytes, mk_err *err) {
+    if (ctx->tune.l2_lane <= 0 || !ctx->capturing || !ctx->lane || n <= 0 || bytes < 16) return MK_OK;
+    if (!ids || !tab || E <= 0) return mk_fail(err, MK_EINVAL, "cuda: lane: experts: bad arguments");
+    unsigned long long b = (unsigned long long)bytes & ~15ull;
+    const unsigned long long cap = ((unsigned long long)ctx->tune.l2_lane << 20) / (unsigned long long)n;
+    if (b > cap) b = cap & ~15ull; /* the budget shared by the picks */
+    if (b < 16) return MK_OK;
+    MK_CU_TRY(cudaEventRecord(ctx->lane_fork, ctx->stream), err, "cuda: lane: fork record");
+    MK_CU_TRY(cudaStreamWaitEvent(ctx->lane, ctx->lane_fork, 0), err, "cuda: lane: fork wait");
+    ctx->lane_pending = 1;
+    int blocks = ctx->tune.l2_lane_blocks > 0 ? ctx->tune.l2_lane_blocks : 32;
+    if (blocks < n) blocks = n;
+    k_lane_experts<<<blocks, 32, 0, ctx->lane>>>(ids, n, E, tab, b, ctx->tune.l2_lane_hint);
+    MK_CU_LAUNCHED(err, "cuda: lane experts launch");
+    ctx->lane_count++;
+    return MK_OK;
+}
+

@@ -218,6 +218,12 @@ typedef struct {
     size_t bytes;
 } mk_cuda_span;
 int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk_err *err);
+/* The same for the routed experts a step picked, known on the device only: for each of the n picks
+ * ids[i] (device; a negative id: none) in [0, E), `bytes` of tab[ids[i]] (a device table of E device
+ * pointers, 16-byte aligned), the budget shared by the picks; after everything queued so far (the
+ * routing that wrote ids). */
+int mk_cuda_lane_prefetch_experts(mk_cuda_ctx *ctx, const int32_t *ids, int n, int E, const void *const *tab,
+                                  size_t bytes, mk_err *err);
 /* Lane prefetches queued since the context was made (tests: capture_end joined each capture's). */
 long mk_cuda_lane_count(const mk_cuda_ctx *ctx);
 
