@@ -379,6 +379,9 @@ struct dsv4_cuda_work {
     float *me, *mhn, *mhp, *mh;             /* MTP */
     void *lin;
     size_t lin_bytes;
+    void *lin_side;                         /* the side branch's linear scratch (tuning branch): the
+                                             * compressors' projections of up to 8 rows */
+    size_t lin_side_bytes;
     int sel_cap, rows_per;
     int32_t *hids;                          /* host staging of ids (and of apc; page-locked) */
     int upl_pending;                        /* an asynchronous upload from hids may not have run yet */
@@ -530,6 +533,27 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     if (hb > lb) lb = hb;
     w->lin_bytes = lb;
     rc = walloc(w, lb, &w->lin, err);
+    { /* the side branch's: the compressors' projections of at most 8 rows, one by one or in pairs */
+        const int m8 = Tm < 8 ? (int)Tm : 8;
+        size_t sb = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const glayer *L = &g->layers[l];
+            const mk_wmat *ws[] = {&L->cmp.wkv, &L->cmp.wgate, &L->idx_cmp.wkv, &L->idx_cmp.wgate, &L->idx_wproj};
+            for (int i = 0; i < 5; i++) {
+                if (!ws[i]->w) continue;
+                size_t b = mk_cuda_linear_scratch(g->ctx, ws[i], m8);
+                if (b > sb) sb = b;
+            }
+            const mk_wmat *pairs[][2] = {{&L->cmp.wkv, &L->cmp.wgate}, {&L->idx_cmp.wkv, &L->idx_cmp.wgate}};
+            for (int i = 0; i < 2; i++) {
+                if (!pairs[i][0]->w || !pairs[i][1]->w) continue;
+                size_t b = mk_cuda_linear_pair_scratch(g->ctx, pairs[i][0], pairs[i][1], m8);
+                if (b > sb) sb = b;
+            }
+        }
+        w->lin_side_bytes = sb;
+        if (!rc && sb) rc = walloc(w, sb, &w->lin_side, err);
+    }
     if (!rc) rc = mk_cuda_host_alloc(w->ids_bytes + apc_bytes, (void **)&w->hids, err);
     w->ham = malloc(sizeof(int32_t) * P);
     w->cnt_save = malloc(sizeof(int) * 2 * (size_t)max_pieces * (c->n_layers + 1));
@@ -802,6 +826,8 @@ typedef struct {
     int iq_prep;   /* this layer's indexer queries are prepared already (mk_cuda_attn_prep), and
                       the indexer's scores scale its head weights (tuning attn_prep) */
     int replay_bad; /* a launch decided on the host from the positions was queued (see run_graph) */
+    int side;      /* queuing the side branch (tuning branch): linears use w->lin_side */
+    int cmp_done;  /* this layer's compressors (projections and steps) ran on the side branch */
     double t_mark; /* phase profiling: the last mark */
 } gcall;
 
@@ -969,8 +995,8 @@ static int compressor(gcall *C, int layer, const glayer *L, const gcmp *Cm, int 
     float *ckvp = is_idx && C->xproj ? w->ickvp : w->ckvp, *cscp = is_idx && C->xproj ? w->icscp : w->cscp;
     /* wkv and wgate on the same x: its preparation (bf16 conversion) done once for both */
     if (!C->xproj)
-        TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Cm->wkv, &Cm->wgate, x, C->R, ckvp, cscp, 0, w->lin,
-                                w->lin_bytes, err));
+        TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Cm->wkv, &Cm->wgate, x, C->R, ckvp, cscp, 0,
+                                C->side ? w->lin_side : w->lin, C->side ? w->lin_side_bytes : w->lin_bytes, err));
     /* every one-token piece's state slot in one launch, with the entry it completes where the
      * kernel takes the shape (the device decides which pieces complete one: a decode step's launches
      * do not depend on the positions); the rest per piece */
@@ -1074,7 +1100,8 @@ static int xproj(gcall *C, const glayer *L, const float *x, mk_err *err) {
     for (int i = 0; i < n; i++)
         if (!W[i]->w) return MK_OK;
     if (L->ratio == 4 && 2 * (size_t)C->g->m->cfg.index_head_dim < (size_t)L->idx_cmp.wkv.n) return MK_OK;
-    TRY(mk_cuda_linear_multi(C->ctx, MK_CUDA_LIN_ROW_INVARIANT, n, W, x, C->R, y, rnd, w->lin, w->lin_bytes, err));
+    TRY(mk_cuda_linear_multi(C->ctx, MK_CUDA_LIN_ROW_INVARIANT, n, W, x, C->R, y, rnd, C->side ? w->lin_side : w->lin,
+                             C->side ? w->lin_side_bytes : w->lin_bytes, err));
     C->xproj = 1;
     return MK_OK;
 }
@@ -1101,7 +1128,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
     if (!C->iq_prep)
         TRY(mk_cuda_idx_q_prep(ctx, w->iq, R * IH, ID, rd, L->rope, w->pos, IH, 1.0f / sqrtf((float)ID), err));
     TRY(dumpv(C, w->iq, R, IH, ID, err, "L%d.idx.q", layer));
-    TRY(compressor(C, layer, L, &L->idx_cmp, 1, x, err));
+    if (!C->cmp_done) TRY(compressor(C, layer, L, &L->idx_cmp, 1, x, err));
     if (!C->xproj) TRY(lin(C, &L->idx_wproj, x, R, w->iw, 1, err));
     /* the head weights bf16(iw * wscale): here, or where the scores read them */
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
@@ -1146,8 +1173,6 @@ static int lin_in_q(gcall *C, const mk_wmat *W, mk_cuda_actq *aq) {
     return mk_cuda_linear_xq(C->ctx, W, C->R, C->w->lin, C->w->lin_bytes, &aq->q, &aq->sa, &aq->perm, &e2) == MK_OK;
 }
 
-/* Whether moe() runs the routed experts on the tensor cores from FP4-permuted activations in
- * w->mxq / w->msa (then the op computing its input may write them: see moe()). */
 /* The L2 lane (tuning l2_lane, ops_cuda.h): the data of the weights W (in the order their linears
  * read them) requested into L2 on a second stream, after everything queued so far, while the main
  * stream runs the latency-bound kernels before those linears. Captured decode steps only (elsewhere
@@ -1171,6 +1196,8 @@ static int lane_attn_in(gcall *C, const glayer *L, mk_err *err) {
     return lane(C, W, 4, err);
 }
 
+/* Whether moe() runs the routed experts on the tensor cores from FP4-permuted activations in
+ * w->mxq / w->msa (then the op computing its input may write them: see moe()). */
 static int moe_fp4_mma(const dsv4_config *c, const glayer *L) {
     const int I = c->moe_inter, d = c->dim;
     return L->ekind == MK_W_FP4 && I % 128 == 0 && d % 128 == 0 && I % 16 == 0 && d % 16 == 0;
@@ -1183,6 +1210,27 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     dsv4_cuda_work *w = C->w;
     const int H = c->n_heads, D = c->head_dim, rd = c->rope_dim, nope = D - rd, HD = H * D, R = C->R;
     const int G = c->o_groups, Dg = HD / G, win = c->window, r = L->ratio, bt = DSV4_BLOCK_TOKENS;
+    /* the tuning's branch (a captured decode step of a compressed layer; mk_cuda_branch_begin says
+     * whether it is on): the compressors' projections and steps on a side branch, beside the q / kv
+     * path below. They read x and the pieces' tables, write only their own outputs, entries and
+     * state slots, and take their own linear scratch; the main stream joins them before the indexer. */
+    C->cmp_done = 0;
+    if (r && R <= 8 && w->lin_side && !(C->hk && (C->hk->dump || C->hk->indexer))) {
+        const int b = mk_cuda_branch_begin(ctx, err);
+        if (b < 0) return b;
+        if (b) {
+            C->side = 1;
+            C->xproj = 0;
+            int st = xproj(C, L, x, err);
+            if (!st && r == 4) st = compressor(C, layer, L, &L->idx_cmp, 1, x, err);
+            if (!st) st = compressor(C, layer, L, &L->cmp, 0, x, err);
+            C->side = 0;
+            const int st2 = mk_cuda_branch_end(ctx, err);
+            TRY(st);
+            TRY(st2);
+            C->cmp_done = 1;
+        }
+    }
     /* wq_a and wkv read x, wq_b and the indexer's wq_b read qr: each input is prepared (quantized)
      * once for both where the kinds agree */
     TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | (x_q ? MK_CUDA_LIN_REUSE_X : 0), &L->wq_a, &L->wkv, x, R,
@@ -1204,8 +1252,8 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
        * indexer, the compressors and the sparse attention run */
         const mk_wmat *W[7];
         int n = 0;
-        if (r == 4) W[n++] = &L->idx_cmp.wkv, W[n++] = &L->idx_cmp.wgate, W[n++] = &L->idx_wproj;
-        if (r) W[n++] = &L->cmp.wkv, W[n++] = &L->cmp.wgate;
+        if (r == 4 && !C->cmp_done) W[n++] = &L->idx_cmp.wkv, W[n++] = &L->idx_cmp.wgate, W[n++] = &L->idx_wproj;
+        if (r && !C->cmp_done) W[n++] = &L->cmp.wkv, W[n++] = &L->cmp.wgate;
         W[n++] = &L->wo_a, W[n++] = &L->wo_b;
         TRY(lane(C, W, n, err));
     }
@@ -1226,11 +1274,15 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     }
     mark(C, "attn: q/kv projections, rope");
     for (int pi = 0; pi < C->np; pi++) C->pc[pi].k_sel = 0;
-    C->xproj = 0;
-    if (r) TRY(xproj(C, L, x, err));
+    if (C->cmp_done) {
+        TRY(mk_cuda_branch_join(ctx, err));
+    } else {
+        C->xproj = 0;
+        if (r) TRY(xproj(C, L, x, err));
+    }
     if (r == 4) TRY(indexer(C, layer, L, x, err));
     mark(C, "indexer (incl. its compressor)");
-    if (r) TRY(compressor(C, layer, L, &L->cmp, 0, x, err));
+    if (r && !C->cmp_done) TRY(compressor(C, layer, L, &L->cmp, 0, x, err));
     mark(C, "attn compressor");
     if (r && C->np == 1)
         TRY(dump_entries(C, &C->pc[0], layer, C->pc[0].s->pool->lay.ckv[layer], r, C->pc[0].s->ls[layer].n_ckv, D, err));

@@ -357,6 +357,62 @@ static void test_lane(void) {
         }
         mk_cuda_graph_free(gr);
     }
+    { /* the side branch: B's GEMV on it, beside A's on the main stream, then (after the join) a
+       * third GEMV of B's output on the main stream; off, on (captured) and on but not capturing */
+        const int n3 = 512;
+        mk_wmat Cw, Cd;
+        make_weights(&Cw, MK_W_FP8, n3, n2);
+        CK(mk_cuda_wmat_upload(ctx, &Cw, &Cd, &err_));
+        float *dy3 = poisoned_dev(sizeof(float) * n3), *r3 = xmalloc(sizeof(float) * n3), *g3 = xmalloc(sizeof(float) * n3);
+        size_t sb3 = mk_cuda_linear_scratch(ctx, &Cd, m);
+        if (sb3 < sb) sb3 = sb;
+        void *ds2 = poisoned_dev(sb3), *ds3 = poisoned_dev(sb3);
+        CK(mk_cuda_linear(ctx, &Cd, dy2, m, dy3, 0, ds3, sb3, &err_)); /* dy2 = B x from the eager run above */
+        fetch(r3, dy3, sizeof(float) * n3);
+        for (int mode = 0; mode < 3 && ok; mode++) { /* 0: off, 1: on, 2: on, eager */
+            t = def;
+            t.branch = mode > 0;
+            mk_cuda_ctx_set_tuning(ctx, &t);
+            CK(mk_cuda_memset(ctx, dy1, 0xff, sizeof(float) * n1, &err_));
+            CK(mk_cuda_memset(ctx, dy2, 0xff, sizeof(float) * n2, &err_));
+            CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * n3, &err_));
+            CK(mk_cuda_ctx_sync(ctx, &err_));
+            if (mode < 2) CK(mk_cuda_capture_begin(ctx, &err_));
+            mk_err e = {0};
+            const int b = mk_cuda_branch_begin(ctx, &e);
+            CK(mk_cuda_linear(ctx, &Bd, dx, m, dy2, 0, ds2, sb3, &err_));
+            CK(mk_cuda_branch_end(ctx, &err_));
+            CK(mk_cuda_linear(ctx, &Ad, dx, m, dy1, 0, ds, sb, &err_));
+            CK(mk_cuda_branch_join(ctx, &err_));
+            CK(mk_cuda_linear(ctx, &Cd, dy2, m, dy3, 0, ds3, sb3, &err_));
+            if (b != (mode == 1)) {
+                ok = 0;
+                snprintf(why, sizeof why, "branch mode %d: branch_begin gave %d", mode, b);
+            }
+            mk_cuda_graph *gr = NULL;
+            if (mode < 2) CK(mk_cuda_capture_end(ctx, &gr, &err_));
+            for (int rep = 0; rep < (mode < 2 ? 2 : 1) && ok; rep++) {
+                if (gr) CK(mk_cuda_graph_launch(ctx, gr, &err_));
+                fetch(g1, dy1, sizeof(float) * n1);
+                fetch(g2, dy2, sizeof(float) * n2);
+                fetch(g3, dy3, sizeof(float) * n3);
+                if (memcmp(g1, r1, sizeof(float) * n1) || memcmp(g2, r2, sizeof(float) * n2) ||
+                    memcmp(g3, r3, sizeof(float) * n3)) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "branch mode %d, run %d: results differ from the eager ones", mode, rep);
+                }
+                CK(mk_cuda_memset(ctx, dy1, 0xff, sizeof(float) * n1, &err_));
+                CK(mk_cuda_memset(ctx, dy2, 0xff, sizeof(float) * n2, &err_));
+                CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * n3, &err_));
+            }
+            mk_cuda_graph_free(gr);
+        }
+        mk_cuda_wmat_free(ctx, &Cd);
+        mk_cuda_free(ctx, dy3);
+        mk_cuda_free(ctx, ds2);
+        mk_cuda_free(ctx, ds3);
+        free((void *)Cw.w), free((void *)Cw.scale), free(r3), free(g3);
+    }
     { /* too many spans: an error, nothing launched */
         t = def;
         t.l2_lane = 8;
@@ -378,9 +434,9 @@ static void test_lane(void) {
     mk_cuda_ctx_set_tuning(ctx, &def);
     n_checks++;
     if (!ok) n_fail++;
-    printf("| %-40s | %-26s | lane off / on / evict_last: captured GEMVs = eager, bit for bit; prefetches "
-           "launched and joined: %s%s%s |\n",
-           "L2 lane prefetch (spans, experts)", "fp8 4096x4096, fp4 1024x4096", ok ? "PASS" : "FAIL", ok ? "" : ": ", why);
+    printf("| %-40s | %-26s | lane off / on / evict_last, branch off / on / eager: captured GEMVs = "
+           "eager, bit for bit; prefetches launched and joined: %s%s%s |\n",
+           "L2 lane (spans, experts), side branch", "fp8 4096x4096, fp4 1024x4096", ok ? "PASS" : "FAIL", ok ? "" : ": ", why);
     mk_cuda_wmat_free(ctx, &Ad);
     mk_cuda_wmat_free(ctx, &Bd);
     mk_cuda_free(ctx, dx);

@@ -168,6 +168,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
     ctx->tune.l2_lane_hint = env_switch("MINKE_CUDA_L2_LANE_HINT", 0);
+    ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 0); /* not yet run on a GPU: off */
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -235,8 +236,8 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
 #endif
     if (ctx->counters) cudaFree(ctx->counters);
     if (ctx->hc_partial) cudaFree(ctx->hc_partial);
+    mk_cuda_lane_free(ctx); /* first: it gives the main stream back where a branch was left open */
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
-    mk_cuda_lane_free(ctx);
     for (int i = 0; i < ctx->trace_cap; i++) cudaEventDestroy(ctx->trace_ev[i]);
     free(ctx->trace_ev);
     free(ctx->trace_name);
@@ -324,6 +325,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.l2_lane < 0) ctx->tune.l2_lane = 0;
     if (ctx->tune.l2_lane_blocks < 1 || ctx->tune.l2_lane_blocks > 1024) ctx->tune.l2_lane_blocks = 32;
     ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
+    ctx->tune.branch = ctx->tune.branch != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }
@@ -462,7 +464,7 @@ struct mk_cuda_graph {
 };
 
 extern "C" int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err) {
-    if (ctx->tune.l2_lane > 0) { /* the lane's stream exists before the capture (lane.cu) */
+    { /* the lane's and the branch's streams exist before the capture (lane.cu) */
         int st = mk_cuda_lane_ready(ctx, err);
         if (st) return st;
     }

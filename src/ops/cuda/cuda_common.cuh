@@ -50,6 +50,10 @@ struct mk_cuda_ctx {
     long lane_count;                /* prefetch launches queued so far */
     cudaStream_t lane;
     cudaEvent_t lane_fork, lane_join;
+    /* the side branch (lane.cu): while in_branch, `stream` is `side` and `main` the main stream */
+    int in_branch, branch_pending;
+    cudaStream_t side, main;
+    cudaEvent_t side_fork, side_done;
 };
 /* lane.cu, for ctx.cu: the lane's stream and events made (before a capture), the lane joined into
  * the main stream (before a capture ends), both freed */

@@ -1,5 +1,7 @@
-/* lane.cu — the L2 lane (ops_cuda.h): a second stream on which a captured decode step prefetches
- * the weights of its next linears into L2 while the main stream runs latency-bound kernels.
+/* lane.cu — the second and third streams of a captured decode step (ops_cuda.h): the L2 lane, on
+ * which the step prefetches the weights of its next linears into L2 while the main stream runs
+ * latency-bound kernels, and the side branch, on which independent kernels run beside the main
+ * stream's (a compressed layer's compressors beside its q / kv path).
  *
  * Why: at batch 1 a layer is a chain of ~20 kernels; the GEMVs stream 2-34 MB each from HBM, and
  * between them norms, RoPE, the sparse attention, the compressors and the routing run for tens of
@@ -14,6 +16,11 @@
  * 16 KiB chunk, nothing waits for it) over the spans in order. capture_end joins the lane back
  * into the main stream. Outside a capture (or with the tuning's l2_lane at 0) nothing happens:
  * eager launches keep their programmatic-dependent-launch chain untouched.
+ *
+ * The branch (tuning branch) swaps the context's stream for the side stream between branch_begin
+ * and branch_end, so every op queued meanwhile goes there unchanged (its first kernel's programmatic
+ * edge is to the main stream's last kernel); branch_join is an event wait on the main stream. The
+ * kernels are the same either way, so are the bits; only what runs beside what changes.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -51,17 +58,29 @@ __global__ void k_lane_prefetch(lane_args a, int hint) {
     }
 }
 
-/* The lane's stream and events, made before a capture starts (no stream is created inside one). */
+/* The lane's and the branch's streams and events, made before a capture starts (nothing is created
+ * inside one). */
 int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err) {
-    if (ctx->lane) return MK_OK;
-    MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->lane, cudaStreamNonBlocking), err, "cuda: lane: stream");
-    MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_fork, cudaEventDisableTiming), err, "cuda: lane: event");
-    MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_join, cudaEventDisableTiming), err, "cuda: lane: event");
+    if (ctx->tune.l2_lane > 0 && !ctx->lane) {
+        MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->lane, cudaStreamNonBlocking), err, "cuda: lane: stream");
+        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_fork, cudaEventDisableTiming), err, "cuda: lane: event");
+        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_join, cudaEventDisableTiming), err, "cuda: lane: event");
+    }
+    if (ctx->tune.branch && !ctx->side) {
+        MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->side, cudaStreamNonBlocking), err, "cuda: branch: stream");
+        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming), err, "cuda: branch: event");
+        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_done, cudaEventDisableTiming), err, "cuda: branch: event");
+    }
     return MK_OK;
 }
 
-/* The main stream waits for the lane's work (before a capture ends): 0, or the first error. */
+/* The main stream waits for the lane's and the branch's work (before a capture ends): 0, or the
+ * first error. A branch left open (an error inside it) is closed first. */
 int mk_cuda_lane_join(mk_cuda_ctx *ctx, mk_err *err) {
+    int st = MK_OK;
+    if (ctx->in_branch) st = mk_cuda_branch_end(ctx, err);
+    if (!st) st = mk_cuda_branch_join(ctx, err);
+    if (st) return st;
     if (!ctx->lane_pending) return MK_OK;
     ctx->lane_pending = 0;
     MK_CU_TRY(cudaEventRecord(ctx->lane_join, ctx->lane), err, "cuda: lane: join record");
@@ -70,11 +89,44 @@ int mk_cuda_lane_join(mk_cuda_ctx *ctx, mk_err *err) {
 }
 
 void mk_cuda_lane_free(mk_cuda_ctx *ctx) {
+    if (ctx->in_branch) ctx->stream = ctx->main, ctx->in_branch = 0;
     if (ctx->lane_fork) cudaEventDestroy(ctx->lane_fork);
     if (ctx->lane_join) cudaEventDestroy(ctx->lane_join);
     if (ctx->lane) cudaStreamDestroy(ctx->lane);
-    ctx->lane = NULL;
-    ctx->lane_fork = ctx->lane_join = NULL;
+    if (ctx->side_fork) cudaEventDestroy(ctx->side_fork);
+    if (ctx->side_done) cudaEventDestroy(ctx->side_done);
+    if (ctx->side) cudaStreamDestroy(ctx->side);
+    ctx->lane = ctx->side = NULL;
+    ctx->lane_fork = ctx->lane_join = ctx->side_fork = ctx->side_done = NULL;
+}
+
+extern "C" int mk_cuda_branch_begin(mk_cuda_ctx *ctx, mk_err *err) {
+    /* split-K GEMVs share the context's arrival counters: never on two streams at once */
+    if (!ctx->tune.branch || !ctx->capturing || !ctx->side || ctx->in_branch || ctx->branch_pending ||
+        ctx->tune.gemv_max_splits > 1)
+        return 0;
+    MK_CU_TRY(cudaEventRecord(ctx->side_fork, ctx->stream), err, "cuda: branch: fork record");
+    MK_CU_TRY(cudaStreamWaitEvent(ctx->side, ctx->side_fork, 0), err, "cuda: branch: fork wait");
+    ctx->main = ctx->stream;
+    ctx->stream = ctx->side;
+    ctx->in_branch = 1;
+    return 1;
+}
+
+extern "C" int mk_cuda_branch_end(mk_cuda_ctx *ctx, mk_err *err) {
+    if (!ctx->in_branch) return MK_OK;
+    ctx->stream = ctx->main;
+    ctx->in_branch = 0;
+    ctx->branch_pending = 1;
+    MK_CU_TRY(cudaEventRecord(ctx->side_done, ctx->side), err, "cuda: branch: end record");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_branch_join(mk_cuda_ctx *ctx, mk_err *err) {
+    if (!ctx->branch_pending) return MK_OK;
+    ctx->branch_pending = 0;
+    MK_CU_TRY(cudaStreamWaitEvent(ctx->stream, ctx->side_done, 0), err, "cuda: branch: join wait");
+    return MK_OK;
 }
 
 extern "C" long mk_cuda_lane_count(const mk_cuda_ctx *ctx) { return ctx->lane_count; }

@@ -175,6 +175,10 @@ typedef struct {
     int l2_lane_blocks;    /* blocks of one warp of a lane prefetch (default 32; MINKE_CUDA_L2_LANE_BLOCKS) */
     int l2_lane_hint;      /* 1: the lane's prefetches mark their lines evict_last (default 0: normal;
                             * MINKE_CUDA_L2_LANE_HINT) */
+    int branch;            /* 1: a captured decode step runs the compressors (their projections and
+                            * steps) of a compressed layer on a side branch, beside the q / kv path
+                            * (mk_cuda_branch_begin; same kernels, same bits); default 0 until run on a
+                            * GPU, MINKE_CUDA_BRANCH=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -218,6 +222,17 @@ typedef struct {
     size_t bytes;
 } mk_cuda_span;
 int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk_err *err);
+/* A side branch of a captured step: the kernels queued between branch_begin and branch_end run on a
+ * third stream, after everything queued on the main stream before branch_begin and beside what the
+ * main stream queues meanwhile; branch_join makes the main stream wait for them (capture_end joins
+ * a branch left unjoined). The caller keeps the two sides apart: no buffer one side writes may be
+ * read or written by the other before the join (scratch included). Active only while capturing with
+ * the tuning's branch on: branch_begin returns 1 then, 0 when the kernels simply stay on the main
+ * stream in order (branch_end and branch_join then do nothing), or an error. No nesting. */
+int mk_cuda_branch_begin(mk_cuda_ctx *ctx, mk_err *err);
+int mk_cuda_branch_end(mk_cuda_ctx *ctx, mk_err *err);
+int mk_cuda_branch_join(mk_cuda_ctx *ctx, mk_err *err);
+
 /* The same for the routed experts a step picked, known on the device only: for each of the n picks
  * ids[i] (device; a negative id: none) in [0, E), `bytes` of tab[ids[i]] (a device table of E device
  * pointers, 16-byte aligned), the budget shared by the picks; after everything queued so far (the
