@@ -380,7 +380,8 @@ struct dsv4_cuda_work {
     void *lin;
     size_t lin_bytes;
     void *lin_side;                         /* the side branch's linear scratch (tuning branch): the
-                                             * compressors' projections of up to 8 rows */
+                                             * compressors' projections and the shared expert of up to
+                                             * 8 rows */
     size_t lin_side_bytes;
     int sel_cap, rows_per;
     int32_t *hids;                          /* host staging of ids (and of apc; page-locked) */
@@ -533,7 +534,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     if (hb > lb) lb = hb;
     w->lin_bytes = lb;
     rc = walloc(w, lb, &w->lin, err);
-    { /* the side branch's: the compressors' projections of at most 8 rows, one by one or in pairs */
+    { /* the side branch's: the compressors' projections and the shared expert of at most 8 rows */
         const int m8 = Tm < 8 ? (int)Tm : 8;
         size_t sb = 0;
         for (int l = 0; l < c->n_layers; l++) {
@@ -544,8 +545,13 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
                 size_t b = mk_cuda_linear_scratch(g->ctx, ws[i], m8);
                 if (b > sb) sb = b;
             }
-            const mk_wmat *pairs[][2] = {{&L->cmp.wkv, &L->cmp.wgate}, {&L->idx_cmp.wkv, &L->idx_cmp.wgate}};
-            for (int i = 0; i < 2; i++) {
+            const mk_wmat *pairs[][2] = {{&L->cmp.wkv, &L->cmp.wgate}, {&L->idx_cmp.wkv, &L->idx_cmp.wgate},
+                                         {&L->sh1, &L->sh3}};
+            if (L->sh2.w) { /* and the shared expert's */
+                size_t b = mk_cuda_linear_scratch(g->ctx, &L->sh2, m8);
+                if (b > sb) sb = b;
+            }
+            for (int i = 0; i < 3; i++) {
                 if (!pairs[i][0]->w || !pairs[i][1]->w) continue;
                 size_t b = mk_cuda_linear_pair_scratch(g->ctx, pairs[i][0], pairs[i][1], m8);
                 if (b > sb) sb = b;
@@ -1361,6 +1367,28 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     return dumpv(C, out, R, c->dim, 0, err, "L%d.attn.out", layer);
 }
 
+/* The shared expert of x into w->seo with the linear scratch scr (its input quantized there by its
+ * own linears): sh1 and sh3 in one launch, the SwiGLU straight into sh2's quantized input where sh2
+ * takes one, sh2. flags: MK_CUDA_LIN_REUSE_X where x is already quantized in scr for sh1 (the same
+ * bits either way). */
+static int shared_expert(gcall *C, const glayer *L, const float *x, int flags, void *scr, size_t scr_bytes,
+                         mk_err *err) {
+    const dsv4_config *c = &C->g->m->cfg;
+    mk_cuda_ctx *ctx = C->ctx;
+    dsv4_cuda_work *w = C->w;
+    const int T = C->R, I = c->moe_inter;
+    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | flags, &L->sh1, &L->sh3, x, T, w->sg, w->su, 1, scr,
+                            scr_bytes, err));
+    uint8_t *xq;
+    float *sa;
+    mk_err e2 = {0};
+    int perm, q = mk_cuda_linear_xq(ctx, &L->sh2, T, scr, scr_bytes, &xq, &sa, &perm, &e2) == MK_OK;
+    if (q) TRY(mk_cuda_swiglu_quant(ctx, w->sg, w->su, NULL, T, I, c->swiglu_limit, perm, NULL, xq, sa, err));
+    else TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, c->swiglu_limit, w->sg, err));
+    TRY(lin_f(C, q ? MK_CUDA_LIN_REUSE_X : 0, &L->sh2, w->sg, T, w->seo, 1, err));
+    return MK_OK;
+}
+
 /* x_q: x was already quantized (FP4-permuted) into w->mxq / w->msa (moe_fp4_mma, and sh1 takes
  * a quantized input: lin_in_q). */
 static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, float *out, mk_err *err) {
@@ -1369,6 +1397,23 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
     dsv4_cuda_work *w = C->w;
     int E = c->n_experts, K = c->n_act, d = c->dim, I = c->moe_inter, T = C->R;
     float lim = c->swiglu_limit;
+    /* the tuning's branch (a captured decode step with tensor-core experts; mk_cuda_branch_begin says
+     * whether it is on): the shared expert on a side branch from here, with its own scratch, beside
+     * the gate, the routing and the routed experts (nothing of theirs does it read or write); joined
+     * before the combine */
+    int sh_side = 0;
+    if (T <= 8 && moe_fp4_mma(c, L) && w->lin_side && !(C->hk && (C->hk->dump || C->hk->moe))) {
+        sh_side = mk_cuda_branch_begin(ctx, err);
+        if (sh_side < 0) return sh_side;
+        if (sh_side) {
+            C->side = 1;
+            const int st = shared_expert(C, L, x, 0, w->lin_side, w->lin_side_bytes, err);
+            C->side = 0;
+            const int st2 = mk_cuda_branch_end(ctx, err);
+            TRY(st);
+            TRY(st2);
+        }
+    }
     TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
     if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
         TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
@@ -1396,7 +1441,8 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
          * waits for the kernel before it, so a kernel must run between the plan and it: the
          * activation quantization for the routed experts, or, when the op that made x already
          * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
-        if (!x_q) {
+        if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
+                                  * again (the same bytes), the kernel between the plan and the GEMV */
             TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
         } else {
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
@@ -1410,7 +1456,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
         mk_err e2 = {0};
         int ride = sh_q && L->sh1.kind == MK_W_FP8 && L->sh3.kind == MK_W_FP8 && L->sh2.kind == MK_W_FP8 &&
                    mk_cuda_linear_xq(ctx, &L->sh2, T, w->lin, w->lin_bytes, &xq2, &sa2, &perm2, &e2) == MK_OK;
-        if (ride) {
+        if (ride && !sh_side) {
             const mk_cuda_fp8_job j1 = {&L->sh1, &L->sh3, shq.q, shq.sa, T, w->sg, w->su, 1};
             int st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
                                                (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d,
@@ -1418,7 +1464,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             if (st == MK_ENOTSUP) ride = 0;
             else TRY(st);
         }
-        if (ride) {
+        if (ride && !sh_side) {
             const mk_cuda_swiglu_job s1 = {w->act, w->actd, w->sw, T * K, I, 1, NULL, w->mxq, w->msa};
             const mk_cuda_swiglu_job s2 = {w->sg, w->su, NULL, T, I, perm2, NULL, xq2, sa2};
             TRY(mk_cuda_swiglu_quant2(ctx, &s1, &s2, lim, err)); /* one launch with the tuning's swiglu_pair */
@@ -1460,20 +1506,10 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
                          ad, 0, w->plan, w->sw, T, K, E, lim, w->eo, err));
 shared:
     mark(C, "moe: routed experts");
-    /* shared expert */
-    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | (sh_q ? MK_CUDA_LIN_REUSE_X : 0), &L->sh1, &L->sh3, x, T,
-                            w->sg, w->su, 1, w->lin, w->lin_bytes, err));
-    { /* SwiGLU straight into sh2's quantized input where sh2 takes one */
-        uint8_t *xq;
-        float *sa;
-        mk_err e2 = {0};
-        int perm, q = mk_cuda_linear_xq(ctx, &L->sh2, T, w->lin, w->lin_bytes, &xq, &sa, &perm, &e2) == MK_OK;
-        if (q) TRY(mk_cuda_swiglu_quant(ctx, w->sg, w->su, NULL, T, I, lim, perm, NULL, xq, sa, err));
-        else TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, lim, w->sg, err));
-        TRY(lin_f(C, q ? MK_CUDA_LIN_REUSE_X : 0, &L->sh2, w->sg, T, w->seo, 1, err));
-    }
+    if (!sh_side) TRY(shared_expert(C, L, x, sh_q ? MK_CUDA_LIN_REUSE_X : 0, w->lin, w->lin_bytes, err));
     mark(C, "moe: shared expert");
 combine:
+    if (sh_side) TRY(mk_cuda_branch_join(ctx, err)); /* w->seo: the side's */
     if (!out) return MK_OK; /* the caller's hc op combines (mk_cuda_moe_sum) */
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
     mark(C, "moe: combine");
