@@ -1045,12 +1045,15 @@ static void test_sample_rows(int V, int ties) {
     float *dx = dup_dev(x, sizeof(float) * (size_t)R * V), *dws = poisoned_dev(sizeof(float) * (size_t)R * V);
     mk_sample_draw *ddr = dup_dev(dr, sizeof(mk_sample_draw) * R);
     int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
-    /* both ways of adding to the passes' histograms (tuning sample_agg) */
-    for (int agg = 0; agg < 2; agg++) {
+    /* both ways of adding to the passes' histograms (tuning sample_agg), by one block and by a cluster
+     * of blocks per row (tuning sample_cluster) */
+    for (int way = 0; way < 4; way++) {
+        const int agg = way & 1, cl = way >> 1;
         mk_cuda_tuning tu0, tu;
         mk_cuda_ctx_get_tuning(ctx, &tu0);
         tu = tu0;
         tu.sample_agg = agg;
+        tu.sample_cluster = cl;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         CK(mk_cuda_memset(ctx, dout, 0x5a, sizeof(int32_t) * R, &err_));
         CK(mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &err_));
@@ -1062,7 +1065,8 @@ static void test_sample_rows(int V, int ties) {
         n_checks++;
         if (!pass) n_fail++;
         char shape[64];
-        snprintf(shape, sizeof shape, "V%d %s%s", V, ties ? "ties" : "spread", agg ? ", sample_agg" : "");
+        snprintf(shape, sizeof shape, "V%d %s%s%s", V, ties ? "ties" : "spread", agg ? ", sample_agg" : "",
+                 cl ? ", cluster" : "");
         printf("| %-40s | %-26s | %d rows (T, min_p, top_k, top_p; NaN / inf / -0; all -inf; one without a draw): "
                "the host sampler's token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, pass ? "PASS" : "FAIL",
                differ);
@@ -2706,6 +2710,7 @@ int main(int argc, char **argv) {
     test_argmax_rows(4102); /* a float4 body and a tail */
     test_sample_rows(129280, 0);
     test_sample_rows(1000, 1);
+    test_sample_rows(13, 1); /* slices of 1 or 2 ids per block of a cluster */
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);

@@ -25,8 +25,11 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <cooperative_groups.h>
 #include <float.h>
 #include <limits.h>
+
+namespace cg = cooperative_groups;
 
 #include "num/sample_math.h"
 
@@ -226,11 +229,228 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     if (tid == 0) out[row] = found == INT_MAX ? -1 : found;
 }
 
+/* ---- the draw by a cluster of SMC_NB blocks per row (tuning sample_cluster) ----------------------
+ * The same steps and decisions as k_sample_rows, each block holding a contiguous slice of the row
+ * (ids [V * rank / SMC_NB, V * (rank + 1) / SMC_NB)) in shared memory, logits and weights: the
+ * passes read shared memory instead of a whole row from L2 on one SM (latency-bound: ~8 passes of
+ * 1 MB each). What the single block reduced over the row, the cluster reduces over the blocks'
+ * results through distributed shared memory, in rank order; the histograms are integer counts and
+ * masses, so every block sees the same exact totals and takes the same decisions. Ids stay global:
+ * the sampler's order keys and the draw's ascending scan are those of the whole row. */
+#define SMC_NB 8
+
+/* v (every thread of every block holds its block's) combined over the cluster's blocks in rank
+ * order; slot: two local entries used in turn (a block is at most one exchange ahead of another). */
+template <typename T, typename Op> __device__ T smc_all(cg::cluster_group &cl, T v, T *slot, int &buf, Op op) {
+    if (threadIdx.x == 0) slot[buf] = v;
+    cl.sync();
+    T r = *cl.map_shared_rank(&slot[buf], 0);
+    for (int q = 1; q < SMC_NB; q++) r = op(r, *cl.map_shared_rank(&slot[buf], q));
+    buf ^= 1;
+    return r;
+}
+
+/* One radix pass's totals over the cluster: the block's per-warp histograms summed into its
+ * hist[hb] (256 bins), then every block's summed in rank order into tot (all threads call it). */
+__device__ __forceinline__ void smc_hist_total(cg::cluster_group &cl, const unsigned long long *whist,
+                                               unsigned long long (*hist)[256], int &hb, unsigned long long *tot) {
+    smp_hist_sum(whist, hist[hb]);
+    cl.sync();
+    for (int b = threadIdx.x; b < 256; b += SMP_T) {
+        unsigned long long v = 0;
+        for (int q = 0; q < SMC_NB; q++) v += cl.map_shared_rank(hist[hb], q)[b];
+        tot[b] = v;
+    }
+    hb ^= 1;
+    __syncthreads();
+}
+
+template <bool AGG>
+__global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restrict__ logits, int V,
+                                                          const mk_sample_draw *__restrict__ draws,
+                                                          int32_t *__restrict__ out) {
+    cg::cluster_group cl = cg::this_cluster();
+    __shared__ smp_red red;
+    __shared__ unsigned long long hist[2][256], tot[256];
+    __shared__ unsigned long long xu[2];
+    __shared__ float xf[2];
+    __shared__ int xi[2];
+    __shared__ int sel_bin;
+    __shared__ unsigned long long sel_val;
+    extern __shared__ unsigned long long whist[]; /* [SMP_W][256], then the slice's logits and weights */
+    const int tid = threadIdx.x, rank = (int)cl.block_rank(), row = blockIdx.x / SMC_NB;
+    const int a = (int)((long long)V * rank / SMC_NB), n_loc = (int)((long long)V * (rank + 1) / SMC_NB) - a;
+    const int cap = (V + SMC_NB - 1) / SMC_NB;
+    float *sl = (float *)(whist + SMP_W * 256), *sw = sl + cap;
+    unsigned long long *my = whist + (threadIdx.x >> 5) * 256;
+    int bu = 0, bf = 0, bi = 0, hb = 0;
+    const auto fmax_op = [](float x, float y) { return fmaxf(x, y); };
+    const auto add_op = [](unsigned long long x, unsigned long long y) { return x + y; };
+    const float *l = logits + (size_t)row * V + a;
+    const mk_sample_draw d = draws[row];
+    if (!(d.inv_t > 0.0f)) return; /* a row without a draw: the whole cluster returns */
+
+    /* the slice, sanitized, and the maximum */
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int i = tid; i < n_loc; i += SMP_T) {
+        const float v = smp_san(l[i]);
+        sl[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = smp_max(mx, red);
+    mx = smc_all(cl, mx, xf, bf, fmax_op);
+    if (mx == -INFINITY) { /* every token masked */
+        if (rank == 0 && tid == 0) out[row] = -1;
+        cl.sync(); /* no block leaves while another may read its slots */
+        return;
+    }
+    unsigned long long n = 0;
+    for (int i = tid; i < n_loc; i += SMP_T) {
+        float wi = mk_sample_weight(sl[i], mx, d.inv_t);
+        if (d.min_p > 0.0f && wi < d.min_p) wi = 0.0f;
+        sw[i] = wi;
+        n += wi > 0.0f;
+    }
+    n = smp_sum(n, red); /* its barriers make sw visible to the block */
+    n = smc_all(cl, n, xu, bu, add_op);
+
+    float thr = -INFINITY;
+    if (d.top_k > 0 && d.top_k < V && n > (unsigned long long)d.top_k) {
+        uint32_t prefix = 0, mask = 0;
+        unsigned long long k = (unsigned long long)d.top_k;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            smp_hist_clear(whist);
+            for (int i = tid; i < n_loc; i += SMP_T) {
+                const uint32_t key = mk_sample_key(sl[i]);
+                smp_hist_add<AGG>(my, sw[i] > 0.0f && (key & mask) == prefix, (key >> shift) & 255u, 1u);
+            }
+            smc_hist_total(cl, whist, hist, hb, tot);
+            if (tid == 0) sel_bin = mk_sample_topk_bin(tot, k, &sel_val);
+            __syncthreads();
+            prefix |= (uint32_t)sel_bin << shift;
+            mask |= 255u << shift;
+            k = sel_val;
+            __syncthreads();
+        }
+        thr = mk_sample_unkey(prefix);
+    }
+
+    unsigned long long kstar = 0;
+    if (d.top_p < 1.0f) {
+        unsigned long long n2 = 0, z = 0;
+        for (int i = tid; i < n_loc; i += SMP_T) {
+            const float wi = sw[i];
+            if (wi > 0.0f && sl[i] >= thr) n2++, z += mk_sample_mass(wi);
+        }
+        n2 = smc_all(cl, smp_sum(n2, red), xu, bu, add_op);
+        z = smc_all(cl, smp_sum(z, red), xu, bu, add_op);
+        if (n2 > 1) {
+            const double target = __dmul_rn((double)d.top_p, (double)z);
+            unsigned long long prefix = 0, mask = 0, above = 0;
+            for (int shift = 56; shift >= 0; shift -= 8) {
+                smp_hist_clear(whist);
+                for (int i = tid; i < n_loc; i += SMP_T) {
+                    const float wi = sw[i], v = sl[i];
+                    const unsigned long long key = mk_sample_order_key(v, a + i);
+                    const int ok = wi > 0.0f && v >= thr && (key & mask) == prefix;
+                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? (uint32_t)mk_sample_mass(wi) : 0u);
+                }
+                smc_hist_total(cl, whist, hist, hb, tot);
+                if (tid == 0) sel_bin = mk_sample_topp_bin(tot, above, target, &sel_val);
+                __syncthreads();
+                prefix |= (unsigned long long)sel_bin << shift;
+                mask |= 255ull << shift;
+                above = sel_val;
+                __syncthreads();
+            }
+            kstar = prefix;
+        }
+    }
+
+    /* the draw: per thread a run of consecutive ids of the slice; the slices in rank order */
+    const int per = (n_loc + SMP_T - 1) / SMP_T, i0 = tid * per, i1 = min(n_loc, i0 + per);
+    auto kept_mass = [&](int i) -> unsigned long long {
+        const float wi = sw[i], v = sl[i];
+        if (!(wi > 0.0f && v >= thr)) return 0;
+        if (kstar && mk_sample_order_key(v, a + i) < kstar) return 0;
+        return mk_sample_mass(wi);
+    };
+    unsigned long long mine = 0;
+    for (int i = i0; i < i1; i++) mine += kept_mass(i);
+    const unsigned long long blk = smp_sum(mine, red);
+    if (tid == 0) xu[bu] = blk;
+    cl.sync();
+    unsigned long long total = 0, before = 0;
+    for (int q = 0; q < SMC_NB; q++) {
+        const unsigned long long v = *cl.map_shared_rank(&xu[bu], q);
+        total += v;
+        if (q < rank) before += v;
+    }
+    bu ^= 1;
+    const unsigned long long t = mk_sample_target(d.u53, total);
+    unsigned long long incl = mine;
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    __syncthreads();
+    if (lane == 31) red.u[warp] = incl;
+    __syncthreads();
+    unsigned long long c = before + incl - mine;
+    for (int q = 0; q < warp; q++) c += red.u[q];
+    int found = INT_MAX;
+    if (c + mine > t)
+        for (int i = i0; i < i1; i++) {
+            c += kept_mass(i);
+            if (c > t) {
+                found = a + i;
+                break;
+            }
+        }
+    found = smp_min(found, red);
+    found = smc_all(cl, found, xi, bi, [](int x, int y) { return min(x, y); });
+    if (rank == 0 && tid == 0) out[row] = found == INT_MAX ? -1 : found;
+    cl.sync(); /* no block leaves while another may read its slots */
+}
+
+/* Dynamic shared memory of k_sample_cluster for rows of V values. */
+static size_t smc_smem(int V) { return SMP_SMEM + sizeof(float) * 2 * (size_t)((V + SMC_NB - 1) / SMC_NB); }
+
+static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws,
+                          int32_t *out, mk_err *err) {
+    const int agg = ctx->tune.sample_agg;
+    const void *fn = agg ? (const void *)k_sample_cluster<true> : (const void *)k_sample_cluster<false>;
+    const size_t smem = smc_smem(V);
+    int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_CL_AGG : MK_OPTIN_SAMPLE_CL, fn, smem, err);
+    if (st) return st;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)rows * SMC_NB);
+    cfg.blockDim = dim3(SMP_T);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = SMC_NB;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    if (agg) (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<true>, logits, V, draws, out);
+    else (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<false>, logits, V, draws, out);
+    MK_CU_LAUNCHED(err, "cuda: sample (cluster) launch");
+    return MK_OK;
+}
+
 extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws,
                                    float *ws, int32_t *out, mk_err *err) {
     if (rows <= 0) return MK_OK;
     if (V <= 0 || !logits || !draws || !ws || !out)
         return mk_fail(err, MK_EINVAL, "cuda: sample: bad arguments (rows of %d values)", V);
+    /* a cluster per row where its slices fit in shared memory (with the static part, ~8 KiB) */
+    if (ctx->tune.sample_cluster && V >= SMC_NB && smc_smem(V) + 8192 <= ctx->caps.smem_optin)
+        return sample_cluster(ctx, logits, rows, V, draws, out, err);
     const int agg = ctx->tune.sample_agg;
     int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_AGG : MK_OPTIN_SAMPLE,
                                 agg ? (const void *)k_sample_rows<true> : (const void *)k_sample_rows<false>, SMP_SMEM,
