@@ -1056,12 +1056,15 @@ static void test_sample_rows(int V, int ties) {
         tu.sample_cluster = cl;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         CK(mk_cuda_memset(ctx, dout, 0x5a, sizeof(int32_t) * R, &err_));
-        CK(mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &err_));
+        /* a launch the device refuses (a cluster that does not fit, say) fails this check only */
+        mk_err se = {0};
+        const int sst = mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &se);
         mk_cuda_ctx_set_tuning(ctx, &tu0);
-        fetch(got, dout, sizeof(int32_t) * R);
+        if (sst) printf("| sample rows: launch failed: %s |\n", se.msg);
+        else fetch(got, dout, sizeof(int32_t) * R);
         int differ = 0;
-        for (int r = 0; r < R; r++) differ += got[r] != want[r];
-        const int pass = ok && !differ && drawn > R / 2;
+        for (int r = 0; r < R && !sst; r++) differ += got[r] != want[r];
+        const int pass = ok && !sst && !differ && drawn > R / 2;
         n_checks++;
         if (!pass) n_fail++;
         char shape[64];
@@ -2538,7 +2541,6 @@ int main(int argc, char **argv) {
            "norm err", "tolerance", "result");
     printf("|---|---|---|---|---|---|---|\n");
 
-    test_lane();
     test_act_quant(3, 4096, 0);
     test_act_quant(2, 1000, 0);
     test_act_quant(3, 4096, 1);
@@ -2762,6 +2764,7 @@ int main(int argc, char **argv) {
     test_multi_pieces(4, 1); /* decode steps: the ring writes in the row-list launch */
     test_multi_pieces(128, 1);
     test_multi_pieces(0, 1);
+    test_lane(); /* last: a capture the driver refuses ends the run (CK) */
 
     printf("\n%d checks, %d failed\n", n_checks, n_fail);
     mk_pool_free(pool);
