@@ -26,6 +26,10 @@
 #include "engine/philox.h"
 #include "num/sample_math.h"
 
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
+
 #define FLAG_PROMPT 1u /* token occurs in the prompt */
 #define FLAG_OUTPUT 2u /* token occurs in the output */
 
@@ -438,6 +442,37 @@ static int unprocessed(const mk_sampler *s) {
     return !(s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0));
 }
 
+/* The first id of the largest of the (sanitized: no NaN) logits l, -1 when all are -inf: what a scan
+ * keeping the strictly larger value finds (the lowest id wins ties, -0 and +0 tie). Two passes with
+ * SSE4.1: the maximum's value, then the first id holding a value equal to it. */
+static int32_t argmax_first(const float *l, int V) {
+    int i = 0;
+    float mx = -INFINITY;
+#if defined(__SSE4_1__)
+    __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0;
+    for (; i + 8 <= V; i += 8) {
+        m0 = _mm_max_ps(m0, _mm_loadu_ps(l + i));
+        m1 = _mm_max_ps(m1, _mm_loadu_ps(l + i + 4));
+    }
+    float t[4];
+    _mm_storeu_ps(t, _mm_max_ps(m0, m1));
+    for (int j = 0; j < 4; j++) mx = t[j] > mx ? t[j] : mx;
+#endif
+    for (; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    if (mx == -INFINITY) return -1;
+    i = 0;
+#if defined(__SSE4_1__)
+    const __m128 vm = _mm_set1_ps(mx);
+    for (; i + 4 <= V; i += 4) {
+        const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(l + i), vm));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+#endif
+    for (; i < V; i++)
+        if (l[i] == mx) return i;
+    return -1; /* not reached: mx is one of them */
+}
+
 /* Steps 1-7 of sampler.h on the (sanitized) logits l. Greedy: *greedy = the argmax. Otherwise
  * *greedy = -1 and s->w holds the kept tokens' unnormalized probabilities (0 elsewhere). */
 static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
@@ -463,14 +498,9 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
             l[t] = x;
         }
     }
-    int32_t am = -1;
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (l[i] > mx) { /* strict: the lowest id wins ties */
-            mx = l[i];
-            am = i;
-        }
+    const int32_t am = argmax_first(l, V);
     if (am < 0) return mk_fail(err, MK_ERANGE, "sampler: every token is masked (all logits -inf)");
+    const float mx = l[am];
     if (p->temperature < MK_SAMPLER_GREEDY_EPS) {
         *greedy = am;
         return MK_OK;
@@ -512,28 +542,64 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
 
 /* NaN -> -inf (never chosen), +inf -> FLT_MAX (keeps exp((l - max)/T) finite). */
 static void sanitize(float *l, int V) {
-    for (int i = 0; i < V; i++) {
+    int i = 0;
+#if defined(__SSE4_1__)
+    const __m128 ninf = _mm_set1_ps(-INFINITY), pinf = _mm_set1_ps(INFINITY), big = _mm_set1_ps(FLT_MAX);
+    for (; i + 4 <= V; i += 4) {
+        __m128 x = _mm_loadu_ps(l + i);
+        x = _mm_blendv_ps(x, ninf, _mm_cmpunord_ps(x, x));
+        x = _mm_blendv_ps(x, big, _mm_cmpeq_ps(x, pinf));
+        _mm_storeu_ps(l + i, x);
+    }
+#endif
+    for (; i < V; i++) {
         if (isnan(l[i])) l[i] = -INFINITY;
         else if (l[i] == INFINITY) l[i] = FLT_MAX;
     }
 }
 
+/* The sum of the masses of w[0, n) (exact integers; SSE4.1: four at a time, each mass the
+ * truncation of w * 2^31, whose out-of-range result 0x80000000 is the mass of w = 1 exactly). */
+static uint64_t mass_sum(const float *w, int n) {
+    uint64_t z = 0;
+    int i = 0;
+#if defined(__SSE4_1__)
+    const __m128 one = _mm_set1_ps(MK_SAMPLE_MASS_ONE);
+    __m128i a = _mm_setzero_si128(), b = _mm_setzero_si128();
+    for (; i + 4 <= n; i += 4) {
+        const __m128i m = _mm_cvttps_epi32(_mm_mul_ps(_mm_loadu_ps(w + i), one));
+        a = _mm_add_epi64(a, _mm_cvtepu32_epi64(m));
+        b = _mm_add_epi64(b, _mm_cvtepu32_epi64(_mm_srli_si128(m, 8)));
+    }
+    a = _mm_add_epi64(a, b);
+    z = (uint64_t)_mm_extract_epi64(a, 0) + (uint64_t)_mm_extract_epi64(a, 1);
+#endif
+    for (; i < n; i++) z += mk_sample_mass(w[i]);
+    return z;
+}
+
 /* Inverse CDF in id order over the integer masses: the first kept id whose cumulative mass exceeds
  * t = floor(u53 * z / 2^53), z the total (t < z, so some id does). Exact integers: the same id
- * whatever order a GPU adds them in. */
+ * whatever order a GPU adds them in. The ids are walked in runs of DRAW_RUN, a run's total first. */
+#define DRAW_RUN 256
 static int32_t draw(const float *w, int V, uint64_t u53) {
-    uint64_t z = 0;
-    for (int i = 0; i < V; i++) z += mk_sample_mass(w[i]);
-    const uint64_t t = mk_sample_target(u53, z);
+    const uint64_t t = mk_sample_target(u53, mass_sum(w, V));
     uint64_t c = 0;
-    int32_t last = -1;
-    for (int i = 0; i < V; i++)
-        if (w[i] > 0) {
+    for (int i0 = 0; i0 < V; i0 += DRAW_RUN) {
+        const int n = V - i0 < DRAW_RUN ? V - i0 : DRAW_RUN;
+        const uint64_t r = mass_sum(w + i0, n);
+        if (c + r <= t) {
+            c += r;
+            continue;
+        }
+        for (int i = i0; i < i0 + n; i++) {
             c += mk_sample_mass(w[i]);
-            last = i;
             if (c > t) return i;
         }
-    return last;
+    }
+    for (int i = V - 1; i >= 0; i--) /* not reached (t < z): the last kept id */
+        if (w[i] > 0) return i;
+    return -1;
 }
 
 /* log-sum-exp of the raw logits and the top-n by logit (descending, id ascending). */

@@ -12,6 +12,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -541,6 +542,89 @@ Test(sampler, plain_draw_describes_the_step) {
 }
 
 /* Greedy: the argmax of the processed logits, the lowest id among equal maxima; NaN never wins. */
+/* The sampler's passes over the vocabulary (sanitize, argmax, the masses' sums and the draw's walk)
+ * run four floats at a time where the CPU has SSE4.1; this pins them to the plain one-at-a-time
+ * definitions: every vocabulary size around the vector and run widths, NaN / +-inf / -0 / +0 ties,
+ * a token alone at weight 1 (mass 2^31), all but one masked, seeded draws at several temperatures. */
+static int32_t ref_argmax(const float *l, int V) { /* on sanitized logits */
+    int32_t am = -1;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (l[i] > mx) mx = l[i], am = i;
+    return am;
+}
+static int32_t ref_draw(const float *l, int V, float inv_t, uint64_t u53) {
+    const int32_t am = ref_argmax(l, V);
+    float *w = malloc(sizeof(float) * (size_t)V);
+    uint64_t z = 0;
+    for (int i = 0; i < V; i++) w[i] = mk_sample_weight(l[i], l[am], inv_t), z += mk_sample_mass(w[i]);
+    const uint64_t t = mk_sample_target(u53, z);
+    uint64_t c = 0;
+    int32_t tok = -1;
+    for (int i = 0; i < V && tok < 0; i++) {
+        c += mk_sample_mass(w[i]);
+        if (c > t) tok = i;
+    }
+    free(w);
+    return tok;
+}
+Test(sampler, vector_passes_equal_scalar_definitions) {
+    static const int sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 255, 256, 257, 511, 1000, 4099};
+    static const float temps[] = {0.0f, 0.3f, 1.0f, 2.5f};
+    int n_draws = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int V = sizes[si];
+        float *x = malloc(sizeof(float) * (size_t)V), *san = malloc(sizeof(float) * (size_t)V);
+        for (int variant = 0; variant < 8; variant++) {
+            for (int i = 0; i < V; i++) {
+                const double u = mk_philox_uniform(77 + (uint64_t)variant, (uint64_t)i, (uint64_t)V);
+                x[i] = variant == 1 ? (float)(floor(u * 4) - 2) /* many ties */
+                                    : (float)(u * 20.0 - 10.0);
+            }
+            if (variant == 2) /* specials: NaN, -inf, and a +inf that wins (FLT_MAX) */
+                for (int i = 0; i < V; i += 3) x[i] = i % 2 ? NAN : -INFINITY;
+            if (variant == 2 && V > 5) x[V - 2] = INFINITY;
+            if (variant == 2 && V <= 5) x[V - 1] = 0.25f; /* not all masked */
+            if (variant == 3) /* -0 before +0 at the top: the lowest id wins */
+                for (int i = 0; i < V; i++) x[i] = i == V / 2 ? -0.0f : i == V - 1 ? 0.0f : -1.0f - (float)(i % 7);
+            if (variant == 4) /* one token alone: weight 1, mass 2^31, the rest masked */
+                for (int i = 0; i < V; i++) x[i] = i == (V * 2) / 3 ? 1.5f : -INFINITY;
+            if (variant == 5) /* the top token far above the rest: the others' weights underflow */
+                x[V / 3] = 60.0f;
+            if (variant >= 6) /* most of the mass at the first / last id of a run of the draw's walk */
+                x[(variant == 6 ? 256 : 255) % V] = 12.0f;
+            for (int i = 0; i < V; i++) san[i] = isnan(x[i]) ? -INFINITY : x[i] == INFINITY ? FLT_MAX : x[i];
+            for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
+                for (int seed = 0; seed < 3; seed++) {
+                    mk_sampling_params p;
+                    mk_sampling_defaults(&p);
+                    p.temperature = temps[ti];
+                    p.seed = 1000 + (uint64_t)seed, p.has_seed = 1;
+                    mk_sampler *s = make(&p, V, NULL, 0, NULL, 0);
+                    float *l = malloc(sizeof(float) * (size_t)V);
+                    memcpy(l, x, sizeof(float) * (size_t)V);
+                    mk_sample_out o;
+                    mk_err err = {0};
+                    cr_assert_eq(mk_sampler_sample(s, l, &o, &err), MK_OK, "V %d variant %d: %s", V, variant, err.msg);
+                    for (int i = 0; i < V; i++) /* the logits sanitized in place, bit for bit */
+                        cr_assert(memcmp(&l[i], &san[i], sizeof(float)) == 0, "V %d variant %d: logit %d sanitized "
+                                  "to %g, want %g", V, variant, i, (double)l[i], (double)san[i]);
+                    const int32_t want = temps[ti] == 0.0f ? ref_argmax(san, V)
+                                                           : ref_draw(san, V, 1.0f / fmaxf(temps[ti], 0.01f),
+                                                                      mk_philox_u53(p.seed, 0, 0));
+                    cr_assert_eq(o.token, want, "V %d variant %d T %g seed %d: token %d, want %d", V, variant,
+                                 (double)temps[ti], seed, o.token, want);
+                    n_draws += temps[ti] > 0.0f;
+                    free(l);
+                    mk_sampler_free(s);
+                }
+            }
+        }
+        free(x), free(san);
+    }
+    cr_assert_gt(n_draws, 500);
+}
+
 Test(sampler, greedy_lowest_id_on_ties) {
     mk_sampling_params p;
     mk_sampling_defaults(&p);
