@@ -342,7 +342,8 @@ void dsv4_cuda_pool_free(dsv4_cuda_pool *p) {
 size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p) { return p->lay.bytes; }
 
 /* A captured decode step and what it was captured for: the piece count, the indexer's score
- * columns (idx_cols), the head's mode (0: no logits, 1: logits rows, 2: and their argmax) and the
+ * columns (idx_cols), the head's mode (head_mode: 0 no logits, 1 logits rows, 2 and their argmax, 3
+ * and draws, 4 and draws and argmaxes) and the
  * KV pool's device base and block size (which the kernels' arguments hold; the layout within a
  * block follows from the model and the block size). */
 #define GRAPH_SLOTS 16
@@ -1785,15 +1786,18 @@ static int run_call(gcall *C, mk_err *err) {
  * the replay skips is the compressors' counters (step_counters). */
 
 /* The head's mode of a call: 0 no piece wants logits, 1 all do, 2 all do and some want the argmax,
- * 3 all do and some want a draw; -1 mixed (not replayable: the head gathers some rows). */
+ * 3 all do and some want a draw (none the plain argmax), 4 all do, some want a draw and some the
+ * plain argmax (head() then runs both kernels: a step captured without the argmax kernel must not be
+ * replayed for one that needs it); -1 mixed (not replayable: the head gathers some rows). */
 static int head_mode(const gcall *C) {
-    int n = 0, am = 0, dr = 0;
+    int n = 0, am = 0, dr = 0, g = 0;
     for (int i = 0; i < C->np; i++) {
         n += C->pc[i].logits != NULL;
         am |= C->pc[i].logits && C->pc[i].argmax;
         dr |= C->pc[i].logits && C->pc[i].draw;
+        g |= C->pc[i].logits && C->pc[i].argmax && !C->pc[i].draw;
     }
-    return !n ? 0 : n < C->np ? -1 : dr ? 3 : am ? 2 : 1;
+    return !n ? 0 : n < C->np ? -1 : dr ? (g ? 4 : 3) : am ? 2 : 1;
 }
 
 /* Whether the call is a replayable decode step; its indexer columns in *n_cap. */

@@ -24,6 +24,8 @@
  *       MINKE_MODEL_DRAW=1, every other one with logprobs (sampled on the host) and the others plain
  *       (the GPU draws the token, mk_batch_item.draw, mk_cuda_sample_rows): the same tokens as all 6
  *       sampled on the host, and the engine counts N/2 x 24 tokens picked by the model;
+ *   (g) a plain greedy request joining a plain drawn one, in steps of the shape that steps with every
+ *       row drawn had before (their decode graph has no argmax kernel): both = alone;
  *   (d) GPU vs CPU: one greedy request (100 prompt tokens, 1 output token, 5 top logprobs) through
  *       a CPU engine and a GPU engine: the same first token, its logprob within 2e-2 (absolute),
  *       and every top-5 alternative the two lists share within 2e-2. Asserted on v4-tiny-wide, the
@@ -313,6 +315,41 @@ static int check_draw(mk_model *gm) {
     return 0;
 }
 
+/* (g) a plain greedy request joining a plain drawn one in a step of the same shape as steps where
+ * every row was drawn: the decode graph captured for those (no argmax kernel) must not be replayed
+ * for this one (head_mode 4): the greedy request's tokens = alone, the drawn one's = alone */
+static int check_mixed(mk_model *gm, mk_engine *alone) {
+    static int32_t pa[200], pb[120], pc[150];
+    tokens(pa, 200), tokens(pb, 120), tokens(pc, 150);
+    out_t wa, wc, ga, gb, gc;
+    mk_ereq *ra, *rb, *rc;
+    int rc0 = submit_sampled(alone, pa, 200, 30, 20, 0, &ra);
+    if (!rc0) rc0 = drain(ra, &wa);
+    if (!rc0) rc0 = submit_as(alone, pc, 150, 16, 1, &rc);
+    if (!rc0) rc0 = drain(rc, &wc);
+    if (rc0) return -1;
+    mk_engine *e;
+    if (engine(gm, 4, 0, 0, &e)) return -1;
+    rc0 = submit_sampled(e, pa, 200, 30, 20, 0, &ra);
+    if (!rc0) rc0 = submit_sampled(e, pb, 120, 6, 21, 0, &rb);
+    if (!rc0) rc0 = drain(rb, &gb); /* a's steps beside b: every row drawn */
+    if (!rc0) rc0 = submit_as(e, pc, 150, 16, 1, &rc); /* joins a while a still runs */
+    if (!rc0) rc0 = drain(rc, &gc);
+    if (!rc0) rc0 = drain(ra, &ga);
+    mk_engine_free(e);
+    if (rc0) return -1;
+    CHECK(ga.n == wa.n && gc.n == wc.n, "mixed: %d / %d tokens, %d / %d alone", ga.n, gc.n, wa.n, wc.n);
+    for (int i = 0; i < wc.n; i++)
+        CHECK(gc.tok[i] == wc.tok[i], "greedy request beside a drawn one: token %d is %d, %d alone", i, gc.tok[i],
+              wc.tok[i]);
+    for (int i = 0; i < wa.n; i++)
+        CHECK(ga.tok[i] == wa.tok[i], "drawn request beside a greedy one: token %d is %d, %d alone", i, ga.tok[i],
+              wa.tok[i]);
+    printf("ok (g) a plain greedy request joining plain drawn ones (steps of the same shape replayed before with "
+           "every row drawn): both requests' tokens = alone\n");
+    return 0;
+}
+
 /* (b) a 600-token prompt twice: 512 cached tokens, the same output */
 static int check_prefix(mk_model *gm) {
     static int32_t p[600];
@@ -437,6 +474,7 @@ int main(void) {
     }
     check_batch(gm, alone);
     check_draw(gm);
+    check_mixed(gm, alone);
     check_prefix(gm);
     check_preemption(gm, alone);
     if (ENGINE_TEST_DEVICE == MK_DEVICE_CUDA) check_vs_cpu();
