@@ -52,6 +52,7 @@ struct mk_sampler {
     uint8_t *flags;       /* [vocab] FLAG_PROMPT | FLAG_OUTPUT */
     int32_t *seen;        /* [n_seen] distinct ids with a flag set, in first-seen order */
     int n_seen;
+    int bias_dup;         /* a token listed twice in logit_bias (its bias is added twice, in order) */
     void *block;          /* the one allocation all arrays above live in */
 };
 
@@ -309,6 +310,9 @@ int mk_sampler_create(const mk_sampling_params *p, int vocab, const int32_t *eos
         memcpy(s->bias_vals, p->bias_vals, sizeof(float) * (size_t)p->n_bias);
     }
     if (p->n_stop_ids) memcpy(s->stop_ids, p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
+    for (int i = 0; i < p->n_bias && !s->bias_dup; i++)
+        for (int j = 0; j < i; j++)
+            if (s->bias_ids[j] == s->bias_ids[i]) s->bias_dup = 1;
     s->p.bias_ids = s->bias_ids;
     s->p.bias_vals = s->bias_vals;
     s->p.stop_ids = s->stop_ids;
@@ -680,7 +684,61 @@ int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d) {
     const mk_sampling_params *p = &s->p;
     const float inv_t = inv_temperature(p);
     if (p->temperature < MK_SAMPLER_GREEDY_EPS || !unprocessed(s) || !(inv_t > 0.0f)) return 0;
-    *d = (mk_sample_draw){inv_t, p->min_p, p->top_p, p->top_k, mk_philox_u53(s->seed, s->step, 0)};
+    *d = (mk_sample_draw){.inv_t = inv_t, .min_p = p->min_p, .top_p = p->top_p, .top_k = p->top_k,
+                          .u53 = mk_philox_u53(s->seed, s->step, 0), .rep = 1.0f};
+    return 1;
+}
+
+/* Whether a processed step may be handed to the model with its adjustments (mk_sampler_model_step):
+ * no logprobs (they need the raw logits on the host), a repetition penalty of at least 1 (below 1 it
+ * can turn a huge logit into +inf, which the model's kernels would read as FLT_MAX), no token biased
+ * twice (its two biases add in order: one entry cannot say that). */
+static int model_adjustable(const mk_sampler *s) {
+    return !s->want_lp && !(s->counts && s->p.repetition_penalty < 1.0f) && !s->bias_dup;
+}
+
+static int cmp_adj(const void *a, const void *b) {
+    const mk_sample_adj *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int mk_sampler_model_step(const mk_sampler *s, mk_sample_draw *d, mk_sample_adj *adj, int cap) {
+    const mk_sampling_params *p = &s->p;
+    if (unprocessed(s) || !model_adjustable(s)) return 0;
+    int n = 0;
+    for (int i = 0; i < p->n_bias; i++) {
+        if (n == cap) return 0;
+        adj[n++] = (mk_sample_adj){s->bias_ids[i], MK_ADJ_BIAS, s->bias_vals[i], 0};
+    }
+    if (s->n_generated < p->min_tokens) {
+        for (int i = 0; i < s->n_eos + p->n_stop_ids; i++) {
+            if (n == cap) return 0;
+            adj[n++] = (mk_sample_adj){i < s->n_eos ? s->eos[i] : s->stop_ids[i - s->n_eos], MK_ADJ_MASK, 0, 0};
+        }
+    }
+    if (s->counts)
+        for (int j = 0; j < s->n_seen; j++) {
+            if (n == cap) return 0;
+            adj[n++] = (mk_sample_adj){s->seen[j], MK_ADJ_SEEN, 0, s->counts[s->seen[j]]};
+        }
+    /* one entry per token: its kinds merged (a token is biased once, seen once; masked maybe twice) */
+    qsort(adj, (size_t)n, sizeof *adj, cmp_adj);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m && adj[m - 1].id == adj[i].id) {
+            mk_sample_adj *a = &adj[m - 1];
+            if (adj[i].flags & MK_ADJ_BIAS) a->bias = adj[i].bias;
+            if (adj[i].flags & MK_ADJ_SEEN) a->count = adj[i].count;
+            a->flags |= adj[i].flags;
+        } else {
+            adj[m++] = adj[i];
+        }
+    }
+    const float rep = s->counts ? p->repetition_penalty : 1.0f;
+    *d = (mk_sample_draw){.inv_t = p->temperature < MK_SAMPLER_GREEDY_EPS ? 0.0f : inv_temperature(p),
+                          .min_p = p->min_p, .top_p = p->top_p, .top_k = p->top_k,
+                          .u53 = mk_philox_u53(s->seed, s->step, 0), .rep = rep, .freq = p->frequency_penalty,
+                          .pres = p->presence_penalty, .n_adj = m, .adj_off = 0, .adj = adj};
     return 1;
 }
 
@@ -688,8 +746,9 @@ int mk_sampler_take(const mk_sampler *s, int32_t token, mk_sample_out *out, mk_e
     out->token = -1;
     out->logprob = 0;
     out->n_top = 0;
-    if (!unprocessed(s)) /* plain greedy or a plain draw */
-        return mk_fail(err, MK_EINVAL, "sampler: a token taken for a request that is neither plain greedy nor a plain draw");
+    if (!unprocessed(s) && !model_adjustable(s)) /* plain greedy, a plain draw, or a model step */
+        return mk_fail(err, MK_EINVAL, "sampler: a token taken for a request whose step the model cannot pick "
+                       "(logprobs, a repetition penalty below 1, or a token biased twice)");
     if (token < 0) return mk_fail(err, MK_ERANGE, "sampler: every token is masked (all logits -inf)");
     if (token >= s->vocab)
         return mk_fail(err, MK_EINVAL, "sampler: token %d is outside the vocabulary [0, %d)", (int)token, s->vocab);

@@ -139,11 +139,21 @@ int mk_sampler_plain_greedy(const mk_sampler *s);
  * give); the engine records its token with mk_sampler_take. 0 otherwise (d untouched). */
 int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d);
 
+/* 1 when the next step is not plain (a logit_bias, penalties, or stop tokens masked by min_tokens;
+ * greedy or not) but its token can still be picked by the model where the logits are, once the
+ * model adjusts them as mk_sampler_sample would: no logprobs, a repetition penalty of at least 1,
+ * no token biased twice, at most cap adjusted tokens. *d then holds the draw (inv_t 0: greedy, the
+ * argmax of the adjusted logits) and adj[0, d->n_adj) the adjusted tokens, one each
+ * (src/num/sample_math.h: mk_sample_adjust; d->adj points at adj); the engine records the model's
+ * token with mk_sampler_take. 0 otherwise (plain steps included: plain_greedy / plain_draw). */
+int mk_sampler_model_step(const mk_sampler *s, mk_sample_draw *d, mk_sample_adj *adj, int cap);
+
 /* The result mk_sampler_sample would give when the model picked the token: for a plain greedy
  * step the argmax of the sanitized logits (NaN as -inf, +inf as FLT_MAX, the lowest id on ties),
- * for a plain draw (mk_sampler_plain_draw) the drawn token; -1: every logit is -inf or NaN. out as
- * mk_sampler_sample fills it (no logprobs), MK_ERANGE with the same message for -1, MK_EINVAL when
- * the step is neither plain greedy nor a plain draw, or the token is not a token id. */
+ * for a plain draw (mk_sampler_plain_draw) the drawn token, for a model step (mk_sampler_model_step)
+ * the token of the adjusted logits; -1: every logit is -inf or NaN. out as mk_sampler_sample fills
+ * it (no logprobs), MK_ERANGE with the same message for -1, MK_EINVAL when the step is none of
+ * those, or the token is not a token id. */
 int mk_sampler_take(const mk_sampler *s, int32_t token, mk_sample_out *out, mk_err *err);
 
 /* Records the token generated this step: output counts for the penalties, min_tokens progress and

@@ -12,8 +12,9 @@
  *     and a serial one on the host agree; top_p's cut and the draw's inverse CDF use them;
  *   - the draw's target, floor(u * z) for the 53-bit uniform u = u53 / 2^53 and the total mass z,
  *     computed exactly in integers (mk_sample_target).
- * mk_sample_draw carries one request's draw from the sampler (mk_sampler_plain_draw) through the
- * model's batch (mk_batch_item.draw) to the GPU kernel (mk_cuda_sample_rows).
+ * mk_sample_draw carries one request's draw from the sampler (mk_sampler_plain_draw, or
+ * mk_sampler_model_step with its per-token adjustments, mk_sample_adjust) through the model's batch
+ * (mk_batch_item.draw) to the GPU kernels (mk_cuda_adjust_rows, mk_cuda_sample_rows).
  * Plain C11 for the host; under nvcc the functions are __host__ __device__.
  */
 #ifndef MK_ENGINE_SAMPLE_MATH_H
@@ -33,21 +34,64 @@
 #define MK_SM_MUL(a, b) __fmul_rn(a, b)
 #define MK_SM_ADD(a, b) __fadd_rn(a, b)
 #define MK_SM_SUB(a, b) __fsub_rn(a, b)
+#define MK_SM_DIV(a, b) __fdiv_rn(a, b)
 #else
 #define MK_SM_MUL(a, b) ((a) * (b))
 #define MK_SM_ADD(a, b) ((a) + (b))
 #define MK_SM_SUB(a, b) ((a) - (b))
+#define MK_SM_DIV(a, b) ((a) / (b))
 #endif
 
-/* One step's draw of a request whose sampling is plain (src/engine/sampler.h: not greedy; no bias,
- * penalties, masked stop tokens or logprobs): inv_t = 1 / max(temperature, 0.01) as the sampler
- * computes it (> 0), min_p (0: off), top_p (1: off), top_k (<= 0 or >= vocab: off), and the step's
- * uniform as its 53 bits (mk_philox_u53 of the seed and the step). */
+/* One token's adjustment in a step handed to the model with adjustments (sampler.h:
+ * mk_sampler_model_step): what the sampler's processing does to that token's sanitized logit, in
+ * its order: logit_bias added (MK_ADJ_BIAS), masked to -inf (MK_ADJ_MASK: a stop token before
+ * min_tokens), the penalties of a token seen in the prompt or the output (MK_ADJ_SEEN: repetition,
+ * then with count > 0 frequency x count and presence). One entry per token. */
+#define MK_ADJ_BIAS 1u
+#define MK_ADJ_MASK 2u
+#define MK_ADJ_SEEN 4u
+typedef struct {
+    int32_t id;
+    uint32_t flags;
+    float bias;
+    int32_t count; /* output occurrences */
+} mk_sample_adj;
+
+/* At most this many adjusted tokens per row in a step handed to the model (more: the host samples). */
+#define MK_SAMPLE_ADJ_MAX 1024
+
+/* One step's draw of a request for the model to pick its token where the logits are: inv_t = 1 /
+ * max(temperature, 0.01) as the sampler computes it (> 0; 0: greedy, the argmax, only with
+ * adjustments: a plain greedy step has no draw), min_p (0: off), top_p (1: off), top_k (<= 0 or >=
+ * vocab: off), and the step's uniform as its 53 bits (mk_philox_u53 of the seed and the step).
+ * A plain draw (mk_sampler_plain_draw) has n_adj 0; mk_sampler_model_step's has n_adj adjusted
+ * tokens in adj (host memory) with the penalties rep, freq, pres; the model copies them where its
+ * kernels read them (adj_off: their place there; the host pointer is not used on the device). */
 typedef struct {
     float inv_t, min_p, top_p;
     int top_k;
     uint64_t u53;
+    float rep, freq, pres;
+    int n_adj;
+    int adj_off;
+    const mk_sample_adj *adj;
 } mk_sample_draw;
+
+/* The logit x (sanitized: no NaN, +inf as FLT_MAX) of the token a describes, adjusted as the
+ * sampler adjusts it (sampler.c: process()). With rep >= 1 the result is never NaN or +inf (the
+ * sampler hands only such steps to the model), so sanitizing it again leaves it as it is. */
+MK_SM_FN float mk_sample_adjust(float x, const mk_sample_adj *a, float rep, float freq, float pres) {
+    if (a->flags & MK_ADJ_BIAS) x = MK_SM_ADD(x, a->bias);
+    if (a->flags & MK_ADJ_MASK) x = -INFINITY;
+    if (a->flags & MK_ADJ_SEEN) {
+        if (rep != 1.0f) x = x > 0 ? MK_SM_DIV(x, rep) : MK_SM_MUL(x, rep);
+        if (a->count) {
+            x = MK_SM_SUB(x, MK_SM_MUL(freq, (float)a->count));
+            x = MK_SM_SUB(x, pres);
+        }
+    }
+    return x;
+}
 
 #define MK_SAMPLE_MASS_ONE 2147483648.0f /* the mass of weight 1 (the top token): 2^31 */
 #define MK_SAMPLE_W_MIN 4.656612873077392578125e-10f /* 2^-31: smaller weights have mass 0 */

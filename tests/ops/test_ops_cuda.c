@@ -1036,8 +1036,8 @@ static void test_sample_rows(int V, int ties) {
         if (st != MK_OK && !(st == MK_ERANGE && r == R - 1)) ok = 0; /* only the all -inf row fails */
         drawn += st == MK_OK && o.token != 0;
         mk_sampler_free(s);
-        dr[r] = (mk_sample_draw){1.0f / fmaxf(p.temperature, 0.01f), p.min_p, p.top_p, p.top_k,
-                               mk_philox_u53(p.seed, 0, 0)};
+        dr[r] = (mk_sample_draw){.inv_t = 1.0f / fmaxf(p.temperature, 0.01f), .min_p = p.min_p, .top_p = p.top_p,
+                                 .top_k = p.top_k, .u53 = mk_philox_u53(p.seed, 0, 0), .rep = 1.0f};
     }
     /* row 2 without a draw (inv_t 0): left alone */
     dr[2].inv_t = 0.0f;

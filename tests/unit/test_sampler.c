@@ -236,6 +236,120 @@ Test(sample_math, gpu_draw_algorithm_equals_sampler) {
     cr_log_info("the GPU draw's algorithm = the sampler on %d rows", checked);
 }
 
+/* mk_sampler_model_step: what the model does with it (the logits sanitized as its kernels read them,
+ * mk_sample_adjust on each listed token, then the argmax or the GPU draw's algorithm, radix_draw)
+ * = mk_sampler_sample, step after step (the tokens accepted, so the penalties' counts grow), for
+ * logit_bias (huge and tiny), min_tokens' masked stop tokens, repetition (prompt and output),
+ * frequency and presence penalties, greedy and every filter; and the steps it refuses. */
+Test(sampler, model_step_equals_sampler) {
+    static const struct {
+        float T, min_p;
+        int k;
+        float top_p, rep, freq, pres;
+        int nbias, min_tokens;
+    } set[] = {
+        {0, 0, 0, 1, 1.3f, 0, 0, 0, 0},      {0, 0, 0, 1, 1, 0.5f, 0.3f, 3, 4}, {0.8f, 0, 0, 1, 1, 0.7f, -0.4f, 0, 0},
+        {1, 0.05f, 40, 0.9f, 1.2f, 0.2f, 0.5f, 5, 6}, {0.6f, 0, 0, 0.95f, 1, 0, 0, 4, 0},
+        {1.3f, 0.02f, 0, 1, 2.0f, -1.5f, 2.0f, 2, 3}, {0.7f, 0, 5, 1, 1, 0, 0, 0, 10},
+    };
+    enum { V = 3000, STEPS = 18, NP = 60 };
+    static float row[V], l[V], x[V];
+    static mk_sample_adj adj[MK_SAMPLE_ADJ_MAX];
+    const int32_t eos = 5, stops[2] = {7, 2999};
+    int32_t prompt[NP];
+    for (int i = 0; i < NP; i++) prompt[i] = (int32_t)(mk_philox_uniform(5, (uint64_t)i, 0) * V);
+    int checked = 0, adjusted = 0, drawn = 0;
+    for (size_t c = 0; c < sizeof set / sizeof set[0]; c++) {
+        int32_t bid[8];
+        float bval[8];
+        for (int i = 0; i < set[c].nbias; i++) {
+            bid[i] = i == 0 ? eos : (int32_t)(mk_philox_uniform(6 + c, (uint64_t)i, 0) * V);
+            bval[i] = i % 2 ? -100.0f : (float)(i * 3.7);
+        }
+        mk_sampling_params p;
+        mk_sampling_defaults(&p);
+        p.temperature = set[c].T, p.min_p = set[c].min_p, p.top_k = set[c].k, p.top_p = set[c].top_p;
+        p.repetition_penalty = set[c].rep, p.frequency_penalty = set[c].freq, p.presence_penalty = set[c].pres;
+        p.n_bias = set[c].nbias, p.bias_ids = bid, p.bias_vals = bval;
+        p.min_tokens = set[c].min_tokens, p.stop_ids = stops, p.n_stop_ids = 2;
+        p.seed = 4242 + c, p.has_seed = 1;
+        mk_sampler *s = make(&p, V, &eos, 1, prompt, NP);
+        for (int step = 0; step < STEPS; step++) {
+            for (int i = 0; i < V; i++) { /* a peaked spread: output tokens repeat, so counts grow */
+                const double u = mk_philox_uniform(700 + c, (uint64_t)i, (uint64_t)step);
+                row[i] = (float)(u * u * u * 9.0 - 2.0) + (i % 97 == 0 ? 5.0f : 0.0f);
+            }
+            if (step == 3) row[11] = NAN, row[12] = INFINITY, row[13] = -INFINITY, row[14] = -0.0f;
+            memcpy(l, row, sizeof row);
+            mk_sample_out o;
+            mk_err err = {0};
+            cr_assert_eq(mk_sampler_sample(s, l, &o, &err), MK_OK, "set %zu step %d: %s", c, step, err.msg);
+            mk_sample_draw d;
+            if (mk_sampler_model_step(s, &d, adj, MK_SAMPLE_ADJ_MAX)) {
+                cr_assert(d.adj == adj && d.n_adj >= 0 && d.n_adj <= MK_SAMPLE_ADJ_MAX);
+            } else { /* once min_tokens is reached with nothing else to adjust: a plain step */
+                cr_assert(set[c].nbias == 0 && set[c].rep == 1 && set[c].freq == 0 && set[c].pres == 0 &&
+                              step >= set[c].min_tokens,
+                          "set %zu step %d: not handed to the model", c, step);
+                if (!mk_sampler_plain_draw(s, &d)) {
+                    cr_assert(mk_sampler_plain_greedy(s));
+                    d = (mk_sample_draw){.inv_t = 0.0f};
+                }
+            }
+            for (int i = 0; i < V; i++) x[i] = isnan(row[i]) ? -INFINITY : row[i] == INFINITY ? 3.4028235e38f : row[i];
+            for (int e = 0; e < d.n_adj; e++) {
+                cr_assert(adj[e].id >= 0 && adj[e].id < V && (e == 0 || adj[e].id > adj[e - 1].id),
+                          "set %zu step %d: entry %d id %d (unique, ascending)", c, step, e, adj[e].id);
+                const float v = mk_sample_adjust(x[adj[e].id], &adj[e], d.rep, d.freq, d.pres);
+                cr_assert(!isnan(v) && v != INFINITY, "set %zu step %d: token %d adjusted to %g", c, step, adj[e].id,
+                          (double)v);
+                x[adj[e].id] = v;
+            }
+            int32_t got;
+            if (d.inv_t > 0.0f) {
+                got = radix_draw(x, V, &d);
+                drawn++;
+            } else {
+                got = -1;
+                float mx = -INFINITY;
+                for (int i = 0; i < V; i++)
+                    if (x[i] > mx) mx = x[i], got = i;
+            }
+            cr_assert_eq(got, o.token, "set %zu step %d: the model's way gives %d, the sampler %d", c, step, got,
+                         o.token);
+            mk_sample_out t;
+            cr_assert_eq(mk_sampler_take(s, got, &t, &err), MK_OK, "take: %s", err.msg);
+            mk_sampler_accept(s, got);
+            checked++;
+            adjusted += d.n_adj > 0;
+        }
+        mk_sampler_free(s);
+    }
+    cr_assert(adjusted > checked / 2 && drawn > checked / 3, "%d steps, %d adjusted, %d drawn", checked, adjusted, drawn);
+    { /* refused: logprobs, a repetition penalty below 1, a token biased twice, more tokens than cap */
+        mk_sampling_params p;
+        mk_sample_draw d;
+        const int32_t twice[2] = {3, 3};
+        const float bv[2] = {1, 2};
+        for (int k = 0; k < 4; k++) {
+            mk_sampling_defaults(&p);
+            p.presence_penalty = 0.5f;
+            if (k == 0) p.logprobs = 1;
+            if (k == 1) p.repetition_penalty = 0.9f;
+            if (k == 2) p.n_bias = 2, p.bias_ids = twice, p.bias_vals = bv;
+            mk_sampler *s = make(&p, V, NULL, 0, NULL, 0);
+            for (int t = 0; t < 5; t++) mk_sampler_accept(s, 100 + t);
+            cr_assert(!mk_sampler_model_step(s, &d, adj, k == 3 ? 4 : MK_SAMPLE_ADJ_MAX), "case %d handed over", k);
+            mk_sampler_free(s);
+        }
+        mk_sampling_defaults(&p); /* plain: the plain paths', not this one's */
+        mk_sampler *s = make(&p, V, NULL, 0, NULL, 0);
+        cr_assert(!mk_sampler_model_step(s, &d, adj, MK_SAMPLE_ADJ_MAX));
+        mk_sampler_free(s);
+    }
+    cr_log_info("model steps = the sampler on %d steps (%d adjusted, %d drawn)", checked, adjusted, drawn);
+}
+
 /* mk_sample_target = floor(u53 * z / 2^53), against 128-bit arithmetic, and always < z. */
 Test(sample_math, target_is_exact) {
     for (uint64_t i = 0; i < 200000; i++) {
@@ -465,7 +579,8 @@ Test(sampler, plain_greedy_take_equals_sample) {
     p.min_tokens = 2;
     s = make(&p, V, &eos, 1, NULL, 0);
     cr_assert(!mk_sampler_plain_greedy(s));
-    cr_assert_eq(mk_sampler_take(s, 1, &o, &err), MK_EINVAL);
+    /* not plain, but a step the model can pick with the stop token masked (mk_sampler_model_step) */
+    cr_assert_eq(mk_sampler_take(s, 1, &o, &err), MK_OK, "%s", err.msg);
     mk_sampler_accept(s, 1);
     cr_assert(!mk_sampler_plain_greedy(s));
     mk_sampler_accept(s, 1);
@@ -473,6 +588,12 @@ Test(sampler, plain_greedy_take_equals_sample) {
     mk_sampler_free(s);
     s = make(&p, V, NULL, 0, NULL, 0);
     cr_assert(mk_sampler_plain_greedy(s), "min_tokens without any stop token masks nothing");
+    mk_sampler_free(s);
+    p.min_tokens = 0; /* a step whose token needs the host (logprobs): take refuses */
+    p.logprobs = 1;
+    s = make(&p, V, NULL, 0, NULL, 0);
+    cr_assert(!mk_sampler_plain_greedy(s));
+    cr_assert_eq(mk_sampler_take(s, 1, &o, &err), MK_EINVAL);
     mk_sampler_free(s);
     p.min_tokens = 0;
 
