@@ -13,7 +13,10 @@
  * mk_sampler_sample would pick). Likewise (MINKE_MODEL_DRAW, default 1; 0 turns it off), a step
  * whose sampling is plain (mk_sampler_plain_draw: temperature, min_p, top_k, top_p only) hands the
  * model its draw the same way (mk_batch_item.draw): the GPU model draws the token the host
- * sampler would, and mk_sampler_take records it. Every other step samples the logits on the host, the step's
+ * sampler would, and mk_sampler_take records it. With MINKE_MODEL_ADJUST=1 (off until run on a GPU),
+ * a step with logit_bias, penalties or masked stop tokens (and no logprobs) goes to the model too,
+ * its adjusted tokens listed in the draw (mk_sampler_model_step); a CPU model leaves every draw to
+ * the host sampler. Every other step samples the logits on the host, the step's
  * requests in parallel on the engine's sampling pool (samplers are independent; a request's
  * token does not depend on the others or on the thread), then the results are applied in order.
  *
@@ -82,6 +85,7 @@ struct mk_engine {
     float *logits;        /* [max_num_seqs][vocab] */
     int32_t *argmax;      /* [max_num_seqs]: plain greedy (or drawn) pieces' tokens, where the model picks them */
     mk_sample_draw *draws; /* [max_num_seqs]: the plain draws handed to the model (model_draw) */
+    mk_sample_adj *adj;   /* [max_num_seqs, MK_SAMPLE_ADJ_MAX]: the model steps' adjusted tokens (model_adjust) */
     mk_pool *spool;       /* the step's host sampling, a request per task (NULL: one thread) */
     int *sidx;            /* [max_num_seqs] items sampled on the host this step */
     mk_sample_out *sout;  /* [max_num_seqs] their results, */
@@ -90,6 +94,9 @@ struct mk_engine {
     int model_argmax;     /* let the model pick plain greedy tokens (default; MINKE_MODEL_ARGMAX=0: off,
                            * for A/B benchmarks) */
     int model_draw;       /* and draw plain sampled tokens (default; MINKE_MODEL_DRAW=0: off) */
+    int model_adjust;     /* and pick the tokens of steps with logit_bias, penalties or masked stop tokens
+                           * (mk_sampler_model_step; MINKE_MODEL_ADJUST=1: on; default off until it has
+                           * run on a GPU) */
     mk_sched_item *items; /* [max_num_seqs] */
     mk_batch_item *bitems;
     mk_sreq **preempted;
@@ -342,6 +349,10 @@ static int step(mk_engine *e) {
         const mk_sample_draw *dr = NULL;
         if (!am && it->logits && e->model_draw && mk_sampler_plain_draw(r->smp, &e->draws[i]))
             am = &e->argmax[i], dr = &e->draws[i];
+        /* and a step with adjustments (bias, penalties, masked stop tokens) the model may pick with them */
+        if (!am && it->logits && e->model_draw && e->model_adjust &&
+            mk_sampler_model_step(r->smp, &e->draws[i], e->adj + (size_t)i * MK_SAMPLE_ADJ_MAX, MK_SAMPLE_ADJ_MAX))
+            am = &e->argmax[i], dr = &e->draws[i];
         e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .fresh = fresh, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
                                        .n = it->n, .blocks = it->req->blocks, .n_blocks = it->req->n_blocks,
                                        .copy_from = it->copy_from, .copy_to = it->copy_to,
@@ -477,6 +488,8 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->model_argmax = !(getenv("MINKE_MODEL_ARGMAX") && atoi(getenv("MINKE_MODEL_ARGMAX")) == 0);
     e->draws = calloc((size_t)o->max_num_seqs, sizeof *e->draws);
     e->model_draw = !(getenv("MINKE_MODEL_DRAW") && atoi(getenv("MINKE_MODEL_DRAW")) == 0);
+    e->model_adjust = getenv("MINKE_MODEL_ADJUST") && atoi(getenv("MINKE_MODEL_ADJUST")) != 0;
+    e->adj = e->model_adjust ? calloc((size_t)o->max_num_seqs * MK_SAMPLE_ADJ_MAX, sizeof *e->adj) : NULL;
     e->sidx = calloc((size_t)o->max_num_seqs, sizeof *e->sidx);
     e->sout = calloc((size_t)o->max_num_seqs, sizeof *e->sout);
     e->src = calloc((size_t)o->max_num_seqs, sizeof *e->src);
@@ -490,7 +503,7 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->items = calloc((size_t)o->max_num_seqs, sizeof *e->items);
     e->bitems = calloc((size_t)o->max_num_seqs, sizeof *e->bitems);
     e->preempted = calloc((size_t)o->max_num_seqs, sizeof *e->preempted);
-    if (!e->slot || !e->logits || !e->argmax || !e->draws || !e->sidx || !e->sout || !e->src || !e->serr || !e->items || !e->bitems || !e->preempted) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
+    if (!e->slot || !e->logits || !e->argmax || !e->draws || !e->sidx || !e->sout || !e->src || !e->serr || !e->items || !e->bitems || !e->preempted || (e->model_adjust && !e->adj)) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
     e->st.max_num_seqs = o->max_num_seqs;
     e->st.max_model_len = o->max_model_len;
     e->st.kv_blocks = e->caps.n_blocks;
@@ -525,6 +538,7 @@ void mk_engine_free(mk_engine *e) {
     free(e->slot);
     free(e->argmax);
     free(e->draws);
+    free(e->adj);
     mk_pool_free(e->spool);
     free(e->sidx);
     free(e->sout);

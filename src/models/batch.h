@@ -102,7 +102,10 @@ typedef struct {
     const mk_sample_draw *draw; /* with argmax, may be non-NULL: the model may instead draw the token
                               * with it (the sampler's plain draw, mk_sampler_plain_draw: the token
                               * the host sampler would draw from those logits, -1 when every logit is
-                              * -inf or NaN) into *argmax and set argmax_done. The GPU model does. */
+                              * -inf or NaN) into *argmax and set argmax_done; with adjusted tokens
+                              * (mk_sampler_model_step: draw->n_adj, draw->adj) it adjusts those
+                              * logits first, and inv_t 0 asks for the argmax of the adjusted logits.
+                              * The GPU model does. */
     int argmax_done;         /* out: 1 when *argmax was written and logits were not */
     int status;              /* out: MK_OK, or why this piece failed (the others still ran) */
 } mk_batch_item;

@@ -342,8 +342,7 @@ void dsv4_cuda_pool_free(dsv4_cuda_pool *p) {
 size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p) { return p->lay.bytes; }
 
 /* A captured decode step and what it was captured for: the piece count, the indexer's score
- * columns (idx_cols), the head's mode (head_mode: 0 no logits, 1 logits rows, 2 and their argmax, 3
- * and draws, 4 and draws and argmaxes) and the
+ * columns (idx_cols), the head's mode (head_mode: which of its kernels run) and the
  * KV pool's device base and block size (which the kernels' arguments hold; the layout within a
  * block follows from the model and the block size). */
 #define GRAPH_SLOTS 16
@@ -386,7 +385,10 @@ struct dsv4_cuda_work {
     size_t lin_side_bytes;
     int sel_cap, rows_per;
     int32_t *hids;                          /* host staging of ids (and of apc; page-locked) */
-    int upl_pending;                        /* an asynchronous upload from hids may not have run yet */
+    mk_sample_adj *adj, *hadj;              /* the draws' adjusted tokens (mk_sampler_model_step), packed:
+                                             * device, host staging (page-locked) [adj_cap] */
+    size_t adj_cap;                         /* max_pieces x MK_SAMPLE_ADJ_MAX */
+    int upl_pending;                        /* an asynchronous upload from hids / hadj may not have run yet */
     mk_cuda_apiece *apc, *happ;             /* attention pieces [max_pieces, n_layers + n_mtp], after the ids */
     size_t ids_bytes;                       /* the ints of ids then the draws, each 256-aligned: apc starts there */
     size_t draw_off;                        /* the draws' offset in the ids region */
@@ -562,6 +564,9 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
         if (!rc && sb) rc = walloc(w, sb, &w->lin_side, err);
     }
     if (!rc) rc = mk_cuda_host_alloc(w->ids_bytes + apc_bytes, (void **)&w->hids, err);
+    w->adj_cap = P * MK_SAMPLE_ADJ_MAX;
+    if (!rc) rc = walloc(w, sizeof(mk_sample_adj) * w->adj_cap, &w->adj, err);
+    if (!rc) rc = mk_cuda_host_alloc(sizeof(mk_sample_adj) * w->adj_cap, (void **)&w->hadj, err);
     w->ham = malloc(sizeof(int32_t) * P);
     w->cnt_save = malloc(sizeof(int) * 2 * (size_t)max_pieces * (c->n_layers + 1));
     if (!rc && (!w->ham || !w->cnt_save)) rc = mk_fail(err, MK_ENOMEM, "out of memory");
@@ -608,6 +613,7 @@ void dsv4_cuda_work_free(dsv4_cuda_work *w) {
     free(w->cnt_save);
     dfree(w->g->ctx, &w->mem);
     mk_cuda_host_free(w->hids);
+    mk_cuda_host_free(w->hadj);
     free(w->ham);
     free(w->hh);
     free(w->hf);
@@ -1591,6 +1597,20 @@ static int head_collect(gcall *C, mk_err *err);
 /* Logits of the pieces that want them: their last rows of h gathered, then one head call.
  * done: the last block already ran the head's collapse of every row into w->xl (every row is a
  * logits row, in piece order: a decode step). */
+/* Which of the head's kernels a call needs: the argmax (a plain greedy row, or a greedy row with
+ * adjustments: a draw with inv_t 0), the draw (a draw with inv_t > 0), the adjustment (a draw with
+ * adjusted tokens). */
+static void head_kernels(const gcall *C, int *greedy, int *draw, int *adj) {
+    *greedy = *draw = *adj = 0;
+    for (int pi = 0; pi < C->np; pi++) {
+        const gpiece *p = &C->pc[pi];
+        if (!p->logits || !p->argmax) continue;
+        *greedy |= !p->draw || !(p->draw->inv_t > 0.0f);
+        *draw |= p->draw && p->draw->inv_t > 0.0f;
+        *adj |= p->draw && p->draw->n_adj > 0;
+    }
+}
+
 static int head(gcall *C, const float *h, const float *fn, const float *scale, const float *base,
                 const uint16_t *norm, int done, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
@@ -1610,11 +1630,10 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
         TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
                                  c->norm_eps, w->xl, err));
     TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
-    int any_greedy = 0, any_draw = 0;
-    for (int pi = 0; pi < C->np; pi++) {
-        any_greedy |= C->pc[pi].logits && C->pc[pi].argmax && !C->pc[pi].draw;
-        any_draw |= C->pc[pi].logits && C->pc[pi].draw;
-    }
+    int any_greedy, any_draw, any_adj;
+    head_kernels(C, &any_greedy, &any_draw, &any_adj);
+    /* adjusted tokens first (bias, penalties, masked stop tokens: mk_sampler_model_step), in place */
+    if (any_adj) TRY(mk_cuda_adjust_rows(ctx, w->logits, n, c->vocab, w->draw, w->adj, err));
     /* greedy pieces: the argmax of every logits row, then only those ints to the host; pieces with
      * a draw: the sampler's token instead (rows without a draw, inv_t 0 in w->draw, keep theirs) */
     if (any_greedy) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
@@ -1724,9 +1743,17 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         pc[i] = (gpiece){.s = s, .T = n[i], .start = s->pos, .row0 = R, .logits = logits ? logits[i] : NULL,
                          .argmax = logits && logits[i] && argmax ? argmax[i] : NULL};
         pc[i].draw = pc[i].argmax && draws ? draws[i] : NULL;
-        if (pc[i].draw && !(pc[i].draw->inv_t > 0.0f))
-            return mk_fail(err, MK_EINVAL, "piece %d: a draw with inverse temperature %g (needs > 0)", i,
-                           (double)pc[i].draw->inv_t);
+        const mk_sample_draw *d = pc[i].draw;
+        if (d && !(d->inv_t > 0.0f) && !(d->inv_t == 0.0f && (d->n_adj > 0 || d->adj)))
+            return mk_fail(err, MK_EINVAL, "piece %d: a draw with inverse temperature %g (needs > 0, or 0 with "
+                           "adjustments: greedy)", i, (double)d->inv_t);
+        if (d && (d->n_adj < 0 || d->n_adj > MK_SAMPLE_ADJ_MAX || (d->n_adj && !d->adj)))
+            return mk_fail(err, MK_EINVAL, "piece %d: a draw with %d adjusted tokens (at most %d)", i, d->n_adj,
+                           MK_SAMPLE_ADJ_MAX);
+        for (int e = 0; d && e < d->n_adj; e++)
+            if (d->adj[e].id < 0 || d->adj[e].id >= c->vocab)
+                return mk_fail(err, MK_EINVAL, "piece %d: adjusted token %d is outside the vocabulary [0, %d)", i,
+                               (int)d->adj[e].id, c->vocab);
         R += n[i];
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
@@ -1741,10 +1768,19 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         for (int j = 0; j < n[i]; j++) hpos[pc[i].row0 + j] = pc[i].start + j;
         fill_apc(w, &pc[i], i, 0, c->n_layers);
     }
-    for (int i = 0, r = 0; i < np; i++) /* the logits rows' draws, in row order (inv_t 0: none) */
-        if (pc[i].logits) w->hdraw[r++] = pc[i].draw ? *pc[i].draw : (mk_sample_draw){0};
+    size_t n_adj = 0; /* the draws' adjusted tokens, packed (at most max_pieces x MK_SAMPLE_ADJ_MAX) */
+    for (int i = 0, r = 0; i < np; i++) { /* the logits rows' draws, in row order (inv_t 0: none) */
+        if (!pc[i].logits) continue;
+        mk_sample_draw d = pc[i].draw ? *pc[i].draw : (mk_sample_draw){0};
+        if (d.n_adj) memcpy(w->hadj + n_adj, d.adj, sizeof(mk_sample_adj) * (size_t)d.n_adj);
+        d.adj_off = (int)n_adj;
+        d.adj = NULL; /* a host pointer: not for the device */
+        n_adj += (size_t)d.n_adj;
+        w->hdraw[r++] = d;
+    }
     const size_t nL = (size_t)(c->n_layers + c->n_mtp);
     TRY(upload_ids(w, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
+    if (n_adj) TRY(mk_cuda_upload_async(w->g->ctx, w->adj, w->hadj, sizeof(mk_sample_adj) * n_adj, err));
     C->g = w->g;
     C->ctx = w->g->ctx;
     C->w = w;
@@ -1785,19 +1821,19 @@ static int run_call(gcall *C, mk_err *err) {
  * mk_cuda_cmp_step_multi; the indexer's columns rounded by idx_cols). The host side of a step that
  * the replay skips is the compressors' counters (step_counters). */
 
-/* The head's mode of a call: 0 no piece wants logits, 1 all do, 2 all do and some want the argmax,
- * 3 all do and some want a draw (none the plain argmax), 4 all do, some want a draw and some the
- * plain argmax (head() then runs both kernels: a step captured without the argmax kernel must not be
- * replayed for one that needs it); -1 mixed (not replayable: the head gathers some rows). */
+/* The head's mode of a call: 0 no piece wants logits, -1 some do and some not (not replayable: the
+ * head gathers some rows), else 1 + the head's kernels (head_kernels): 1 for the argmax, 2 for the
+ * draw, 4 for the adjustment (1: logits only, 2: and argmaxes, 3: and draws, 4: draws and argmaxes,
+ * ...). A step captured without a kernel must not be replayed for one that needs it: a replay for a
+ * greedy row of a graph captured with every row drawn would leave its token stale. */
 static int head_mode(const gcall *C) {
-    int n = 0, am = 0, dr = 0, g = 0;
-    for (int i = 0; i < C->np; i++) {
-        n += C->pc[i].logits != NULL;
-        am |= C->pc[i].logits && C->pc[i].argmax;
-        dr |= C->pc[i].logits && C->pc[i].draw;
-        g |= C->pc[i].logits && C->pc[i].argmax && !C->pc[i].draw;
-    }
-    return !n ? 0 : n < C->np ? -1 : dr ? (g ? 4 : 3) : am ? 2 : 1;
+    int n = 0;
+    for (int i = 0; i < C->np; i++) n += C->pc[i].logits != NULL;
+    if (!n) return 0;
+    if (n < C->np) return -1;
+    int g, d, a;
+    head_kernels(C, &g, &d, &a);
+    return 1 + g + 2 * d + 4 * a;
 }
 
 /* Whether the call is a replayable decode step; its indexer columns in *n_cap. */

@@ -26,6 +26,8 @@
  *       sampled on the host, and the engine counts N/2 x 24 tokens picked by the model;
  *   (g) a plain greedy request joining a plain drawn one, in steps of the shape that steps with every
  *       row drawn had before (their decode graph has no argmax kernel): both = alone;
+ *   (h) requests with penalties, logit_bias and min_tokens (greedy and sampled) picked by the model
+ *       with their adjustments (MINKE_MODEL_ADJUST=1) = sampled on the host;
  *   (d) GPU vs CPU: one greedy request (100 prompt tokens, 1 output token, 5 top logprobs) through
  *       a CPU engine and a GPU engine: the same first token, its logprob within 2e-2 (absolute),
  *       and every top-5 alternative the two lists share within 2e-2. Asserted on v4-tiny-wide, the
@@ -350,6 +352,59 @@ static int check_mixed(mk_model *gm, mk_engine *alone) {
     return 0;
 }
 
+/* (h) requests with penalties, logit_bias and min_tokens (greedy and sampled, no logprobs) picked by
+ * the model with their adjustments (MINKE_MODEL_ADJUST=1: mk_sampler_model_step, mk_cuda_adjust_rows)
+ * = sampled on the host (MINKE_MODEL_ADJUST=0) */
+static int check_adjust(mk_model *gm) {
+    enum { N = 4, GEN = 20 };
+    static const int np[N] = {120, 260, 64, 333};
+    static int32_t prompt[N][400];
+    static const int32_t bias_ids[3] = {17, 40, 99};
+    static const float bias_vals[3] = {6.0f, -100.0f, 2.5f};
+    static const int32_t eos = 3;
+    out_t want[N], got[N];
+    for (int k = 0; k < N; k++) tokens(prompt[k], np[k]);
+    int rc = 0;
+    for (int v = 0; v < 2 && !rc; v++) {
+        setenv("MINKE_MODEL_ADJUST", v ? "1" : "0", 1);
+        mk_engine *e;
+        if (engine(gm, 8, 0, 1, &e)) return -1;
+        mk_ereq *rq[N];
+        for (int k = 0; k < N && !rc; k++) {
+            mk_ereq_params p = {.prompt = prompt[k], .n_prompt = np[k], .eos_ids = &eos, .n_eos = 1, .max_tokens = GEN};
+            mk_sampling_defaults(&p.sampling);
+            p.sampling.temperature = k == 0 ? 0.0f : 0.8f, p.sampling.top_p = 0.9f;
+            p.sampling.repetition_penalty = k % 2 ? 1.15f : 1.0f;
+            p.sampling.frequency_penalty = 0.4f, p.sampling.presence_penalty = k == 2 ? -0.3f : 0.6f;
+            if (k >= 2) p.sampling.n_bias = 3, p.sampling.bias_ids = bias_ids, p.sampling.bias_vals = bias_vals;
+            p.sampling.min_tokens = GEN, p.sampling.ignore_eos = 0; /* eos masked all along: every request runs GEN tokens */
+            p.sampling.seed = 3000 + (uint64_t)k, p.sampling.has_seed = 1;
+            mk_err err = {0};
+            if (mk_engine_submit(e, &p, &rq[k], &err)) {
+                fprintf(stderr, "FAIL (%s): submit: %s\n", __func__, err.msg);
+                g_fail++;
+                rc = -1;
+            }
+        }
+        for (int k = 0; k < N && !rc; k++) rc = drain(rq[k], v ? &got[k] : &want[k]);
+        mk_engine_stats st;
+        mk_engine_stats_get(e, &st);
+        mk_engine_free(e);
+        unsetenv("MINKE_MODEL_ADJUST");
+        if (rc) return -1;
+        const int expect = v && ENGINE_TEST_DEVICE == MK_DEVICE_CUDA ? N * GEN : 0;
+        CHECK(st.model_argmax_tokens == (uint64_t)expect, "adjust run %d: %llu tokens picked by the model, expected %d",
+              v, (unsigned long long)st.model_argmax_tokens, expect);
+    }
+    for (int k = 0; k < N; k++)
+        for (int i = 0; i < GEN; i++)
+            CHECK(got[k].tok[i] == want[k].tok[i], "request %d with adjustments: token %d is %d, %d sampled on the host",
+                  k, i, got[k].tok[i], want[k].tok[i]);
+    printf("ok (h) requests with penalties, logit_bias and min_tokens picked by the model with their adjustments (%d "
+           "tokens): the same tokens as sampled on the host\n", N * GEN);
+    return 0;
+}
+
 /* (b) a 600-token prompt twice: 512 cached tokens, the same output */
 static int check_prefix(mk_model *gm) {
     static int32_t p[600];
@@ -475,6 +530,7 @@ int main(void) {
     check_batch(gm, alone);
     check_draw(gm);
     check_mixed(gm, alone);
+    check_adjust(gm);
     check_prefix(gm);
     check_preemption(gm, alone);
     if (ENGINE_TEST_DEVICE == MK_DEVICE_CUDA) check_vs_cpu();

@@ -1079,6 +1079,102 @@ static void test_sample_rows(int V, int ties) {
     free(x), free(l), free(dr), free(want), free(got);
 }
 
+/* Steps with adjustments (mk_sampler_model_step: logit_bias, min_tokens' masked stop tokens,
+ * repetition / frequency / presence penalties after some accepted tokens; greedy and drawn) run the
+ * way the model's head runs them: mk_cuda_adjust_rows, then the argmax of every row, then the draw
+ * of the drawn rows = the host sampler's token (mk_sampler_sample), by one block and by a cluster. */
+static void test_sample_adjusted(int V) {
+    static const struct { float T, min_p; int k; float top_p, rep, freq, pres; int nbias, min_tokens; } set[] = {
+        {0, 0, 0, 1, 1.3f, 0, 0, 0, 0},      {0, 0, 0, 1, 1, 0.5f, 0.3f, 3, 12},    {0.8f, 0, 0, 1, 1, 0.7f, -0.4f, 0, 0},
+        {1, 0.05f, 40, 0.9f, 1.2f, 0.2f, 0.5f, 5, 12}, {0.6f, 0, 0, 0.95f, 1, 0, 0, 4, 0}, {1.3f, 0.02f, 0, 1, 2.0f, -1.5f, 2.0f, 2, 3},
+    };
+    enum { NSEED = 6, NACC = 8 };
+    const int nset = (int)(sizeof set / sizeof set[0]), R = nset * NSEED;
+    float *x = xmalloc(sizeof(float) * (size_t)R * V), *l = xmalloc(sizeof(float) * V);
+    mk_sample_draw *dr = xmalloc(sizeof(mk_sample_draw) * R);
+    mk_sample_adj *adj = xmalloc(sizeof(mk_sample_adj) * (size_t)R * MK_SAMPLE_ADJ_MAX);
+    int32_t *want = xmalloc(sizeof(int32_t) * R), *got = xmalloc(sizeof(int32_t) * R);
+    const int32_t eos = 5, stops[2] = {7, 11};
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(mk_philox_uniform(31, (uint64_t)i, 0) * V);
+    size_t n_adj = 0;
+    int ok = 1, adjusted = 0;
+    for (int r = 0; r < R; r++) {
+        const int c = r / NSEED;
+        float *q = x + (size_t)r * V;
+        for (int i = 0; i < V; i++) {
+            const double u = mk_philox_uniform(900 + (uint64_t)r, (uint64_t)i, 2);
+            q[i] = (float)(u * u * u * 10.0 - 3.0);
+        }
+        if (r % 5 == 2) q[3] = NAN, q[V / 2] = -INFINITY, q[V - 1] = -0.0f;
+        int32_t bid[8];
+        float bval[8];
+        for (int i = 0; i < set[c].nbias; i++)
+            bid[i] = i == 0 ? eos : (int32_t)(mk_philox_uniform(41 + (uint64_t)r, (uint64_t)i, 0) * V),
+            bval[i] = i % 2 ? -100.0f : (float)(i * 2.9 + 0.5);
+        mk_sampling_params p;
+        mk_sampling_defaults(&p);
+        p.temperature = set[c].T, p.min_p = set[c].min_p, p.top_k = set[c].k, p.top_p = set[c].top_p;
+        p.repetition_penalty = set[c].rep, p.frequency_penalty = set[c].freq, p.presence_penalty = set[c].pres;
+        p.n_bias = set[c].nbias, p.bias_ids = bid, p.bias_vals = bval;
+        p.min_tokens = set[c].min_tokens, p.stop_ids = stops, p.n_stop_ids = 2;
+        p.seed = 5100 + (uint64_t)r, p.has_seed = 1;
+        mk_sampler *s = NULL;
+        mk_err e = {0};
+        if (mk_sampler_create(&p, V, &eos, 1, prompt, 40, &s, &e)) {
+            fprintf(stderr, "sampler: %s\n", e.msg);
+            exit(2);
+        }
+        for (int t = 0; t < NACC; t++) mk_sampler_accept(s, (int32_t)(mk_philox_uniform(61, (uint64_t)t, 0) * 50)); /* repeats */
+        memcpy(l, q, sizeof(float) * V);
+        mk_sample_out o;
+        const int st = mk_sampler_sample(s, l, &o, &e);
+        want[r] = st == MK_OK ? o.token : -1;
+        ok = ok && st == MK_OK;
+        if (!mk_sampler_model_step(s, &dr[r], adj + n_adj, MK_SAMPLE_ADJ_MAX)) {
+            ok = 0; /* every setting here has something to adjust */
+            dr[r] = (mk_sample_draw){.inv_t = 0.0f};
+        }
+        adjusted += dr[r].n_adj > 0;
+        dr[r].adj_off = (int)n_adj;
+        n_adj += (size_t)dr[r].n_adj;
+        dr[r].adj = NULL;
+        mk_sampler_free(s);
+    }
+    float *dx = dup_dev(x, sizeof(float) * (size_t)R * V), *dws = poisoned_dev(sizeof(float) * (size_t)R * V);
+    mk_sample_draw *ddr = dup_dev(dr, sizeof(mk_sample_draw) * R);
+    mk_sample_adj *dadj = dup_dev(adj, sizeof(mk_sample_adj) * (n_adj ? n_adj : 1));
+    int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
+    for (int cl = 0; cl < 2; cl++) {
+        mk_cuda_tuning tu0, tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu0);
+        tu = tu0;
+        tu.sample_cluster = cl;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        CK(mk_cuda_upload(ctx, dx, x, sizeof(float) * (size_t)R * V, &err_)); /* adjusted in place: fresh rows */
+        mk_err se = {0};
+        int sst = mk_cuda_adjust_rows(ctx, dx, R, V, ddr, dadj, &se);
+        if (!sst) sst = mk_cuda_argmax_rows(ctx, dx, R, V, dout, &se);
+        if (!sst) sst = mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &se);
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+        if (sst) printf("| sample adjusted: launch failed: %s |\n", se.msg);
+        else fetch(got, dout, sizeof(int32_t) * R);
+        int differ = 0;
+        for (int r = 0; r < R && !sst; r++) differ += got[r] != want[r];
+        const int pass = ok && !sst && !differ && adjusted > R / 2;
+        n_checks++;
+        if (!pass) n_fail++;
+        char shape[64];
+        snprintf(shape, sizeof shape, "V%d%s", V, cl ? ", cluster" : "");
+        printf("| %-40s | %-26s | %d rows (bias, masked stops, penalties; greedy and drawn; %zu adjusted tokens): "
+               "the host sampler's token: %s (%d differ) |\n", "sample rows with adjustments", shape, R, n_adj,
+               pass ? "PASS" : "FAIL", differ);
+    }
+    void *dv[] = {dx, dws, ddr, dadj, dout};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+    free(x), free(l), free(dr), free(adj), free(want), free(got);
+}
+
 /* A YaRN table for rope dim rd (host and device) and R random positions below 500 (host and device). */
 static void yarn_rows(int R, int rd, mk_rope_table *tab, mk_rope_table *dtab, int32_t **pos, int32_t **dpos) {
     if (mk_rope_table_init(tab, 512, rd, 160000.0, 65536, 16.0, 32.0, 1.0)) exit(2);
@@ -2713,6 +2809,8 @@ int main(int argc, char **argv) {
     test_sample_rows(129280, 0);
     test_sample_rows(1000, 1);
     test_sample_rows(13, 1); /* slices of 1 or 2 ids per block of a cluster */
+    test_sample_adjusted(129280);
+    test_sample_adjusted(3000);
     test_rmsnorm(5, 4096, 1, 0);
     test_rmsnorm(3, 512, 0, 0);
     test_rmsnorm(4, 1024, 1, 1);

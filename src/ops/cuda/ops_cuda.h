@@ -375,6 +375,12 @@ int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, 
 /* out[r] = the argmax of row r of x [rows, n] with the sampler's greedy rule (NaN as -inf, +inf as
  * FLT_MAX, the lowest index among equal maxima; -1 when every value is -inf or NaN). */
 int mk_cuda_argmax_rows(mk_cuda_ctx *ctx, const float *x, int rows, int n, int32_t *out, mk_err *err);
+/* The adjusted tokens of each row of logits [rows, V] (in place): for draws[r] (device) with n_adj
+ * entries at adj + adj_off (device; mk_sampler_model_step's, ids unique per row), logit = the
+ * sampler's adjustment of the sanitized logit (sample_math.h: mk_sample_adjust). Before the argmax
+ * or the draw of a step handed to the model with adjustments. src/ops/cuda/sample.cu. */
+int mk_cuda_adjust_rows(mk_cuda_ctx *ctx, float *logits, int rows, int V, const mk_sample_draw *draws,
+                        const mk_sample_adj *adj, mk_err *err);
 /* out[r] = the token the host sampler draws from row r of logits [rows, V] with draws[r] (a device
  * array of src/num/sample_math.h's mk_sample_draw), or -1 when every logit is -inf / NaN (the
  * sampler's MK_ERANGE); rows whose draw has inv_t 0 are left alone (out[r] untouched). ws: device

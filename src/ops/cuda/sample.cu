@@ -1,6 +1,7 @@
-/* sample.cu — a sampled token drawn on the GPU, where the logits are: the host sampler's plain
- * draw (src/engine/sampler.c: temperature, min_p, top_k, top_p, one Philox uniform per step; no
- * bias, penalties, masked stop tokens or logprobs), token for token.
+/* sample.cu — a sampled token drawn on the GPU, where the logits are: the host sampler's draw
+ * (src/engine/sampler.c: temperature, min_p, top_k, top_p, one Philox uniform per step; bias,
+ * penalties and masked stop tokens applied first by mk_cuda_adjust_rows from the sampler's list of
+ * adjusted tokens; no logprobs), token for token.
  *
  * One block of 1024 threads per row. The steps and the arithmetic are the host's:
  *   - the logits sanitized as the sampler does (NaN -> -inf, +inf -> FLT_MAX) and their maximum;
@@ -227,6 +228,31 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
         }
     found = smp_min(found, red);
     if (tid == 0) out[row] = found == INT_MAX ? -1 : found;
+}
+
+/* Row blockIdx.x's adjusted tokens (mk_cuda_adjust_rows): one entry per token, so no two threads
+ * write one logit. */
+__global__ void __launch_bounds__(256) k_adjust_rows(float *__restrict__ logits, int V,
+                                                     const mk_sample_draw *__restrict__ draws,
+                                                     const mk_sample_adj *__restrict__ adj) {
+    MK_PDL_ENTER();
+    const mk_sample_draw d = draws[blockIdx.x];
+    float *l = logits + (size_t)blockIdx.x * V;
+    for (int e = threadIdx.x; e < d.n_adj; e += blockDim.x) {
+        const mk_sample_adj a = adj[d.adj_off + e];
+        if (a.id < 0 || a.id >= V) continue; /* checked on the host: never */
+        l[a.id] = mk_sample_adjust(smp_san(l[a.id]), &a, d.rep, d.freq, d.pres);
+    }
+}
+
+extern "C" int mk_cuda_adjust_rows(mk_cuda_ctx *ctx, float *logits, int rows, int V, const mk_sample_draw *draws,
+                                   const mk_sample_adj *adj, mk_err *err) {
+    if (rows <= 0) return MK_OK;
+    if (V <= 0 || !logits || !draws || !adj)
+        return mk_fail(err, MK_EINVAL, "cuda: adjust rows: bad arguments (rows of %d values)", V);
+    (void)mk_cuda_launch_pdl(ctx, rows, 256, 0, k_adjust_rows, logits, V, draws, adj);
+    MK_CU_LAUNCHED(err, "cuda: adjust rows launch");
+    return MK_OK;
 }
 
 /* ---- the draw by a cluster of SMC_NB blocks per row (tuning sample_cluster) ----------------------
