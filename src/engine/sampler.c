@@ -487,21 +487,12 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
         for (int i = 0; i < s->n_eos; i++) l[s->eos[i]] = -INFINITY;
         for (int i = 0; i < p->n_stop_ids; i++) l[s->stop_ids[i]] = -INFINITY;
     }
-    if (s->counts) {
-        const float rep = p->repetition_penalty, freq = p->frequency_penalty,
-                    pres = p->presence_penalty;
+    if (s->counts) /* the arithmetic a model step's GPU adjustment repeats (sample_math.h) */
         for (int j = 0; j < s->n_seen; j++) {
-            int32_t t = s->seen[j];
-            float x = l[t];
-            if (rep != 1.0f) x = x > 0 ? x / rep : x * rep;
-            int c = s->counts[t];
-            if (c) {
-                x -= freq * (float)c;
-                x -= pres;
-            }
-            l[t] = x;
+            const int32_t t = s->seen[j];
+            const mk_sample_adj a = {t, MK_ADJ_SEEN, 0.0f, s->counts[t]};
+            l[t] = mk_sample_adjust(l[t], &a, p->repetition_penalty, p->frequency_penalty, p->presence_penalty);
         }
-    }
     const int32_t am = argmax_first(l, V);
     if (am < 0) return mk_fail(err, MK_ERANGE, "sampler: every token is masked (all logits -inf)");
     const float mx = l[am];

@@ -1195,10 +1195,7 @@ static int lane(gcall *C, const mk_wmat *const *W, int n, mk_err *err) {
     mk_cuda_span sp[MK_CUDA_LANE_SPANS];
     int k = 0;
     for (int i = 0; i < n && k < MK_CUDA_LANE_SPANS; i++) {
-        if (!W[i] || !W[i]->w) continue;
-        const size_t nk = (size_t)W[i]->n * (size_t)W[i]->k;
-        const size_t b = W[i]->kind == MK_W_BF16 ? nk * 2 : W[i]->kind == MK_W_F32 ? nk * 4 : W[i]->kind == MK_W_FP4 ? nk / 2 : nk;
-        sp[k++] = (mk_cuda_span){W[i]->w, b};
+        if (W[i] && W[i]->w) sp[k++] = (mk_cuda_span){W[i]->w, mk_cuda_wmat_data_bytes(W[i])};
     }
     return mk_cuda_lane_prefetch(C->ctx, sp, k, err);
 }
@@ -1594,9 +1591,6 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
 
 static int head_collect(gcall *C, mk_err *err);
 
-/* Logits of the pieces that want them: their last rows of h gathered, then one head call.
- * done: the last block already ran the head's collapse of every row into w->xl (every row is a
- * logits row, in piece order: a decode step). */
 /* Which of the head's kernels a call needs: the argmax (a plain greedy row, or a greedy row with
  * adjustments: a draw with inv_t 0), the draw (a draw with inv_t > 0), the adjustment (a draw with
  * adjusted tokens). */
@@ -1611,6 +1605,9 @@ static void head_kernels(const gcall *C, int *greedy, int *draw, int *adj) {
     }
 }
 
+/* Logits of the pieces that want them: their last rows of h gathered, then one head call.
+ * done: the last block already ran the head's collapse of every row into w->xl (every row is a
+ * logits row, in piece order: a decode step). */
 static int head(gcall *C, const float *h, const float *fn, const float *scale, const float *base,
                 const uint16_t *norm, int done, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;

@@ -402,7 +402,7 @@ extern "C" int mk_cuda_memset(mk_cuda_ctx *ctx, void *dst, int value, size_t byt
 
 /* ---- weights ---------------------------------------------------------------------------- */
 
-static size_t wmat_data_bytes(const mk_wmat *W) {
+extern "C" size_t mk_cuda_wmat_data_bytes(const mk_wmat *W) {
     size_t nk = (size_t)W->n * (size_t)W->k;
     switch (W->kind) {
     case MK_W_BF16: return nk * 2;
@@ -429,7 +429,7 @@ extern "C" int mk_cuda_wmat_upload(mk_cuda_ctx *ctx, const mk_wmat *host, mk_wma
     if (host->n <= 0 || host->k <= 0 || (host->kind == MK_W_FP4 && host->k % 32))
         return mk_fail(err, MK_EINVAL, "cuda: weight upload: bad shape [%d, %d] for kind %d",
                        host->n, host->k, (int)host->kind);
-    size_t db = wmat_data_bytes(host), sb = wmat_scale_bytes(host);
+    size_t db = mk_cuda_wmat_data_bytes(host), sb = wmat_scale_bytes(host);
     if (db == 0) return mk_fail(err, MK_EINVAL, "cuda: weight upload: unknown kind %d", (int)host->kind);
     void *w = NULL, *s = NULL;
     int st = mk_cuda_alloc(ctx, db, &w, err);

@@ -44,7 +44,7 @@ struct mk_cuda_ctx {
     cudaEvent_t *trace_ev;
     const char **trace_name;
     double *trace_host;             /* host clock (s) at each mark: when the launch was queued */
-    /* the L2 lane (lane.cu): its stream and fork / join events, made at the first prefetch */
+    /* the L2 lane (lane.cu): its stream and fork / join events, made before the first capture with it on */
     int capturing;                  /* between capture_begin and capture_end */
     int lane_pending;               /* lane work queued in this capture, not yet joined */
     long lane_count;                /* prefetch launches queued so far */

@@ -270,6 +270,8 @@ int mk_cuda_memset(mk_cuda_ctx *ctx, void *dst, int value, size_t bytes, mk_err 
  * with device pointers. Free with mk_cuda_wmat_free. */
 int mk_cuda_wmat_upload(mk_cuda_ctx *ctx, const mk_wmat *host, mk_wmat *dev, mk_err *err);
 void mk_cuda_wmat_free(mk_cuda_ctx *ctx, mk_wmat *dev);
+/* The bytes of W's data as stored (its scales not included). */
+size_t mk_cuda_wmat_data_bytes(const mk_wmat *W);
 
 /* ---- linear ------------------------------------------------------------------------------- */
 

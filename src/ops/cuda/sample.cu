@@ -441,7 +441,9 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
     cl.sync(); /* no block leaves while another may read its slots */
 }
 
-/* Dynamic shared memory of k_sample_cluster for rows of V values. */
+/* Dynamic shared memory of k_sample_cluster for rows of V values; SMC_STATIC_MAX bounds its static
+ * shared memory (6.5 KiB: ptxas), so dynamic + static fit the device's opt-in limit. */
+#define SMC_STATIC_MAX 8192
 static size_t smc_smem(int V) { return SMP_SMEM + sizeof(float) * 2 * (size_t)((V + SMC_NB - 1) / SMC_NB); }
 
 static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws,
@@ -449,7 +451,10 @@ static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V
     const int agg = ctx->tune.sample_agg;
     const void *fn = agg ? (const void *)k_sample_cluster<true> : (const void *)k_sample_cluster<false>;
     const size_t smem = smc_smem(V);
-    int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_CL_AGG : MK_OPTIN_SAMPLE_CL, fn, smem, err);
+    /* opted in once per kernel, so at the most any vocabulary taking this path needs (the caller's
+     * bound): a later, larger V must not outgrow the first call's size */
+    int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_CL_AGG : MK_OPTIN_SAMPLE_CL, fn,
+                                ctx->caps.smem_optin - SMC_STATIC_MAX, err);
     if (st) return st;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)rows * SMC_NB);
@@ -474,8 +479,8 @@ extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int ro
     if (rows <= 0) return MK_OK;
     if (V <= 0 || !logits || !draws || !ws || !out)
         return mk_fail(err, MK_EINVAL, "cuda: sample: bad arguments (rows of %d values)", V);
-    /* a cluster per row where its slices fit in shared memory (with the static part, ~8 KiB) */
-    if (ctx->tune.sample_cluster && V >= SMC_NB && smc_smem(V) + 8192 <= ctx->caps.smem_optin)
+    /* a cluster per row where its slices fit in shared memory (with the static part) */
+    if (ctx->tune.sample_cluster && V >= SMC_NB && smc_smem(V) + SMC_STATIC_MAX <= ctx->caps.smem_optin)
         return sample_cluster(ctx, logits, rows, V, draws, out, err);
     const int agg = ctx->tune.sample_agg;
     int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_AGG : MK_OPTIN_SAMPLE,
