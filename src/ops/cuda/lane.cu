@@ -32,11 +32,26 @@ struct lane_args {
     int count;
 };
 
+/* The L2 policy of a lane's prefetches: evict_last with hint, else none (normal). */
+__device__ __forceinline__ unsigned long long lane_policy(int hint) {
+    unsigned long long pol = 0;
+    if (hint) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
+
+/* One bulk prefetch of sz bytes (a multiple of 16) at p (16-byte aligned) into L2; nothing waits. */
+__device__ __forceinline__ void lane_bulk(const char *p, unsigned sz, int hint, unsigned long long pol) {
+    if (hint)
+        asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p), "r"(sz), "l"(pol)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(sz) : "memory");
+}
+
 /* Chunk c of the spans' concatenation is issued by thread c mod (threads of the grid), each thread
  * in increasing c: the first chunks are requested first. */
 __global__ void k_lane_prefetch(lane_args a, int hint) {
-    unsigned long long pol = 0;
-    if (hint) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    const unsigned long long pol = lane_policy(hint);
     const unsigned long long nt = (unsigned long long)gridDim.x * blockDim.x;
     const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     unsigned long long base = 0; /* index of the span's first chunk */
@@ -46,13 +61,7 @@ __global__ void k_lane_prefetch(lane_args a, int hint) {
             const unsigned long long off = (c - base) * LANE_CHUNK;
             const unsigned long long left = a.n[s] - off;
             const unsigned sz = (unsigned)(left < LANE_CHUNK ? left : LANE_CHUNK);
-            const char *q = a.p[s] + off;
-            if (hint)
-                asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(q), "r"(sz),
-                             "l"(pol)
-                             : "memory");
-            else
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(sz) : "memory");
+            lane_bulk(a.p[s] + off, sz, hint, pol);
         }
         base += nch;
     }
@@ -129,6 +138,14 @@ extern "C" int mk_cuda_branch_join(mk_cuda_ctx *ctx, mk_err *err) {
     return MK_OK;
 }
 
+/* The lane's next work after everything queued on the main stream so far; the lane is in the
+ * capture from here on (capture_end joins it). */
+static int lane_fork(mk_cuda_ctx *ctx, mk_err *err) {
+    MK_CU_TRY(cudaEventRecord(ctx->lane_fork, ctx->stream), err, "cuda: lane: fork record");
+    MK_CU_TRY(cudaStreamWaitEvent(ctx->lane, ctx->lane_fork, 0), err, "cuda: lane: fork wait");
+    ctx->lane_pending = 1;
+    return MK_OK;
+}
 extern "C" long mk_cuda_lane_count(const mk_cuda_ctx *ctx) { return ctx->lane_count; }
 
 extern "C" int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk_err *err) {
@@ -149,9 +166,8 @@ extern "C" int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans
         budget -= len;
     }
     if (!a.count) return MK_OK;
-    MK_CU_TRY(cudaEventRecord(ctx->lane_fork, ctx->stream), err, "cuda: lane: fork record");
-    MK_CU_TRY(cudaStreamWaitEvent(ctx->lane, ctx->lane_fork, 0), err, "cuda: lane: fork wait");
-    ctx->lane_pending = 1; /* the lane is in the capture now: capture_end must join it */
+    const int st = lane_fork(ctx, err);
+    if (st) return st;
     const int blocks = ctx->tune.l2_lane_blocks > 0 ? ctx->tune.l2_lane_blocks : 32;
     k_lane_prefetch<<<blocks, 32, 0, ctx->lane>>>(a, ctx->tune.l2_lane_hint);
     MK_CU_LAUNCHED(err, "cuda: lane prefetch launch");
@@ -164,8 +180,7 @@ extern "C" int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans
  * b mod n, its threads the pick's chunks in order. */
 __global__ void k_lane_experts(const int32_t *__restrict__ ids, int n, int E, const void *const *__restrict__ tab,
                                unsigned long long bytes, int hint) {
-    unsigned long long pol = 0;
-    if (hint) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    const unsigned long long pol = lane_policy(hint);
     const int per = (gridDim.x + n - 1) / n; /* blocks per pick */
     const int pick = blockIdx.x % n, part = blockIdx.x / n;
     const int e = ids[pick];
@@ -177,12 +192,7 @@ __global__ void k_lane_experts(const int32_t *__restrict__ ids, int n, int E, co
          c += (unsigned long long)per * blockDim.x) {
         const unsigned long long off = c * LANE_CHUNK, left = bytes - off;
         const unsigned sz = (unsigned)(left < LANE_CHUNK ? left : LANE_CHUNK);
-        if (hint)
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p + off), "r"(sz),
-                         "l"(pol)
-                         : "memory");
-        else
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off), "r"(sz) : "memory");
+        lane_bulk(p + off, sz, hint, pol);
     }
 }
 
@@ -194,9 +204,8 @@ extern "C" int mk_cuda_lane_prefetch_experts(mk_cuda_ctx *ctx, const int32_t *id
     const unsigned long long cap = ((unsigned long long)ctx->tune.l2_lane << 20) / (unsigned long long)n;
     if (b > cap) b = cap & ~15ull; /* the budget shared by the picks */
     if (b < 16) return MK_OK;
-    MK_CU_TRY(cudaEventRecord(ctx->lane_fork, ctx->stream), err, "cuda: lane: fork record");
-    MK_CU_TRY(cudaStreamWaitEvent(ctx->lane, ctx->lane_fork, 0), err, "cuda: lane: fork wait");
-    ctx->lane_pending = 1;
+    const int st = lane_fork(ctx, err);
+    if (st) return st;
     int blocks = ctx->tune.l2_lane_blocks > 0 ? ctx->tune.l2_lane_blocks : 32;
     if (blocks < n) blocks = n;
     k_lane_experts<<<blocks, 32, 0, ctx->lane>>>(ids, n, E, tab, b, ctx->tune.l2_lane_hint);
