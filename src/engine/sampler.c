@@ -411,9 +411,8 @@ static void insertion_sort(const float *l, int32_t *idx, int lo, int hi) {
  * (the mass before the pivot already reaches target) or keeps everything up to the pivot, so only
  * one side is ever revisited. The masses are exact, so the kept set does not depend on the order
  * they are added in. */
-static int top_p_prefix(const float *l, const float *w, int32_t *idx, int n, double target) {
-    int lo = 0, hi = n;
-    uint64_t acc = 0; /* mass of the kept entries idx[0, lo) */
+static int top_p_prefix(const float *l, const float *w, int32_t *idx, int n, uint64_t acc, double target) {
+    int lo = 0, hi = n; /* acc: the mass of the kept entries idx[0, lo), and of any kept before idx */
     while (hi - lo > 16) {
         int p = partition(l, idx, lo, hi);
         uint64_t mass = 0;
@@ -429,6 +428,151 @@ static int top_p_prefix(const float *l, const float *w, int32_t *idx, int n, dou
     int i = lo;
     for (; i < hi && (double)acc < target; i++) acc += mk_sample_mass(w[idx[i]]);
     return i;
+}
+
+/* The bin of a kept weight w in [2^-31, 1]: its float bits' top 12 (exponent and 3 mantissa bits),
+ * counted down from w = 1's, so bin 0 holds w = 1 and later bins smaller weights (eighths of an
+ * octave; clamped, though the weights stay in range). A larger logit has a weight at least as large,
+ * so its bin is no later: the bins cut the candidate order into consecutive runs. */
+#define TOP_P_BINS 256
+static inline int weight_bin(float w) {
+    uint32_t b;
+    memcpy(&b, &w, sizeof b);
+    const int k = (int)(0x3F8u - (b >> 20));
+    return k < 0 ? 0 : k >= TOP_P_BINS ? TOP_P_BINS - 1 : k;
+}
+
+/* top_p: zeroes the weight of every candidate whose mass strictly before it (candidate order, exact
+ * integer masses) reaches top_p times their total. The candidates: idx[0, n) when idx holds them
+ * (after top_k), else every id of w[0, n) with a weight. The bins' masses (one pass; four partial
+ * histograms, so runs of one bin don't wait on each other's stores) settle every candidate but
+ * those of the bin b where the running mass reaches the target: the earlier bins' candidates have
+ * less than the target before them (kept), the later ones at least the target (dropped). Only bin
+ * b's candidates, gathered into scratch, go through the partition descent after the earlier bins'
+ * mass: the same set as a descent over all of them. */
+static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32_t *scratch, double top_p) {
+    uint64_t h[4][TOP_P_BINS] = {{0}}, bin[TOP_P_BINS], z = 0;
+    int j = 0;
+#if defined(__SSE4_1__)
+    const __m128i top = _mm_set1_epi32(0x3F8), lo = _mm_setzero_si128(), hi = _mm_set1_epi32(TOP_P_BINS - 1);
+    const __m128 one = _mm_set1_ps(MK_SAMPLE_MASS_ONE);
+#define TOP_P_BINS4(v) /* weight_bin of four weights (the same integer steps) */ \
+    _mm_min_epi32(_mm_max_epi32(_mm_sub_epi32(top, _mm_srli_epi32(_mm_castps_si128(v), 20)), lo), hi)
+#endif
+    if (idx) {
+        for (; j + 4 <= n; j += 4)
+            for (int q = 0; q < 4; q++) h[q][weight_bin(w[idx[j + q]])] += mk_sample_mass(w[idx[j + q]]);
+        for (; j < n; j++) h[0][weight_bin(w[idx[j]])] += mk_sample_mass(w[idx[j]]);
+    } else { /* w = 0 adds mass 0 to the last bin */
+#if defined(__SSE4_1__)
+        for (; j + 4 <= n; j += 4) {
+            const __m128 v = _mm_loadu_ps(w + j);
+            const __m128i k = TOP_P_BINS4(v), m = _mm_cvttps_epi32(_mm_mul_ps(v, one)); /* 2^31 -> 0x80000000 */
+            h[0][_mm_cvtsi128_si32(k)] += (uint32_t)_mm_cvtsi128_si32(m);
+            h[1][_mm_extract_epi32(k, 1)] += (uint32_t)_mm_extract_epi32(m, 1);
+            h[2][_mm_extract_epi32(k, 2)] += (uint32_t)_mm_extract_epi32(m, 2);
+            h[3][_mm_extract_epi32(k, 3)] += (uint32_t)_mm_extract_epi32(m, 3);
+        }
+#endif
+        for (; j + 4 <= n; j += 4)
+            for (int q = 0; q < 4; q++) h[q][weight_bin(w[j + q])] += mk_sample_mass(w[j + q]);
+        for (; j < n; j++) h[0][weight_bin(w[j])] += mk_sample_mass(w[j]);
+    }
+    for (int b = 0; b < TOP_P_BINS; b++) z += bin[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
+    const double target = top_p * (double)z;
+    int bb = 0;
+    uint64_t before = 0; /* the mass of the bins before bb */
+    while (bb < TOP_P_BINS - 1 && (double)(before + bin[bb]) < target) before += bin[bb++];
+    int m = 0; /* bin bb's candidates, gathered at scratch[0, m); the later bins' dropped */
+    j = 0;
+#if defined(__SSE4_1__)
+    if (!idx) { /* w = 0 is in the last bin, after bb (the target is reached where the mass is) */
+        const __m128i vbb = _mm_set1_epi32(bb);
+        for (; j + 4 <= n; j += 4) {
+            const __m128 v = _mm_loadu_ps(w + j);
+            const __m128i k = TOP_P_BINS4(v);
+            _mm_storeu_ps(w + j, _mm_andnot_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(k, vbb)), v));
+            int eq = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(k, vbb)));
+            for (; eq; eq &= eq - 1) scratch[m++] = j + __builtin_ctz((unsigned)eq);
+        }
+    }
+#undef TOP_P_BINS4
+#endif
+    for (; j < n; j++) {
+        const int32_t x = idx ? idx[j] : j;
+        if (!(w[x] > 0)) continue;
+        const int o = weight_bin(w[x]);
+        if (o == bb) scratch[m++] = x;
+        else if (o > bb) w[x] = 0;
+    }
+    const int keep = top_p_prefix(l, w, scratch, m, before, target);
+    for (j = keep; j < m; j++) w[scratch[j]] = 0;
+}
+
+/* top_k: zeroes the weight of every id (of w[0, V)) after the k-th in candidate order, except those
+ * tied with the k-th's logit (kept, as vLLM does), and leaves the survivors in idx[0, n) (any
+ * order); returns n. The weights' bins (weight_bin: a later bin, a smaller logit) are counted in one
+ * pass; the bin b holding the k-th settles every other: earlier bins' ids are kept (their logits
+ * exceed the k-th's), later ones dropped (below it). Only bin b's ids go through the selection. */
+static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
+    int c4[4][TOP_P_BINS] = {{0}}, cnt[TOP_P_BINS], n = 0;
+    int i = 0;
+#if defined(__SSE4_1__)
+    const __m128i top = _mm_set1_epi32(0x3F8), lo = _mm_setzero_si128(), hi = _mm_set1_epi32(TOP_P_BINS - 1);
+#define TOP_K_BINS4(v) _mm_min_epi32(_mm_max_epi32(_mm_sub_epi32(top, _mm_srli_epi32(_mm_castps_si128(v), 20)), lo), hi)
+    for (; i + 4 <= V; i += 4) {
+        const __m128i b = TOP_K_BINS4(_mm_loadu_ps(w + i));
+        c4[0][_mm_cvtsi128_si32(b)]++;
+        c4[1][_mm_extract_epi32(b, 1)]++;
+        c4[2][_mm_extract_epi32(b, 2)]++;
+        c4[3][_mm_extract_epi32(b, 3)]++;
+    }
+#endif
+    for (; i < V; i++) c4[0][weight_bin(w[i])]++;
+    /* w = 0 lands in the last bin, which no kept weight reaches (2^-31 is bin 248) */
+    for (int b = 0; b < TOP_P_BINS; b++) cnt[b] = c4[0][b] + c4[1][b] + c4[2][b] + c4[3][b];
+    cnt[TOP_P_BINS - 1] = 0;
+    for (int b = 0; b < TOP_P_BINS; b++) n += cnt[b];
+    if (n <= k) { /* nothing to cut */
+        n = 0;
+        for (i = 0; i < V; i++)
+            if (w[i] > 0) idx[n++] = i;
+        return n;
+    }
+    int bb = 0, before = 0; /* ids in the bins before bb: fewer than k */
+    while (before + cnt[bb] < k) before += cnt[bb++];
+    int a = 0, c = before; /* earlier bins' ids at idx[0, before), bin bb's at idx[before, ...) */
+    i = 0;
+#if defined(__SSE4_1__)
+    const __m128i vbb = _mm_set1_epi32(bb);
+    for (; i + 4 <= V; i += 4) {
+        const __m128 v = _mm_loadu_ps(w + i);
+        const __m128i b = TOP_K_BINS4(v);
+        const __m128i later = _mm_cmpgt_epi32(b, vbb), earlier = _mm_cmpgt_epi32(vbb, b);
+        _mm_storeu_ps(w + i, _mm_andnot_ps(_mm_castsi128_ps(later), v));
+        if (_mm_movemask_ps(_mm_castsi128_ps(later)) == 15) continue;
+        int e = _mm_movemask_ps(_mm_castsi128_ps(earlier));
+        int q = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(b, vbb)));
+        for (; e; e &= e - 1) idx[a++] = i + __builtin_ctz((unsigned)e);
+        for (; q; q &= q - 1) idx[c++] = i + __builtin_ctz((unsigned)q);
+    }
+#undef TOP_K_BINS4
+#endif
+    for (; i < V; i++) {
+        if (!(w[i] > 0)) continue;
+        const int b = weight_bin(w[i]);
+        if (b < bb) idx[a++] = i;
+        else if (b == bb) idx[c++] = i;
+        else w[i] = 0;
+    }
+    select_rank(l, idx + before, c - before, k - 1 - before);
+    const float thr = l[idx[k - 1]];
+    int m = k;
+    for (int j = k; j < c; j++) {
+        if (l[idx[j]] < thr) w[idx[j]] = 0;
+        else idx[m++] = idx[j]; /* tied with the k-th: kept, as vLLM does */
+    }
+    return m;
 }
 
 /* ---- one step ------------------------------------------------------------------------------ */
@@ -512,26 +656,12 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
     const int use_k = p->top_k > 0 && p->top_k < V, use_p = p->top_p < 1.0f;
     if (!use_k && !use_p) return MK_OK;
     int32_t *idx = s->idx;
-    int n = 0;
-    for (int i = 0; i < V; i++)
-        if (w[i] > 0) idx[n++] = i;
-    if (use_k && n > p->top_k) {
-        const int k = p->top_k;
-        select_rank(l, idx, n, k - 1);
-        const float thr = l[idx[k - 1]];
-        int m = k;
-        for (int j = k; j < n; j++) {
-            if (l[idx[j]] < thr) w[idx[j]] = 0;
-            else idx[m++] = idx[j]; /* tied with the k-th: kept, as vLLM does */
-        }
-        n = m;
+    if (!use_k) { /* top_p alone: over every id with a weight, read from w */
+        top_p_cut(l, w, NULL, V, idx, (double)p->top_p);
+        return MK_OK;
     }
-    if (use_p && n > 1) {
-        uint64_t z = 0;
-        for (int j = 0; j < n; j++) z += mk_sample_mass(w[idx[j]]);
-        int keep = top_p_prefix(l, w, idx, n, (double)p->top_p * (double)z);
-        for (int j = keep; j < n; j++) w[idx[j]] = 0;
-    }
+    const int n = top_k_cut(l, w, V, p->top_k, idx);
+    if (use_p && n > 1) top_p_cut(l, w, idx, n, idx, (double)p->top_p); /* scratch idx: written behind the reads */
     return MK_OK;
 }
 

@@ -946,6 +946,43 @@ Test(sampler, filters_match_reference_on_large_vocab) {
     }
 }
 
+/* The host filters settle most ids by their weight's bin (an eighth of an octave) and sort only the
+ * bin where top_k's count or top_p's mass runs out. Here that bin's edge is exactly where they run
+ * out: k tokens spread over many bins above a gap, the highest id the highest logit (so a cut one bin
+ * late picks a wrong threshold), the rest far below; and top_p's target falling in a crowded bin
+ * (many equal weights, then a run of distinct ones). Against the literal reference. */
+Test(sampler, filters_exact_at_bin_edges) {
+    enum { V = 3000 };
+    static float l[V];
+    static int32_t got[V], want[V];
+    for (int lay = 0; lay < 2; lay++) {
+        for (int i = 0; i < V; i++) {
+            const double u = mk_philox_uniform(91 + (uint64_t)lay, (uint64_t)i, 0);
+            if (lay == 0) /* ids 0..39 above a gap of ~15 nats, id 39 the highest */
+                l[i] = i < 40 ? (float)(-(39 - i) * 0.07) : (float)(-18 - u * 4);
+            else /* 600 ties at 0, then 400 distinct values just below, the rest far below */
+                l[i] = i < 600 ? 0.0f : i < 1000 ? (float)(-0.001 * (i - 599)) : (float)(-12 - u * 6);
+        }
+        struct { float T; int k; float top_p; } cases[] = {
+            {1, 40, 1}, {1, 40, 0.9f}, {1, 39, 1}, {1, 41, 1}, {1, 20, 0.7f}, {0.5f, 40, 0.99f}, {1, 0, 0.5f},
+            {1, 0, 0.99f}, {1, 600, 1}, {1, 700, 0.95f}, {1, 1000, 1}, {2, 0, 0.8f},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            mk_sampling_params p;
+            mk_sampling_defaults(&p);
+            p.temperature = cases[c].T, p.top_k = cases[c].k, p.top_p = cases[c].top_p;
+            mk_sampler *s = make(&p, V, NULL, 0, NULL, 0);
+            const int n = cands(s, l, V, got, NULL);
+            const int m = reference_set(l, V, cases[c].T, 0, cases[c].k, cases[c].top_p, want);
+            char what[96];
+            snprintf(what, sizeof what, "layout %d T=%g k=%d top_p=%g", lay, (double)cases[c].T, cases[c].k,
+                     (double)cases[c].top_p);
+            expect_set(got, n, want, m, what);
+            mk_sampler_free(s);
+        }
+    }
+}
+
 /* min_p compares against the tempered distribution: a higher temperature keeps more tokens. */
 Test(sampler, min_p_on_tempered_distribution) {
     const double pr[4] = {0.5, 0.25, 0.15, 0.1};
