@@ -650,9 +650,18 @@ static int process(mk_sampler *s, float *l, int32_t *greedy, mk_err *err) {
     /* w = exp((l - max) / T): the softmax numerator, 1 at the max, 0 for -inf and below 2^-31
      * (sample_math.h: the arithmetic a GPU draw reproduces) */
     mk_sample_weights(l, w, V, mx, inv_t);
-    if (p->min_p > 0) /* p_i >= min_p * p_max  <=>  w_i >= min_p, since w_max = 1 */
-        for (int i = 0; i < V; i++)
+    if (p->min_p > 0) { /* p_i >= min_p * p_max  <=>  w_i >= min_p, since w_max = 1 */
+        int i = 0;
+#if defined(__SSE4_1__)
+        const __m128 mp = _mm_set1_ps(p->min_p);
+        for (; i + 4 <= V; i += 4) {
+            const __m128 v = _mm_loadu_ps(w + i);
+            _mm_storeu_ps(w + i, _mm_andnot_ps(_mm_cmplt_ps(v, mp), v));
+        }
+#endif
+        for (; i < V; i++)
             if (w[i] < p->min_p) w[i] = 0;
+    }
     const int use_k = p->top_k > 0 && p->top_k < V, use_p = p->top_p < 1.0f;
     if (!use_k && !use_p) return MK_OK;
     int32_t *idx = s->idx;
