@@ -442,6 +442,14 @@ static inline int weight_bin(float w) {
     return k < 0 ? 0 : k >= TOP_P_BINS ? TOP_P_BINS - 1 : k;
 }
 
+#if defined(__SSE4_1__)
+/* weight_bin of four weights: the same integer steps. */
+static inline __m128i weight_bins4(__m128 w) {
+    const __m128i k = _mm_sub_epi32(_mm_set1_epi32(0x3F8), _mm_srli_epi32(_mm_castps_si128(w), 20));
+    return _mm_min_epi32(_mm_max_epi32(k, _mm_setzero_si128()), _mm_set1_epi32(TOP_P_BINS - 1));
+}
+#endif
+
 /* top_p: zeroes the weight of every candidate whose mass strictly before it (candidate order, exact
  * integer masses) reaches top_p times their total. The candidates: idx[0, n) when idx holds them
  * (after top_k), else every id of w[0, n) with a weight. The bins' masses (one pass; four partial
@@ -454,10 +462,7 @@ static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32
     uint64_t h[4][TOP_P_BINS] = {{0}}, bin[TOP_P_BINS], z = 0;
     int j = 0;
 #if defined(__SSE4_1__)
-    const __m128i top = _mm_set1_epi32(0x3F8), lo = _mm_setzero_si128(), hi = _mm_set1_epi32(TOP_P_BINS - 1);
     const __m128 one = _mm_set1_ps(MK_SAMPLE_MASS_ONE);
-#define TOP_P_BINS4(v) /* weight_bin of four weights (the same integer steps) */ \
-    _mm_min_epi32(_mm_max_epi32(_mm_sub_epi32(top, _mm_srli_epi32(_mm_castps_si128(v), 20)), lo), hi)
 #endif
     if (idx) {
         for (; j + 4 <= n; j += 4)
@@ -467,7 +472,7 @@ static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32
 #if defined(__SSE4_1__)
         for (; j + 4 <= n; j += 4) {
             const __m128 v = _mm_loadu_ps(w + j);
-            const __m128i k = TOP_P_BINS4(v), m = _mm_cvttps_epi32(_mm_mul_ps(v, one)); /* 2^31 -> 0x80000000 */
+            const __m128i k = weight_bins4(v), m = _mm_cvttps_epi32(_mm_mul_ps(v, one)); /* 2^31 -> 0x80000000 */
             h[0][_mm_cvtsi128_si32(k)] += (uint32_t)_mm_cvtsi128_si32(m);
             h[1][_mm_extract_epi32(k, 1)] += (uint32_t)_mm_extract_epi32(m, 1);
             h[2][_mm_extract_epi32(k, 2)] += (uint32_t)_mm_extract_epi32(m, 2);
@@ -490,13 +495,12 @@ static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32
         const __m128i vbb = _mm_set1_epi32(bb);
         for (; j + 4 <= n; j += 4) {
             const __m128 v = _mm_loadu_ps(w + j);
-            const __m128i k = TOP_P_BINS4(v);
+            const __m128i k = weight_bins4(v);
             _mm_storeu_ps(w + j, _mm_andnot_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(k, vbb)), v));
             int eq = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(k, vbb)));
             for (; eq; eq &= eq - 1) scratch[m++] = j + __builtin_ctz((unsigned)eq);
         }
     }
-#undef TOP_P_BINS4
 #endif
     for (; j < n; j++) {
         const int32_t x = idx ? idx[j] : j;
@@ -518,10 +522,8 @@ static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
     int c4[4][TOP_P_BINS] = {{0}}, cnt[TOP_P_BINS], n = 0;
     int i = 0;
 #if defined(__SSE4_1__)
-    const __m128i top = _mm_set1_epi32(0x3F8), lo = _mm_setzero_si128(), hi = _mm_set1_epi32(TOP_P_BINS - 1);
-#define TOP_K_BINS4(v) _mm_min_epi32(_mm_max_epi32(_mm_sub_epi32(top, _mm_srli_epi32(_mm_castps_si128(v), 20)), lo), hi)
     for (; i + 4 <= V; i += 4) {
-        const __m128i b = TOP_K_BINS4(_mm_loadu_ps(w + i));
+        const __m128i b = weight_bins4(_mm_loadu_ps(w + i));
         c4[0][_mm_cvtsi128_si32(b)]++;
         c4[1][_mm_extract_epi32(b, 1)]++;
         c4[2][_mm_extract_epi32(b, 2)]++;
@@ -547,7 +549,7 @@ static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
     const __m128i vbb = _mm_set1_epi32(bb);
     for (; i + 4 <= V; i += 4) {
         const __m128 v = _mm_loadu_ps(w + i);
-        const __m128i b = TOP_K_BINS4(v);
+        const __m128i b = weight_bins4(v);
         const __m128i later = _mm_cmpgt_epi32(b, vbb), earlier = _mm_cmpgt_epi32(vbb, b);
         _mm_storeu_ps(w + i, _mm_andnot_ps(_mm_castsi128_ps(later), v));
         if (_mm_movemask_ps(_mm_castsi128_ps(later)) == 15) continue;
@@ -556,7 +558,6 @@ static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
         for (; e; e &= e - 1) idx[a++] = i + __builtin_ctz((unsigned)e);
         for (; q; q &= q - 1) idx[c++] = i + __builtin_ctz((unsigned)q);
     }
-#undef TOP_K_BINS4
 #endif
     for (; i < V; i++) {
         if (!(w[i] > 0)) continue;
