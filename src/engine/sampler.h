@@ -43,9 +43,8 @@
  * included, sample_math.h; top_k and top_p settle every token by its weight's bin, an eighth of an
  * octave, and sort only the bin where the count or the mass runs out, with a branchless partition).
  * Before the bins, same run: top_p 1.18-1.20 ms, top_k 50 + top_p 0.98-1.00 ms, min_p (its cut then
- * one compare at a time) 0.44 ms; before the vector
- * passes: 0.20 / 0.55 / 1.45 / 1.23 / 0.77 ms. Samplers are independent, so the engine
- * can run a batch's samplers in parallel on its thread pool.
+ * one compare at a time) 0.44 ms; before the vector passes: 0.20 / 0.55 / 1.45 / 1.23 / 0.77 ms.
+ * Samplers are independent, so the engine can run a batch's samplers in parallel on its thread pool.
  *
  * Stop decisions: mk_sampler_is_stop_token tells the engine whether a sampled token ends the request
  * (EOS unless ignore_eos; any stop_token_id always). Stop strings are matched on text (stop.h).

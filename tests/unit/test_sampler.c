@@ -948,9 +948,9 @@ Test(sampler, filters_match_reference_on_large_vocab) {
 
 /* The host filters settle most ids by their weight's bin (an eighth of an octave) and sort only the
  * bin where top_k's count or top_p's mass runs out. Here that bin's edge is exactly where they run
- * out: k tokens spread over many bins above a gap, the highest id the highest logit (so a cut one bin
- * late picks a wrong threshold), the rest far below; and top_p's target falling in a crowded bin
- * (many equal weights, then a run of distinct ones). Against the literal reference. */
+ * out: k tokens spread over many bins above a gap, the highest id the highest logit, the rest far
+ * below; and top_p's target falling in a crowded bin (many equal weights, then a run of distinct
+ * ones). Against the literal reference. */
 Test(sampler, filters_exact_at_bin_edges) {
     enum { V = 3000 };
     static float l[V];
