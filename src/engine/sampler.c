@@ -430,23 +430,11 @@ static int top_p_prefix(const float *l, const float *w, int32_t *idx, int n, uin
     return i;
 }
 
-/* The bin of a kept weight w in [2^-31, 1]: its float bits' top 12 (exponent and 3 mantissa bits),
- * counted down from w = 1's, so bin 0 holds w = 1 and later bins smaller weights (eighths of an
- * octave; clamped, though the weights stay in range). A larger logit has a weight at least as large,
- * so its bin is no later: the bins cut the candidate order into consecutive runs. */
-#define TOP_P_BINS 256
-static inline int weight_bin(float w) {
-    uint32_t b;
-    memcpy(&b, &w, sizeof b);
-    const int k = (int)(0x3F8u - (b >> 20));
-    return k < 0 ? 0 : k >= TOP_P_BINS ? TOP_P_BINS - 1 : k;
-}
-
 #if defined(__SSE4_1__)
-/* weight_bin of four weights: the same integer steps. */
+/* mk_sample_wbin (sample_math.h: a later bin, a smaller logit) of four weights: the same integer steps. */
 static inline __m128i weight_bins4(__m128 w) {
     const __m128i k = _mm_sub_epi32(_mm_set1_epi32(0x3F8), _mm_srli_epi32(_mm_castps_si128(w), 20));
-    return _mm_min_epi32(_mm_max_epi32(k, _mm_setzero_si128()), _mm_set1_epi32(TOP_P_BINS - 1));
+    return _mm_min_epi32(_mm_max_epi32(k, _mm_setzero_si128()), _mm_set1_epi32(MK_SAMPLE_WBINS - 1));
 }
 #endif
 
@@ -459,15 +447,16 @@ static inline __m128i weight_bins4(__m128 w) {
  * b's candidates, gathered into scratch, go through the partition descent after the earlier bins'
  * mass: the same set as a descent over all of them. */
 static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32_t *scratch, double top_p) {
-    uint64_t h[4][TOP_P_BINS] = {{0}}, bin[TOP_P_BINS], z = 0;
+    uint64_t h[4][MK_SAMPLE_WBINS] = {{0}}, z = 0;
+    unsigned long long bin[MK_SAMPLE_WBINS];
     int j = 0;
 #if defined(__SSE4_1__)
     const __m128 one = _mm_set1_ps(MK_SAMPLE_MASS_ONE);
 #endif
     if (idx) {
         for (; j + 4 <= n; j += 4)
-            for (int q = 0; q < 4; q++) h[q][weight_bin(w[idx[j + q]])] += mk_sample_mass(w[idx[j + q]]);
-        for (; j < n; j++) h[0][weight_bin(w[idx[j]])] += mk_sample_mass(w[idx[j]]);
+            for (int q = 0; q < 4; q++) h[q][mk_sample_wbin(w[idx[j + q]])] += mk_sample_mass(w[idx[j + q]]);
+        for (; j < n; j++) h[0][mk_sample_wbin(w[idx[j]])] += mk_sample_mass(w[idx[j]]);
     } else { /* w = 0 adds mass 0 to the last bin */
 #if defined(__SSE4_1__)
         for (; j + 4 <= n; j += 4) {
@@ -480,14 +469,13 @@ static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32
         }
 #endif
         for (; j + 4 <= n; j += 4)
-            for (int q = 0; q < 4; q++) h[q][weight_bin(w[j + q])] += mk_sample_mass(w[j + q]);
-        for (; j < n; j++) h[0][weight_bin(w[j])] += mk_sample_mass(w[j]);
+            for (int q = 0; q < 4; q++) h[q][mk_sample_wbin(w[j + q])] += mk_sample_mass(w[j + q]);
+        for (; j < n; j++) h[0][mk_sample_wbin(w[j])] += mk_sample_mass(w[j]);
     }
-    for (int b = 0; b < TOP_P_BINS; b++) z += bin[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
+    for (int b = 0; b < MK_SAMPLE_WBINS; b++) z += bin[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
     const double target = top_p * (double)z;
-    int bb = 0;
-    uint64_t before = 0; /* the mass of the bins before bb */
-    while (bb < TOP_P_BINS - 1 && (double)(before + bin[bb]) < target) before += bin[bb++];
+    unsigned long long before; /* the mass of the bins before bb */
+    const int bb = mk_sample_topp_wbin(bin, target, &before);
     int m = 0; /* bin bb's candidates, gathered at scratch[0, m); the later bins' dropped */
     j = 0;
 #if defined(__SSE4_1__)
@@ -505,7 +493,7 @@ static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32
     for (; j < n; j++) {
         const int32_t x = idx ? idx[j] : j;
         if (!(w[x] > 0)) continue;
-        const int o = weight_bin(w[x]);
+        const int o = mk_sample_wbin(w[x]);
         if (o == bb) scratch[m++] = x;
         else if (o > bb) w[x] = 0;
     }
@@ -515,11 +503,12 @@ static void top_p_cut(const float *l, float *w, const int32_t *idx, int n, int32
 
 /* top_k: zeroes the weight of every id (of w[0, V)) after the k-th in candidate order, except those
  * tied with the k-th's logit (kept, as vLLM does), and leaves the survivors in idx[0, n) (any
- * order); returns n. The weights' bins (weight_bin: a later bin, a smaller logit) are counted in one
+ * order); returns n. The weights' bins (mk_sample_wbin: a later bin, a smaller logit) are counted in one
  * pass; the bin b holding the k-th settles every other: earlier bins' ids are kept (their logits
  * exceed the k-th's), later ones dropped (below it). Only bin b's ids go through the selection. */
 static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
-    int c4[4][TOP_P_BINS] = {{0}}, cnt[TOP_P_BINS], n = 0;
+    int c4[4][MK_SAMPLE_WBINS] = {{0}}, n = 0;
+    unsigned long long cnt[MK_SAMPLE_WBINS];
     int i = 0;
 #if defined(__SSE4_1__)
     for (; i + 4 <= V; i += 4) {
@@ -530,19 +519,19 @@ static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
         c4[3][_mm_extract_epi32(b, 3)]++;
     }
 #endif
-    for (; i < V; i++) c4[0][weight_bin(w[i])]++;
+    for (; i < V; i++) c4[0][mk_sample_wbin(w[i])]++;
     /* w = 0 lands in the last bin, which no kept weight reaches (2^-31 is bin 248) */
-    for (int b = 0; b < TOP_P_BINS; b++) cnt[b] = c4[0][b] + c4[1][b] + c4[2][b] + c4[3][b];
-    cnt[TOP_P_BINS - 1] = 0;
-    for (int b = 0; b < TOP_P_BINS; b++) n += cnt[b];
+    for (int b = 0; b < MK_SAMPLE_WBINS; b++) cnt[b] = c4[0][b] + c4[1][b] + c4[2][b] + c4[3][b];
+    cnt[MK_SAMPLE_WBINS - 1] = 0;
+    for (int b = 0; b < MK_SAMPLE_WBINS; b++) n += (int)cnt[b];
     if (n <= k) { /* nothing to cut */
         n = 0;
         for (i = 0; i < V; i++)
             if (w[i] > 0) idx[n++] = i;
         return n;
     }
-    int bb = 0, before = 0; /* ids in the bins before bb: fewer than k */
-    while (before + cnt[bb] < k) before += cnt[bb++];
+    unsigned long long bk; /* ids in the bins before bb: fewer than k */
+    const int bb = mk_sample_topk_wbin(cnt, (unsigned long long)k, &bk), before = (int)bk;
     int a = 0, c = before; /* earlier bins' ids at idx[0, before), bin bb's at idx[before, ...) */
     i = 0;
 #if defined(__SSE4_1__)
@@ -561,7 +550,7 @@ static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
 #endif
     for (; i < V; i++) {
         if (!(w[i] > 0)) continue;
-        const int b = weight_bin(w[i]);
+        const int b = mk_sample_wbin(w[i]);
         if (b < bb) idx[a++] = i;
         else if (b == bb) idx[c++] = i;
         else w[i] = 0;

@@ -241,6 +241,73 @@ MK_SM_FN int mk_sample_topp_bin(const unsigned long long *hist, unsigned long lo
 /* The integer mass of weight w (0 <= w <= 1): floor(w * 2^31), exact (a power-of-two scale). */
 MK_SM_FN uint32_t mk_sample_mass(float w) { return (uint32_t)MK_SM_MUL(w, MK_SAMPLE_MASS_ONE); }
 
+/* ---- weight bins: the host sampler's top_k / top_p cuts (sampler.c) and the GPU draw's (tuning
+ * sample_bins) first sort the candidates into bins by weight ----
+ * The bin of a weight w in [2^-31, 1]: its float bits' top 12 (exponent and 3 mantissa bits), counted
+ * down from w = 1's, so bin 0 holds w = 1 and later bins smaller weights, an eighth of an octave each
+ * (2^-31 is bin 248; w = 0 is clamped into the last, 255, which no candidate reaches). mk_sample_exp is
+ * not monotonic (2861 adjacent floats x in [-30, 0] have e^x one ulp below e^x of the float before),
+ * but its bins are: as x grows, mk_sample_wbin(mk_sample_exp(x)) never grows (checked for every float
+ * in [-30, 0]; tests/unit/test_sampler.c re-checks every float near each bin's edge). A weight is
+ * mk_sample_exp of (l - max) * inv_t, which does not decrease as l grows, so a token in an earlier bin
+ * has a larger logit than any token in a later one: the bins cut the candidate order (logit
+ * descending) into consecutive runs, and a cut by count (top_k) or by mass (top_p) is settled for
+ * every bin but the one where the count or the mass runs out. */
+#define MK_SAMPLE_WBINS 256
+MK_SM_FN int mk_sample_wbin(float w) {
+    uint32_t b;
+#if defined(__CUDA_ARCH__)
+    b = __float_as_uint(w);
+#else
+    memcpy(&b, &w, sizeof b);
+#endif
+    const int k = (int)(0x3F8u - (b >> 20));
+    return k < 0 ? 0 : k >= MK_SAMPLE_WBINS ? MK_SAMPLE_WBINS - 1 : k;
+}
+
+/* The least mass of a candidate in bin b (its lower edge's, at least 1): a bin with mass m holds at
+ * most m / mk_sample_wbin_min_mass(b) candidates (at most 1.125x the count: a bin spans an eighth of
+ * an octave). */
+MK_SM_FN uint32_t mk_sample_wbin_min_mass(int b) {
+    const uint32_t bits = (0x3F8u - (uint32_t)b) << 20;
+    float e;
+#if defined(__CUDA_ARCH__)
+    e = __uint_as_float(bits);
+#else
+    memcpy(&e, &bits, sizeof e);
+#endif
+    const uint32_t m = mk_sample_mass(e); /* 0 below bin 248's edge, 2^-31 */
+    return m ? m : 1u;
+}
+
+/* top_k by bins: cnt[MK_SAMPLE_WBINS] counts the candidates by bin (cnt[255] ignored: w = 0), and
+ * k (>= 1) is at most their number. The bin holding the k-th candidate (in candidate order), with
+ * *before (the candidates in earlier bins: fewer than k). */
+MK_SM_FN int mk_sample_topk_wbin(const unsigned long long *cnt, unsigned long long k, unsigned long long *before) {
+    int b = 0;
+    unsigned long long c = 0;
+    while (b < MK_SAMPLE_WBINS - 1 && c + cnt[b] < k) c += cnt[b++];
+    *before = c;
+    return b;
+}
+
+/* top_p by bins: mass[MK_SAMPLE_WBINS] holds the candidates' masses by bin, target (> 0) top_p
+ * times their total. The bin where the running mass reaches the target, with *before (the mass of
+ * the earlier bins: < target). The earlier bins' candidates are kept (the mass before each is below
+ * *before), the later ones' dropped (the mass before each reaches the target); in bin b, those
+ * whose mass before them, counting *before, is below the target. */
+MK_SM_FN int mk_sample_topp_wbin(const unsigned long long *mass, double target, unsigned long long *before) {
+    int b = 0;
+    unsigned long long c = 0;
+    while (b < MK_SAMPLE_WBINS - 1 && (double)(c + mass[b]) < target) c += mass[b++];
+    *before = c;
+    return b;
+}
+
+/* The GPU draw's bound on the candidates of one bin it gathers into shared memory (tuning
+ * sample_bins; more: the radix passes run over the whole row). */
+#define MK_SAMPLE_GATHER 2048
+
 /* floor(u53 * z / 2^53) for u53 < 2^53: the draw's target in [0, z) (z > 0), exact: the high
  * 64 bits of the 128-bit product (u53 * 2^11) * z. */
 MK_SM_FN uint64_t mk_sample_target(uint64_t u53, uint64_t z) {

@@ -119,13 +119,104 @@ Test(sample_math, weights_vector_equals_scalar) {
     cr_log_info("mk_sample_weights = mk_sample_weight on %d values", checked);
 }
 
+/* The weight bins (sample_math.h) that the host sampler's cuts and the GPU draw's rely on: as x grows,
+ * the bin of mk_sample_exp(x) never grows, though mk_sample_exp itself is not monotonic (checked
+ * here for every float within 2^14 ulps of each bin edge's x, where a step back could cross an
+ * edge, and every 61st float of [-30, 0]); a bin's least mass is its lower edge's, where the bin
+ * starts. */
+Test(sample_math, weight_bins_follow_the_logits) {
+    long checked = 0;
+    for (int b = 1; b <= 248; b++) {
+        const uint32_t eb = (0x3F8u - (uint32_t)b) << 20; /* bin b's lower edge: bin b - 1 starts above it */
+        float e, below;
+        memcpy(&e, &eb, sizeof e);
+        const uint32_t bb = eb - 1;
+        memcpy(&below, &bb, sizeof below);
+        cr_assert_eq(mk_sample_wbin(e), b);
+        cr_assert_eq(mk_sample_wbin(below), b + 1 > 255 ? 255 : b + 1);
+        cr_assert_eq(mk_sample_wbin_min_mass(b), mk_sample_mass(e) ? mk_sample_mass(e) : 1u);
+        cr_assert(mk_sample_mass(below) <= mk_sample_mass(e));
+        float xe = logf(e); /* x near the edge (negative: walking up means the bits go down) */
+        uint32_t u;
+        memcpy(&u, &xe, sizeof u);
+        int prev = 999;
+        for (uint32_t q = u + 16384; q >= u - 16384 && q >= 0x80000000u; q--) {
+            float x;
+            memcpy(&x, &q, sizeof x);
+            const float w = mk_sample_weight(x, 0.0f, 1.0f);
+            if (!(w > 0.0f)) continue;
+            const int k = mk_sample_wbin(w);
+            cr_assert(prev == 999 || k <= prev, "x %a: bin %d after %d", (double)x, k, prev);
+            prev = k;
+            checked++;
+        }
+    }
+    const float lo = -30.0f;
+    uint32_t ulo;
+    memcpy(&ulo, &lo, sizeof ulo);
+    int prev = 999;
+    for (uint32_t q = ulo; q > 0x80000000u; q -= q > 0x80000000u + 61 ? 61 : q - 0x80000000u) {
+        float x;
+        memcpy(&x, &q, sizeof x);
+        const float w = mk_sample_weight(x, 0.0f, 1.0f);
+        if (!(w > 0.0f)) continue;
+        const int k = mk_sample_wbin(w);
+        cr_assert(prev == 999 || k <= prev, "x %a: bin %d after %d", (double)x, k, prev);
+        prev = k;
+        checked++;
+    }
+    cr_assert_eq(mk_sample_wbin(1.0f), 0);
+    cr_assert_eq(mk_sample_wbin(0.0f), MK_SAMPLE_WBINS - 1);
+    cr_assert_eq(mk_sample_wbin(MK_SAMPLE_W_MIN), 248);
+    cr_log_info("weight bins never grow with x on %ld floats", checked);
+}
+
 /* The GPU draw's algorithm (src/ops/cuda/sample.cu's k_sample_rows) run serially on the host with
  * the same sample_math.h pieces: the weights, top_k's radix select over the logit keys, top_p's
- * radix descent over the order keys with integer masses, the inverse CDF in id order. Returns the
- * token, -1 when every logit is -inf / NaN. */
-static int32_t radix_draw(const float *lg, int V, const mk_sample_draw *d) {
+ * radix descent over the order keys with integer masses, the inverse CDF in id order. With bins
+ * (the tuning's sample_bins) top_k and top_p first find the weight bin where their cut falls
+ * (mk_sample_topk_wbin / mk_sample_topp_wbin) and, where that bin's candidates fit the kernel's
+ * gather (MK_SAMPLE_GATHER, bounded as the kernel bounds them), run the radix passes over those only.
+ * Returns the token, -1 when every logit is -inf / NaN; cut[0] counts the cuts made over the whole
+ * row, cut[1] those made over a gathered bin. */
+typedef struct {
+    unsigned long long key;
+    uint32_t mass;
+} radix_item;
+
+/* top_k's radix select over it[0, n): the value of the k-th largest key (k <= n) */
+static uint32_t radix_topk(const radix_item *it, int n, unsigned long long k) {
+    unsigned long long hist[256];
+    uint32_t prefix = 0, mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        memset(hist, 0, sizeof hist);
+        for (int i = 0; i < n; i++)
+            if (((uint32_t)it[i].key & mask) == prefix) hist[((uint32_t)it[i].key >> shift) & 255u]++;
+        prefix |= (uint32_t)mk_sample_topk_bin(hist, k, &k) << shift;
+        mask |= 255u << shift;
+    }
+    return prefix;
+}
+
+/* top_p's radix descent over it[0, n) after the mass above: the key of the last kept */
+static unsigned long long radix_topp(const radix_item *it, int n, unsigned long long above, double target) {
+    unsigned long long hist[256], prefix = 0, mask = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        memset(hist, 0, sizeof hist);
+        for (int i = 0; i < n; i++)
+            if ((it[i].key & mask) == prefix) hist[(it[i].key >> shift) & 255u] += it[i].mass;
+        const int b = mk_sample_topp_bin(hist, above, target, &above);
+        cr_assert(b >= 0, "top_p pass at shift %d: no kept bin", shift);
+        prefix |= (unsigned long long)b << shift;
+        mask |= 255ull << shift;
+    }
+    return prefix;
+}
+
+static int32_t radix_draw_bins(const float *lg, int V, const mk_sample_draw *d, int bins, int *cut) {
     float *l = malloc(sizeof(float) * (size_t)V), *w = malloc(sizeof(float) * (size_t)V);
-    cr_assert(l && w);
+    radix_item *it = malloc(sizeof(radix_item) * (size_t)V);
+    cr_assert(l && w && it);
     float mx = -INFINITY;
     for (int i = 0; i < V; i++) {
         l[i] = isnan(lg[i]) ? -INFINITY : lg[i] == INFINITY ? 3.4028235e38f : lg[i];
@@ -133,48 +224,56 @@ static int32_t radix_draw(const float *lg, int V, const mk_sample_draw *d) {
     }
     int32_t tok = -1;
     if (mx == -INFINITY) goto out;
-    unsigned long long n = 0;
+    unsigned long long n = 0, hist[MK_SAMPLE_WBINS];
+    memset(hist, 0, sizeof hist);
     for (int i = 0; i < V; i++) {
         w[i] = mk_sample_weight(l[i], mx, d->inv_t);
         if (d->min_p > 0.0f && w[i] < d->min_p) w[i] = 0.0f;
         n += w[i] > 0.0f;
+        if (w[i] > 0.0f) hist[mk_sample_wbin(w[i])]++;
     }
     float thr = -INFINITY;
-    unsigned long long hist[256];
     if (d->top_k > 0 && d->top_k < V && n > (unsigned long long)d->top_k) {
-        uint32_t prefix = 0, mask = 0;
-        unsigned long long k = (unsigned long long)d->top_k;
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            memset(hist, 0, sizeof hist);
-            for (int i = 0; i < V; i++) {
-                const uint32_t key = mk_sample_key(l[i]);
-                if (w[i] > 0.0f && (key & mask) == prefix) hist[(key >> shift) & 255u]++;
-            }
-            prefix |= (uint32_t)mk_sample_topk_bin(hist, k, &k) << shift;
-            mask |= 255u << shift;
+        unsigned long long k = (unsigned long long)d->top_k, before;
+        const int bb = mk_sample_topk_wbin(hist, k, &before);
+        int m = 0;
+        if (bins && hist[bb] <= MK_SAMPLE_GATHER) { /* the bin's candidates only, the rank left in it */
+            for (int i = 0; i < V; i++)
+                if (w[i] > 0.0f && mk_sample_wbin(w[i]) == bb) it[m++] = (radix_item){mk_sample_key(l[i]), 0};
+            cr_assert_eq((unsigned long long)m, hist[bb]);
+            k -= before;
+            cut[1]++;
+        } else {
+            cut[0]++;
+            for (int i = 0; i < V; i++)
+                if (w[i] > 0.0f) it[m++] = (radix_item){mk_sample_key(l[i]), 0};
         }
-        thr = mk_sample_unkey(prefix);
+        thr = mk_sample_unkey(radix_topk(it, m, k));
     }
     unsigned long long kstar = 0;
     if (d->top_p < 1.0f) {
         unsigned long long n2 = 0, z = 0;
+        memset(hist, 0, sizeof hist);
         for (int i = 0; i < V; i++)
-            if (w[i] > 0.0f && l[i] >= thr) n2++, z += mk_sample_mass(w[i]);
+            if (w[i] > 0.0f && l[i] >= thr) n2++, z += mk_sample_mass(w[i]), hist[mk_sample_wbin(w[i])] += mk_sample_mass(w[i]);
         if (n2 > 1) {
             const double target = (double)d->top_p * (double)z;
-            unsigned long long prefix = 0, mask = 0, above = 0;
-            for (int shift = 56; shift >= 0; shift -= 8) {
-                memset(hist, 0, sizeof hist);
-                for (int i = 0; i < V; i++) {
-                    const unsigned long long key = mk_sample_order_key(l[i], i);
-                    if (w[i] > 0.0f && l[i] >= thr && (key & mask) == prefix) hist[(key >> shift) & 255u] += mk_sample_mass(w[i]);
-                }
-                const int b = mk_sample_topp_bin(hist, above, target, &above);
-                cr_assert(b >= 0, "top_p pass at shift %d: no kept bin", shift);
-                prefix |= (unsigned long long)b << shift;
-                mask |= 255ull << shift;
+            unsigned long long above;
+            const int bb = mk_sample_topp_wbin(hist, target, &above);
+            int m = 0;
+            if (bins && hist[bb] / mk_sample_wbin_min_mass(bb) <= MK_SAMPLE_GATHER) {
+                for (int i = 0; i < V; i++)
+                    if (w[i] > 0.0f && l[i] >= thr && mk_sample_wbin(w[i]) == bb)
+                        it[m++] = (radix_item){mk_sample_order_key(l[i], i), mk_sample_mass(w[i])};
+                cr_assert(m >= 1 && m <= MK_SAMPLE_GATHER, "bin %d: %d gathered", bb, m);
+                cut[1]++;
+            } else {
+                cut[0]++;
+                above = 0;
+                for (int i = 0; i < V; i++)
+                    if (w[i] > 0.0f && l[i] >= thr) it[m++] = (radix_item){mk_sample_order_key(l[i], i), mk_sample_mass(w[i])};
             }
-            kstar = prefix;
+            kstar = radix_topp(it, m, above, target);
         }
     }
     unsigned long long total = 0, c = 0;
@@ -184,12 +283,23 @@ static int32_t radix_draw(const float *lg, int V, const mk_sample_draw *d) {
     for (int i = 0; i < V && tok < 0; i++)
         if (w[i] > 0.0f && l[i] >= thr && mk_sample_order_key(l[i], i) >= kstar && (c += mk_sample_mass(w[i])) > t) tok = i;
 out:
-    free(l), free(w);
+    free(l), free(w), free(it);
     return tok;
 }
 
-/* That algorithm = mk_sampler_sample, token for token: 5000 spread logits and 1000 on a 0.25 grid
- * (massive ties), settings of temperature, min_p, top_k and top_p, many seeds; rows with NaN, -inf,
+/* The draw both ways (without and with bins): the same token, which it returns. bin_cuts counts the
+ * cuts with bins over the whole row ([0]) and over a gathered bin ([1]). */
+static int bin_cuts[2];
+static int32_t radix_draw(const float *lg, int V, const mk_sample_draw *d) {
+    int plain[2] = {0, 0};
+    const int32_t a = radix_draw_bins(lg, V, d, 0, plain), b = radix_draw_bins(lg, V, d, 1, bin_cuts);
+    cr_assert_eq(a, b, "the draw with bins gives %d, without %d", b, a);
+    cr_assert_eq(plain[1], 0);
+    return a;
+}
+
+/* That algorithm = mk_sampler_sample, token for token: 5000 spread logits, 1000 on a 0.25 grid
+ * (massive ties) and 5000 near-uniform ones (the cuts' weight bins too crowded to gather), settings of temperature, min_p, top_k and top_p, many seeds; rows with NaN, -inf,
  * -0 / +0, +inf; an all -inf row. What the GPU kernel adds to this is the parallel plumbing only. */
 Test(sample_math, gpu_draw_algorithm_equals_sampler) {
     static const struct { float T, min_p; int k; float top_p; } set[] = {
@@ -200,12 +310,14 @@ Test(sample_math, gpu_draw_algorithm_equals_sampler) {
     enum { VMAX = 5000 };
     static float row[VMAX], l[VMAX];
     int checked = 0, nontrivial = 0;
-    for (int shape = 0; shape < 2; shape++) {
-        const int V = shape ? 1000 : VMAX;
+    for (int shape = 0; shape < 3; shape++) {
+        const int V = shape == 1 ? 1000 : VMAX;
         for (int r = 0; r < 40; r++) {
             for (int i = 0; i < V; i++) {
                 const double u = mk_philox_uniform(600 + (uint64_t)r + 100 * (uint64_t)shape, (uint64_t)i, 3);
-                row[i] = shape ? (float)(floor(u * 40) * 0.25 - 5) : (float)(u * u * u * 14.0 - 4.0);
+                row[i] = shape == 1   ? (float)(floor(u * 40) * 0.25 - 5)
+                         : shape == 2 ? (float)(u * 0.05 + 1.0) /* near-uniform: the cuts' bins are crowded */
+                                      : (float)(u * u * u * 14.0 - 4.0);
             }
             if (r % 5 == 1) row[3] = NAN, row[V / 2] = -INFINITY, row[V - 1] = -0.0f, row[V - 2] = 0.0f;
             if (r == 7) row[11] = INFINITY, row[V - 7] = INFINITY;
@@ -233,7 +345,49 @@ Test(sample_math, gpu_draw_algorithm_equals_sampler) {
         }
     }
     cr_assert(nontrivial > checked / 2);
-    cr_log_info("the GPU draw's algorithm = the sampler on %d rows", checked);
+    /* both of the kernel's ways with bins ran: the cut's bin gathered, and too full to be */
+    cr_assert(bin_cuts[0] > 20 && bin_cuts[1] > 200, "cuts over the row %d, over a gathered bin %d", bin_cuts[0],
+              bin_cuts[1]);
+    cr_log_info("the GPU draw's algorithm = the sampler on %d rows (with bins: %d cuts over a gathered bin, %d over "
+                "the row)",
+                checked, bin_cuts[1], bin_cuts[0]);
+}
+
+/* top_p's target exactly at a weight bin's end: token 0 (weight 1, bin 0) and tokens 1, 2 (weight 0.5
+ * each, bin 8) make a total mass of 2^32, and top_p 0.5 puts the target at 2^31, bin 0's mass. Token 1
+ * has exactly the target before it, so only token 0 is kept; the cut's bin must be bin 0 (a later
+ * one would start at the target, where the GPU draw's descent finds no kept candidate). Just above
+ * 0.5, token 1 is kept too. */
+Test(sample_math, gpu_draw_top_p_target_at_a_bin_end) {
+    enum { V = 16 };
+    float row[V], l[V];
+    const float half = -0x1.62e43p-1f; /* mk_sample_exp of it is 0.5 exactly */
+    cr_assert_eq(mk_sample_weight(half, 0.0f, 1.0f), 0.5f);
+    for (int i = 0; i < V; i++) row[i] = -40.0f;
+    row[0] = 0.0f, row[1] = row[2] = half;
+    unsigned long long mass[MK_SAMPLE_WBINS] = {0}, before = 7;
+    mass[0] = 1ull << 31, mass[8] = 1ull << 31;
+    cr_assert_eq(mk_sample_topp_wbin(mass, 0.5 * 4294967296.0, &before), 0);
+    cr_assert_eq(before, 0);
+    const int cuts = bin_cuts[1];
+    for (int c = 0; c < 2; c++)
+        for (int seed = 0; seed < 24; seed++) {
+            mk_sampling_params p;
+            mk_sampling_defaults(&p);
+            p.temperature = 1.0f, p.top_p = c ? 0.50000006f : 0.5f;
+            p.seed = 5100 + (uint64_t)seed, p.has_seed = 1;
+            mk_sampler *s = make(&p, V, NULL, 0, NULL, 0);
+            mk_sample_draw d;
+            cr_assert(mk_sampler_plain_draw(s, &d));
+            memcpy(l, row, sizeof row);
+            mk_sample_out o;
+            mk_err err = {0};
+            cr_assert_eq(mk_sampler_sample(s, l, &o, &err), MK_OK, "%s", err.msg);
+            cr_assert(c ? o.token == 0 || o.token == 1 : o.token == 0, "top_p %g: token %d", (double)p.top_p, o.token);
+            cr_assert_eq(radix_draw(row, V, &d), o.token);
+            mk_sampler_free(s);
+        }
+    cr_assert_eq(bin_cuts[1] - cuts, 48); /* every draw cut over a gathered bin */
 }
 
 /* mk_sampler_model_step: what the model does with it (the logits sanitized as its kernels read them,
