@@ -13,6 +13,9 @@
  *      (MK_CUDA_LIN_REUSE_X), i.e. the GEMV alone. cuBLAS's bf16 GEMV gives a reference point.
  *   3. The FP8 GEMM at m = 64 / 256 against cuBLAS bf16 GEMM (bf16 weights and activations, fp32
  *      accumulation) on the same shapes, and cuBLAS bf16 at 8192^3 as the matrix-rate ceiling.
+ *   4. The GPU draw (mk_cuda_sample_rows) at vocabulary 129280, 1 and 64 rows, over peaked (normal,
+ *      sd 2.5) and near-uniform logits, under each of its tunings (sample_agg, sample_cluster,
+ *      sample_bins): time per call.
  *
  * Weights are random bytes in the real formats (FP8 without NaN codes, FP4, e8m0 scales near
  * 2^-7), activations random bf16 values: never zeros, which run faster than real data.
@@ -21,6 +24,7 @@
 #include "ops/cuda/ops_cuda.h"
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -557,6 +561,78 @@ static void bench_gemm(void) {
     out("\n");
 }
 
+/* ---- 4. the GPU draw ------------------------------------------------------------------------ */
+
+typedef struct {
+    const float *logits;
+    const mk_sample_draw *draws;
+    float *ws;
+    int32_t *out;
+    int rows, V;
+} smp_arg;
+static void w_sample(void *arg, int i) {
+    (void)i;
+    smp_arg *A = (smp_arg *)arg;
+    MK(mk_cuda_sample_rows(ctx, A->logits, A->rows, A->V, A->draws, A->ws, A->out, &err_));
+}
+
+static void bench_sample(void) {
+    enum { V = 129280, RMAX = 64 };
+    static const struct { const char *name; float T; int k; float top_p; } set[] = {
+        {"T 0.8, top_p 0.95", 0.8f, 0, 0.95f}, {"T 1, top_k 50, top_p 0.9", 1.0f, 50, 0.9f}, {"T 1 (no cut)", 1.0f, 0, 1.0f}};
+    float *x = (float *)malloc(sizeof(float) * (size_t)RMAX * V);
+    mk_sample_draw *dr = (mk_sample_draw *)malloc(sizeof(mk_sample_draw) * RMAX);
+    float *dx = (float *)dalloc(sizeof(float) * (size_t)RMAX * V), *dws = (float *)dalloc(sizeof(float) * (size_t)RMAX * V);
+    mk_sample_draw *ddr = (mk_sample_draw *)dalloc(sizeof(mk_sample_draw) * RMAX);
+    int32_t *dout = (int32_t *)dalloc(sizeof(int32_t) * RMAX);
+    mk_cuda_tuning def, tu;
+    mk_cuda_ctx_get_tuning(ctx, &def);
+    out("## GPU draw (mk_cuda_sample_rows), vocabulary %d: us per call (CUDA-graph replay)\n\n", V);
+    out("tunings: agg = sample_agg, cl = sample_cluster, bins = sample_bins; logits: normal (sd 2.5, a peaked "
+        "model-like row) or near-uniform (1 + 0.05 u: every cut's weight bin too full to gather)\n\n");
+    out("| logits | setting | rows | plain | agg | cl | cl+agg | bins | agg+bins | cl+bins | cl+agg+bins |\n");
+    out("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (int kind = 0; kind < 2; kind++) {
+        for (size_t i = 0; i < (size_t)RMAX * V; i++) {
+            st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+            const double u1 = ((st >> 11) + 0.5) / 9007199254740992.0;
+            st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+            const double u2 = ((st >> 11) + 0.5) / 9007199254740992.0;
+            x[i] = kind ? (float)(1.0 + 0.05 * u1) : (float)(2.5 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        }
+        CU(cudaMemcpy(dx, x, sizeof(float) * (size_t)RMAX * V, cudaMemcpyHostToDevice));
+        for (size_t c = 0; c < sizeof set / sizeof set[0]; c++) {
+            for (int r = 0; r < RMAX; r++) {
+                memset(&dr[r], 0, sizeof dr[r]);
+                dr[r].inv_t = 1.0f / set[c].T, dr[r].top_p = set[c].top_p, dr[r].top_k = set[c].k, dr[r].rep = 1.0f;
+                dr[r].u53 = (uint64_t)(r + 1) * 0x123456789abull % (1ull << 53);
+            }
+            CU(cudaMemcpy(ddr, dr, sizeof(mk_sample_draw) * RMAX, cudaMemcpyHostToDevice));
+            for (int rows = 1; rows <= RMAX; rows *= RMAX) {
+                smp_arg A = {dx, ddr, dws, dout, rows, V};
+                char line[512];
+                int n = snprintf(line, sizeof line, "| %s | %s | %d |", kind ? "near-uniform" : "normal", set[c].name, rows);
+                int32_t ref[RMAX], got[RMAX];
+                for (int way = 0; way < 8; way++) {
+                    tu = def;
+                    tu.sample_agg = way & 1, tu.sample_cluster = (way >> 1) & 1, tu.sample_bins = way >> 2;
+                    mk_cuda_ctx_set_tuning(ctx, &tu);
+                    const double t = time_graph(w_sample, &A, 10, 9);
+                    CU(cudaMemcpy(way ? got : ref, dout, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost));
+                    const int same = !way || !memcmp(got, ref, sizeof(int32_t) * rows);
+                    n += snprintf(line + n, sizeof line - n, " %.1f%s |", t * 1e6, same ? "" : " (tokens differ!)");
+                }
+                mk_cuda_ctx_set_tuning(ctx, &def);
+                out("%s\n", line);
+            }
+        }
+    }
+    out("\n");
+    cudaFree(dx), cudaFree(dws), cudaFree(ddr), cudaFree(dout);
+    free(x), free(dr);
+}
+
 int main(int argc, char **argv) {
     if (mk_cuda_device_count() == 0) {
         printf("skipped: no CUDA device\n");
@@ -584,6 +660,7 @@ int main(int argc, char **argv) {
     bench_bandwidth();
     bench_decode();
     bench_gemm();
+    bench_sample();
     MK(mk_cuda_ctx_sync(ctx, &err_));
 #if MK_HAVE_CUBLAS
     cublasDestroy(cub);

@@ -991,8 +991,8 @@ static void test_argmax_rows(int n) {
 
 /* The GPU draw (mk_cuda_sample_rows) = the host sampler's token (mk_sampler_sample at step 0 of a
  * seeded request), row by row, over settings of temperature, min_p, top_k and top_p and several
- * seeds. ties: logits on a 0.25 grid (many exact ties: the id order decides top_k / top_p); else a
- * model-like spread. Some rows carry NaN, -inf, -0 / +0 and +inf (FLT_MAX after sanitizing); the
+ * seeds. ties 1: logits on a 0.25 grid (many exact ties: the id order decides top_k / top_p); 2:
+ * near-uniform (every cut's weight bin too full to gather, with sample_bins); 0: a model-like spread. Some rows carry NaN, -inf, -0 / +0 and +inf (FLT_MAX after sanitizing); the
  * last row is all -inf: -1 on the GPU, MK_ERANGE on the host. */
 static void test_sample_rows(int V, int ties) {
     static const struct { float T, min_p; int k; float top_p; } set[] = {
@@ -1009,7 +1009,9 @@ static void test_sample_rows(int V, int ties) {
         float *q = x + (size_t)r * V;
         for (int i = 0; i < V; i++) {
             const double u = mk_philox_uniform(500 + (uint64_t)r, (uint64_t)i, 1);
-            q[i] = ties ? (float)(floor(u * 40) * 0.25 - 5) : (float)(u * u * u * 14.0 - 4.0);
+            q[i] = ties == 1   ? (float)(floor(u * 40) * 0.25 - 5)
+                   : ties == 2 ? (float)(u * 0.05 + 1.0)
+                               : (float)(u * u * u * 14.0 - 4.0);
         }
         if (r % 4 == 1) q[3] = NAN, q[V / 2] = -INFINITY, q[V - 1] = -0.0f, q[V - 2] = 0.0f;
         if (r == 7) q[11] = INFINITY, q[V - 7] = INFINITY; /* two at FLT_MAX: only they remain */
@@ -1046,14 +1048,15 @@ static void test_sample_rows(int V, int ties) {
     mk_sample_draw *ddr = dup_dev(dr, sizeof(mk_sample_draw) * R);
     int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
     /* both ways of adding to the passes' histograms (tuning sample_agg), by one block and by a cluster
-     * of blocks per row (tuning sample_cluster) */
-    for (int way = 0; way < 4; way++) {
-        const int agg = way & 1, cl = way >> 1;
+     * of blocks per row (tuning sample_cluster), with and without the weight bins (sample_bins) */
+    for (int way = 0; way < 8; way++) {
+        const int agg = way & 1, cl = (way >> 1) & 1, bins = way >> 2;
         mk_cuda_tuning tu0, tu;
         mk_cuda_ctx_get_tuning(ctx, &tu0);
         tu = tu0;
         tu.sample_agg = agg;
         tu.sample_cluster = cl;
+        tu.sample_bins = bins;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         CK(mk_cuda_memset(ctx, dout, 0x5a, sizeof(int32_t) * R, &err_));
         /* a launch the device refuses (a cluster that does not fit, say) fails this check only */
@@ -1068,8 +1071,8 @@ static void test_sample_rows(int V, int ties) {
         n_checks++;
         if (!pass) n_fail++;
         char shape[64];
-        snprintf(shape, sizeof shape, "V%d %s%s%s", V, ties ? "ties" : "spread", agg ? ", sample_agg" : "",
-                 cl ? ", cluster" : "");
+        snprintf(shape, sizeof shape, "V%d %s%s%s%s", V, ties == 1 ? "ties" : ties == 2 ? "uniform" : "spread",
+                 agg ? ", agg" : "", cl ? ", cluster" : "", bins ? ", bins" : "");
         printf("| %-40s | %-26s | %d rows (T, min_p, top_k, top_p; NaN / inf / -0; all -inf; one without a draw): "
                "the host sampler's token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, pass ? "PASS" : "FAIL",
                differ);
@@ -1145,11 +1148,13 @@ static void test_sample_adjusted(int V) {
     mk_sample_draw *ddr = dup_dev(dr, sizeof(mk_sample_draw) * R);
     mk_sample_adj *dadj = dup_dev(adj, sizeof(mk_sample_adj) * (n_adj ? n_adj : 1));
     int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
-    for (int cl = 0; cl < 2; cl++) {
+    for (int way = 0; way < 4; way++) {
+        const int cl = way & 1, bins = way >> 1;
         mk_cuda_tuning tu0, tu;
         mk_cuda_ctx_get_tuning(ctx, &tu0);
         tu = tu0;
         tu.sample_cluster = cl;
+        tu.sample_bins = bins;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         CK(mk_cuda_upload(ctx, dx, x, sizeof(float) * (size_t)R * V, &err_)); /* adjusted in place: fresh rows */
         mk_err se = {0};
@@ -1165,7 +1170,7 @@ static void test_sample_adjusted(int V) {
         n_checks++;
         if (!pass) n_fail++;
         char shape[64];
-        snprintf(shape, sizeof shape, "V%d%s", V, cl ? ", cluster" : "");
+        snprintf(shape, sizeof shape, "V%d%s%s", V, cl ? ", cluster" : "", bins ? ", bins" : "");
         printf("| %-40s | %-26s | %d rows (bias, masked stops, penalties; greedy and drawn; %zu adjusted tokens): "
                "the host sampler's token: %s (%d differ) |\n", "sample rows with adjustments", shape, R, n_adj,
                pass ? "PASS" : "FAIL", differ);
@@ -2809,6 +2814,7 @@ int main(int argc, char **argv) {
     test_sample_rows(129280, 0);
     test_sample_rows(1000, 1);
     test_sample_rows(13, 1); /* slices of 1 or 2 ids per block of a cluster */
+    test_sample_rows(129280, 2);
     test_sample_adjusted(129280);
     test_sample_adjusted(3000);
     test_rmsnorm(5, 4096, 1, 0);

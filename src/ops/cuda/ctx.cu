@@ -165,6 +165,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
     ctx->tune.sample_agg = env_switch("MINKE_CUDA_SAMPLE_AGG", 0); /* not yet run on a GPU: off */
     ctx->tune.sample_cluster = env_switch("MINKE_CUDA_SAMPLE_CLUSTER", 0); /* not yet run on a GPU: off */
+    ctx->tune.sample_bins = env_switch("MINKE_CUDA_SAMPLE_BINS", 0); /* not yet run on a GPU: off */
     /* the L2 lane (lane.cu): MiB per prefetch; not yet run on a GPU: off */
     ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
@@ -321,6 +322,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.index_fuse = ctx->tune.index_fuse != 0;
     ctx->tune.sample_agg = ctx->tune.sample_agg != 0;
     ctx->tune.sample_cluster = ctx->tune.sample_cluster != 0;
+    ctx->tune.sample_bins = ctx->tune.sample_bins != 0;
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
     if (ctx->tune.ri_l2_pf < 0) ctx->tune.ri_l2_pf = 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;

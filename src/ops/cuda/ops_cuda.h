@@ -163,6 +163,10 @@ typedef struct {
     int sample_cluster;    /* 1: the GPU draw runs on a cluster of 8 blocks per row, each holding a slice of
                             * the row in shared memory (mk_cuda_sample_rows; same tokens); default 0
                             * until run on a GPU, MINKE_CUDA_SAMPLE_CLUSTER=1 */
+    int sample_bins;       /* 1: the GPU draw's top_k and top_p first find the weight bin where their cut
+                            * falls and, where its candidates fit (MK_SAMPLE_GATHER), run their radix
+                            * passes over those only, gathered in shared memory (mk_cuda_sample_rows; same
+                            * tokens); default 0 until run on a GPU, MINKE_CUDA_SAMPLE_BINS=1 */
     int index_fuse;        /* 1: the indexer's top-k runs in its scores' launch when that has a block per
                             * (row, entry) (a decode; mk_cuda_index_multi's cnt); same picks; default 1,
                             * MINKE_CUDA_INDEX_FUSE=0 */

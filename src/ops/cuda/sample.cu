@@ -23,6 +23,14 @@
  * after each pass: most candidates of a row share their first key bytes, and one histogram for
  * the block would serialize every atomic of the block on one bin. With the tuning's sample_agg the
  * lanes of a warp that share a bin add to it once (their sum), not one after another.
+ * With the tuning's sample_bins, top_k and top_p first sort the candidates into weight bins
+ * (sample_math.h's mk_sample_wbin: an earlier bin, larger logits) in a pass they already make (the
+ * weights' pass counts them, top_p's total adds their masses): every bin but the one where the
+ * count or the mass runs out is settled. Where that bin's candidates fit MK_SAMPLE_GATHER (its
+ * exact count for top_k; for top_p its mass over its least mass, a bound), they are gathered into
+ * shared memory in one more pass and the radix passes run over them only, from the earlier bins'
+ * count or mass: the same decisions (tests/unit/test_sampler.c runs both ways), with 5 passes over
+ * the row instead of up to 16 on a row whose cut falls in a sparse bin.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -81,6 +89,10 @@ __device__ __forceinline__ void smp_hist_clear(unsigned long long *whist) {
     __syncthreads();
 }
 #define SMP_SMEM (sizeof(unsigned long long) * SMP_W * 256)
+/* the gathered candidates of one weight bin (tuning sample_bins), after the histograms: their keys,
+ * then their masses */
+#define SMP_GATHER_SMEM ((sizeof(unsigned long long) + sizeof(uint32_t)) * MK_SAMPLE_GATHER)
+#define SMP_SMEM_ALL (SMP_SMEM + SMP_GATHER_SMEM)
 
 /* Adds m (< 2^32) to bin b of the warp's histogram, or nothing where !ok: the lanes with the same bin
  * add their sum once (most candidates of a pass share a bin; their atomics would run one after
@@ -100,17 +112,19 @@ __device__ __forceinline__ void smp_hist_add(unsigned long long *my, int ok, uin
 }
 
 /* Row blockIdx.x of logits [rows, V]: its draw d, its weights into ws [rows, V] (scratch), the
- * token into out. */
+ * token into out; bins: the tuning's sample_bins. */
 template <bool AGG>
 __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__ logits, int V,
                                                        const mk_sample_draw *__restrict__ draws, float *__restrict__ ws,
-                                                       int32_t *__restrict__ out) {
+                                                       int32_t *__restrict__ out, int bins) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ smp_red red;
     __shared__ unsigned long long hist[256];
-    extern __shared__ unsigned long long whist[]; /* [SMP_W][256] */
+    extern __shared__ unsigned long long whist[]; /* [SMP_W][256], then the gathered keys and masses */
     unsigned long long *my = whist + (threadIdx.x >> 5) * 256;
-    __shared__ int sel_bin;
+    unsigned long long *gk = whist + SMP_W * 256;
+    uint32_t *gm = (uint32_t *)(gk + MK_SAMPLE_GATHER);
+    __shared__ int sel_bin, gn;
     __shared__ unsigned long long sel_val;
     const int tid = threadIdx.x, row = blockIdx.x;
     const float *l = logits + (size_t)row * V;
@@ -126,13 +140,16 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
         if (tid == 0) out[row] = -1;
         return;
     }
-    /* weights (min_p applied) and the candidate count */
+    /* weights (min_p applied) and the candidate count; with bins and a top_k, by weight bin too */
+    const int kbins = bins && d.top_k > 0 && d.top_k < V;
+    if (kbins) smp_hist_clear(whist);
     unsigned long long n = 0;
     for (int i = tid; i < V; i += SMP_T) {
         float wi = mk_sample_weight(smp_san(l[i]), mx, d.inv_t);
         if (d.min_p > 0.0f && wi < d.min_p) wi = 0.0f;
         w[i] = wi;
         n += wi > 0.0f;
+        if (kbins) smp_hist_add<AGG>(my, wi > 0.0f, (uint32_t)mk_sample_wbin(wi), 1u);
     }
     n = smp_sum(n, red); /* its barriers also make w visible to the whole block */
 
@@ -141,11 +158,32 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     if (d.top_k > 0 && d.top_k < V && n > (unsigned long long)d.top_k) {
         uint32_t prefix = 0, mask = 0;
         unsigned long long k = (unsigned long long)d.top_k;
+        int m = -1; /* the gathered candidates of the k-th's weight bin; -1: the passes read the row */
+        if (kbins) {
+            smp_hist_sum(whist, hist);
+            if (tid == 0) sel_bin = mk_sample_topk_wbin(hist, k, &sel_val), gn = 0;
+            __syncthreads();
+            const int bb = sel_bin;
+            if (hist[bb] <= MK_SAMPLE_GATHER) { /* the k-th is the (k - earlier bins')-th of bin bb */
+                k -= sel_val;
+                for (int i = tid; i < V; i += SMP_T) {
+                    const float wi = w[i];
+                    if (wi > 0.0f && mk_sample_wbin(wi) == bb) {
+                        const int j = atomicAdd(&gn, 1);
+                        if (j < MK_SAMPLE_GATHER) gk[j] = mk_sample_key(smp_san(l[i]));
+                    }
+                }
+                __syncthreads();
+                m = min(gn, MK_SAMPLE_GATHER); /* = hist[bb] */
+            }
+        }
+        const int nn = m < 0 ? V : m;
         for (int shift = 24; shift >= 0; shift -= 8) {
             smp_hist_clear(whist);
-            for (int i = tid; i < V; i += SMP_T) {
-                const uint32_t key = mk_sample_key(smp_san(l[i]));
-                smp_hist_add<AGG>(my, w[i] > 0.0f && (key & mask) == prefix, (key >> shift) & 255u, 1u);
+            for (int i = tid; i < nn; i += SMP_T) {
+                const uint32_t key = m < 0 ? mk_sample_key(smp_san(l[i])) : (uint32_t)gk[i];
+                const int ok = (m >= 0 || w[i] > 0.0f) && (key & mask) == prefix;
+                smp_hist_add<AGG>(my, ok, (key >> shift) & 255u, 1u);
             }
             smp_hist_sum(whist, hist);
             if (tid == 0) sel_bin = mk_sample_topk_bin(hist, k, &sel_val); /* the bin holding the k-th */
@@ -161,23 +199,56 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     /* top_p: the kept prefix of the candidates in the sampler's order, by exact masses */
     unsigned long long kstar = 0; /* candidates with key >= kstar are kept (0: all) */
     if (d.top_p < 1.0f) {
+        if (bins) smp_hist_clear(whist);
         unsigned long long n2 = 0, z = 0;
         for (int i = tid; i < V; i += SMP_T) {
             const float wi = w[i];
-            if (wi > 0.0f && smp_san(l[i]) >= thr) n2++, z += mk_sample_mass(wi);
+            const int ok = wi > 0.0f && smp_san(l[i]) >= thr;
+            if (ok) n2++, z += mk_sample_mass(wi);
+            if (bins) smp_hist_add<AGG>(my, ok, (uint32_t)mk_sample_wbin(wi), ok ? mk_sample_mass(wi) : 0u);
         }
         n2 = smp_sum(n2, red);
         z = smp_sum(z, red);
         if (n2 > 1) {
             const double target = __dmul_rn((double)d.top_p, (double)z);
             unsigned long long prefix = 0, mask = 0, above = 0; /* above: the mass before the prefix's range */
+            int m = -1; /* the gathered candidates of the cut's weight bin; -1: the passes read the row */
+            if (bins) {
+                smp_hist_sum(whist, hist);
+                if (tid == 0) sel_bin = mk_sample_topp_wbin(hist, target, &sel_val), gn = 0;
+                __syncthreads();
+                const int bb = sel_bin;
+                if (hist[bb] / mk_sample_wbin_min_mass(bb) <= MK_SAMPLE_GATHER) { /* a bound on its count */
+                    above = sel_val;
+                    for (int i = tid; i < V; i += SMP_T) {
+                        const float wi = w[i], v = smp_san(l[i]);
+                        if (wi > 0.0f && v >= thr && mk_sample_wbin(wi) == bb) {
+                            const int j = atomicAdd(&gn, 1);
+                            if (j < MK_SAMPLE_GATHER) gk[j] = mk_sample_order_key(v, i), gm[j] = mk_sample_mass(wi);
+                        }
+                    }
+                    __syncthreads();
+                    m = min(gn, MK_SAMPLE_GATHER);
+                }
+            }
+            const int nn = m < 0 ? V : m;
             for (int shift = 56; shift >= 0; shift -= 8) {
                 smp_hist_clear(whist);
-                for (int i = tid; i < V; i += SMP_T) {
-                    const float wi = w[i], v = smp_san(l[i]);
-                    const unsigned long long key = mk_sample_order_key(v, i);
-                    const int ok = wi > 0.0f && v >= thr && (key & mask) == prefix;
-                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? (uint32_t)mk_sample_mass(wi) : 0u);
+                for (int i = tid; i < nn; i += SMP_T) {
+                    unsigned long long key;
+                    uint32_t ms = 0;
+                    int ok;
+                    if (m < 0) {
+                        const float wi = w[i], v = smp_san(l[i]);
+                        key = mk_sample_order_key(v, i);
+                        ok = wi > 0.0f && v >= thr && (key & mask) == prefix;
+                        if (ok) ms = mk_sample_mass(wi);
+                    } else {
+                        key = gk[i];
+                        ok = (key & mask) == prefix;
+                        ms = gm[i];
+                    }
+                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? ms : 0u);
                 }
                 smp_hist_sum(whist, hist);
                 if (tid == 0) sel_bin = mk_sample_topp_bin(hist, above, target, &sel_val);
@@ -294,20 +365,23 @@ __device__ __forceinline__ void smc_hist_total(cg::cluster_group &cl, const unsi
 template <bool AGG>
 __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restrict__ logits, int V,
                                                           const mk_sample_draw *__restrict__ draws,
-                                                          int32_t *__restrict__ out) {
+                                                          int32_t *__restrict__ out, int bins) {
     cg::cluster_group cl = cg::this_cluster();
     __shared__ smp_red red;
     __shared__ unsigned long long hist[2][256], tot[256];
     __shared__ unsigned long long xu[2];
     __shared__ float xf[2];
     __shared__ int xi[2];
-    __shared__ int sel_bin;
+    __shared__ int sel_bin, gn;
     __shared__ unsigned long long sel_val;
-    extern __shared__ unsigned long long whist[]; /* [SMP_W][256], then the slice's logits and weights */
+    /* [SMP_W][256], the gathered keys and masses, then the slice's logits and weights */
+    extern __shared__ unsigned long long whist[];
     const int tid = threadIdx.x, rank = (int)cl.block_rank(), row = blockIdx.x / SMC_NB;
     const int a = (int)((long long)V * rank / SMC_NB), n_loc = (int)((long long)V * (rank + 1) / SMC_NB) - a;
     const int cap = (V + SMC_NB - 1) / SMC_NB;
-    float *sl = (float *)(whist + SMP_W * 256), *sw = sl + cap;
+    unsigned long long *gk = whist + SMP_W * 256;
+    uint32_t *gm = (uint32_t *)(gk + MK_SAMPLE_GATHER);
+    float *sl = (float *)(gm + MK_SAMPLE_GATHER), *sw = sl + cap;
     unsigned long long *my = whist + (threadIdx.x >> 5) * 256;
     int bu = 0, bf = 0, bi = 0, hb = 0;
     const auto fmax_op = [](float x, float y) { return fmaxf(x, y); };
@@ -331,12 +405,15 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
         cl.sync(); /* no block leaves while another may read its slots */
         return;
     }
+    const int kbins = bins && d.top_k > 0 && d.top_k < V;
+    if (kbins) smp_hist_clear(whist);
     unsigned long long n = 0;
     for (int i = tid; i < n_loc; i += SMP_T) {
         float wi = mk_sample_weight(sl[i], mx, d.inv_t);
         if (d.min_p > 0.0f && wi < d.min_p) wi = 0.0f;
         sw[i] = wi;
         n += wi > 0.0f;
+        if (kbins) smp_hist_add<AGG>(my, wi > 0.0f, (uint32_t)mk_sample_wbin(wi), 1u);
     }
     n = smp_sum(n, red); /* its barriers make sw visible to the block */
     n = smc_all(cl, n, xu, bu, add_op);
@@ -345,11 +422,32 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
     if (d.top_k > 0 && d.top_k < V && n > (unsigned long long)d.top_k) {
         uint32_t prefix = 0, mask = 0;
         unsigned long long k = (unsigned long long)d.top_k;
+        int m = -1; /* the block's gathered candidates of the k-th's weight bin; -1: its slice */
+        if (kbins) {
+            smc_hist_total(cl, whist, hist, hb, tot); /* the cluster's counts by bin: one decision */
+            if (tid == 0) sel_bin = mk_sample_topk_wbin(tot, k, &sel_val), gn = 0;
+            __syncthreads();
+            const int bb = sel_bin;
+            if (tot[bb] <= MK_SAMPLE_GATHER) {
+                k -= sel_val;
+                for (int i = tid; i < n_loc; i += SMP_T) {
+                    const float wi = sw[i];
+                    if (wi > 0.0f && mk_sample_wbin(wi) == bb) {
+                        const int j = atomicAdd(&gn, 1);
+                        if (j < MK_SAMPLE_GATHER) gk[j] = mk_sample_key(sl[i]);
+                    }
+                }
+                __syncthreads();
+                m = min(gn, MK_SAMPLE_GATHER);
+            }
+        }
+        const int nn = m < 0 ? n_loc : m;
         for (int shift = 24; shift >= 0; shift -= 8) {
             smp_hist_clear(whist);
-            for (int i = tid; i < n_loc; i += SMP_T) {
-                const uint32_t key = mk_sample_key(sl[i]);
-                smp_hist_add<AGG>(my, sw[i] > 0.0f && (key & mask) == prefix, (key >> shift) & 255u, 1u);
+            for (int i = tid; i < nn; i += SMP_T) {
+                const uint32_t key = m < 0 ? mk_sample_key(sl[i]) : (uint32_t)gk[i];
+                const int ok = (m >= 0 || sw[i] > 0.0f) && (key & mask) == prefix;
+                smp_hist_add<AGG>(my, ok, (key >> shift) & 255u, 1u);
             }
             smc_hist_total(cl, whist, hist, hb, tot);
             if (tid == 0) sel_bin = mk_sample_topk_bin(tot, k, &sel_val);
@@ -364,23 +462,56 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
 
     unsigned long long kstar = 0;
     if (d.top_p < 1.0f) {
+        if (bins) smp_hist_clear(whist);
         unsigned long long n2 = 0, z = 0;
         for (int i = tid; i < n_loc; i += SMP_T) {
             const float wi = sw[i];
-            if (wi > 0.0f && sl[i] >= thr) n2++, z += mk_sample_mass(wi);
+            const int ok = wi > 0.0f && sl[i] >= thr;
+            if (ok) n2++, z += mk_sample_mass(wi);
+            if (bins) smp_hist_add<AGG>(my, ok, (uint32_t)mk_sample_wbin(wi), ok ? mk_sample_mass(wi) : 0u);
         }
         n2 = smc_all(cl, smp_sum(n2, red), xu, bu, add_op);
         z = smc_all(cl, smp_sum(z, red), xu, bu, add_op);
         if (n2 > 1) {
             const double target = __dmul_rn((double)d.top_p, (double)z);
             unsigned long long prefix = 0, mask = 0, above = 0;
+            int m = -1;
+            if (bins) {
+                smc_hist_total(cl, whist, hist, hb, tot); /* the cluster's masses by bin */
+                if (tid == 0) sel_bin = mk_sample_topp_wbin(tot, target, &sel_val), gn = 0;
+                __syncthreads();
+                const int bb = sel_bin;
+                if (tot[bb] / mk_sample_wbin_min_mass(bb) <= MK_SAMPLE_GATHER) { /* bounds every block's count */
+                    above = sel_val;
+                    for (int i = tid; i < n_loc; i += SMP_T) {
+                        const float wi = sw[i], v = sl[i];
+                        if (wi > 0.0f && v >= thr && mk_sample_wbin(wi) == bb) {
+                            const int j = atomicAdd(&gn, 1);
+                            if (j < MK_SAMPLE_GATHER) gk[j] = mk_sample_order_key(v, a + i), gm[j] = mk_sample_mass(wi);
+                        }
+                    }
+                    __syncthreads();
+                    m = min(gn, MK_SAMPLE_GATHER);
+                }
+            }
+            const int nn = m < 0 ? n_loc : m;
             for (int shift = 56; shift >= 0; shift -= 8) {
                 smp_hist_clear(whist);
-                for (int i = tid; i < n_loc; i += SMP_T) {
-                    const float wi = sw[i], v = sl[i];
-                    const unsigned long long key = mk_sample_order_key(v, a + i);
-                    const int ok = wi > 0.0f && v >= thr && (key & mask) == prefix;
-                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? (uint32_t)mk_sample_mass(wi) : 0u);
+                for (int i = tid; i < nn; i += SMP_T) {
+                    unsigned long long key;
+                    uint32_t ms = 0;
+                    int ok;
+                    if (m < 0) {
+                        const float wi = sw[i], v = sl[i];
+                        key = mk_sample_order_key(v, a + i);
+                        ok = wi > 0.0f && v >= thr && (key & mask) == prefix;
+                        if (ok) ms = mk_sample_mass(wi);
+                    } else {
+                        key = gk[i];
+                        ok = (key & mask) == prefix;
+                        ms = gm[i];
+                    }
+                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? ms : 0u);
                 }
                 smc_hist_total(cl, whist, hist, hb, tot);
                 if (tid == 0) sel_bin = mk_sample_topp_bin(tot, above, target, &sel_val);
@@ -444,7 +575,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
 /* Dynamic shared memory of k_sample_cluster for rows of V values; SMC_STATIC_MAX bounds its static
  * shared memory (6.5 KiB: ptxas), so dynamic + static fit the device's opt-in limit. */
 #define SMC_STATIC_MAX 8192
-static size_t smc_smem(int V) { return SMP_SMEM + sizeof(float) * 2 * (size_t)((V + SMC_NB - 1) / SMC_NB); }
+static size_t smc_smem(int V) { return SMP_SMEM_ALL + sizeof(float) * 2 * (size_t)((V + SMC_NB - 1) / SMC_NB); }
 
 static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws,
                           int32_t *out, mk_err *err) {
@@ -468,8 +599,9 @@ static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V
     at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    if (agg) (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<true>, logits, V, draws, out);
-    else (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<false>, logits, V, draws, out);
+    const int bins = ctx->tune.sample_bins;
+    if (agg) (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<true>, logits, V, draws, out, bins);
+    else (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<false>, logits, V, draws, out, bins);
     MK_CU_LAUNCHED(err, "cuda: sample (cluster) launch");
     return MK_OK;
 }
@@ -484,11 +616,11 @@ extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int ro
         return sample_cluster(ctx, logits, rows, V, draws, out, err);
     const int agg = ctx->tune.sample_agg;
     int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_AGG : MK_OPTIN_SAMPLE,
-                                agg ? (const void *)k_sample_rows<true> : (const void *)k_sample_rows<false>, SMP_SMEM,
-                                err);
+                                agg ? (const void *)k_sample_rows<true> : (const void *)k_sample_rows<false>,
+                                SMP_SMEM_ALL, err);
     if (st) return st;
-    (void)mk_cuda_launch_pdl(ctx, rows, SMP_T, SMP_SMEM, agg ? k_sample_rows<true> : k_sample_rows<false>, logits, V,
-                             draws, ws, out);
+    (void)mk_cuda_launch_pdl(ctx, rows, SMP_T, SMP_SMEM_ALL, agg ? k_sample_rows<true> : k_sample_rows<false>, logits,
+                             V, draws, ws, out, ctx->tune.sample_bins);
     MK_CU_LAUNCHED(err, "cuda: sample launch");
     return MK_OK;
 }
