@@ -42,6 +42,26 @@
 #define MK_SM_DIV(a, b) ((a) / (b))
 #endif
 
+/* A float's bits and back, on both sides. */
+MK_SM_FN uint32_t mk_sm_bits(float v) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(v);
+#else
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+#endif
+}
+MK_SM_FN float mk_sm_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+#endif
+}
+
 /* One token's adjustment in a step handed to the model with adjustments (sampler.h:
  * mk_sampler_model_step): what the sampler's processing does to that token's sanitized logit, in
  * its order: logit_bias added (MK_ADJ_BIAS), masked to -inf (MK_ADJ_MASK: a stop token before
@@ -124,13 +144,7 @@ MK_SM_FN float mk_sample_exp(float x) {
     p = MK_SM_ADD(MK_SM_MUL(p, r), 0.5f);
     p = MK_SM_ADD(MK_SM_MUL(p, r), 1.0f);
     p = MK_SM_ADD(MK_SM_MUL(p, r), 1.0f);
-    const uint32_t bits = (uint32_t)(127 + (int)kf) << 23; /* 2^k, a normal float for k >= -43 */
-    float two_k;
-#if defined(__CUDA_ARCH__)
-    two_k = __uint_as_float(bits);
-#else
-    memcpy(&two_k, &bits, sizeof two_k);
-#endif
+    const float two_k = mk_sm_float((uint32_t)(127 + (int)kf) << 23); /* 2^k, a normal float for k >= -43 */
     return in ? MK_SM_MUL(p, two_k) : 0.0f;
 }
 
@@ -183,25 +197,11 @@ static inline void mk_sample_weights(const float *l, float *w, int n, float mx, 
 /* Order-preserving key of a sanitized logit (no NaN): a larger logit has a larger key; -0 and +0,
  * equal to the sampler's comparisons, share one. mk_sample_unkey inverts it (-0 comes back +0). */
 MK_SM_FN uint32_t mk_sample_key(float v) {
-    uint32_t u = 0;
-    if (v != 0.0f) {
-#if defined(__CUDA_ARCH__)
-        u = __float_as_uint(v);
-#else
-        memcpy(&u, &v, sizeof u);
-#endif
-    }
+    const uint32_t u = v != 0.0f ? mk_sm_bits(v) : 0u;
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 MK_SM_FN float mk_sample_unkey(uint32_t k) {
-    const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
-#if defined(__CUDA_ARCH__)
-    return __uint_as_float(u);
-#else
-    float v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-#endif
+    return mk_sm_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 /* A candidate's place in the sampler's order (logit descending, id ascending) as one 64-bit key:
  * larger = earlier. */
@@ -255,13 +255,7 @@ MK_SM_FN uint32_t mk_sample_mass(float w) { return (uint32_t)MK_SM_MUL(w, MK_SAM
  * every bin but the one where the count or the mass runs out. */
 #define MK_SAMPLE_WBINS 256
 MK_SM_FN int mk_sample_wbin(float w) {
-    uint32_t b;
-#if defined(__CUDA_ARCH__)
-    b = __float_as_uint(w);
-#else
-    memcpy(&b, &w, sizeof b);
-#endif
-    const int k = (int)(0x3F8u - (b >> 20));
+    const int k = (int)(0x3F8u - (mk_sm_bits(w) >> 20));
     return k < 0 ? 0 : k >= MK_SAMPLE_WBINS ? MK_SAMPLE_WBINS - 1 : k;
 }
 
@@ -269,14 +263,7 @@ MK_SM_FN int mk_sample_wbin(float w) {
  * most m / mk_sample_wbin_min_mass(b) candidates (at most 1.125x the count: a bin spans an eighth of
  * an octave). */
 MK_SM_FN uint32_t mk_sample_wbin_min_mass(int b) {
-    const uint32_t bits = (0x3F8u - (uint32_t)b) << 20;
-    float e;
-#if defined(__CUDA_ARCH__)
-    e = __uint_as_float(bits);
-#else
-    memcpy(&e, &bits, sizeof e);
-#endif
-    const uint32_t m = mk_sample_mass(e); /* 0 below bin 248's edge, 2^-31 */
+    const uint32_t m = mk_sample_mass(mk_sm_float((0x3F8u - (uint32_t)b) << 20)); /* 0 below bin 248's edge, 2^-31 */
     return m ? m : 1u;
 }
 
