@@ -176,7 +176,8 @@ Test(sample_math, weight_bins_follow_the_logits) {
  * radix descent over the order keys with integer masses, the inverse CDF in id order. With bins
  * (the tuning's sample_bins) top_k and top_p first find the weight bin where their cut falls
  * (mk_sample_topk_wbin / mk_sample_topp_wbin) and, where that bin's candidates fit the kernel's
- * gather (MK_SAMPLE_GATHER, bounded as the kernel bounds them), run the radix passes over those only.
+ * gather (MK_SAMPLE_GATHER, bounded as the kernel bounds them), run the radix passes over those only;
+ * top_p's descent stops after the logit bytes where the cut's logit has no tie (radix_topp).
  * Returns the token, -1 when every logit is -inf / NaN; cut[0] counts the cuts made over the whole
  * row, cut[1] those made over a gathered bin. */
 typedef struct {
@@ -198,17 +199,27 @@ static uint32_t radix_topk(const radix_item *it, int n, unsigned long long k) {
     return prefix;
 }
 
-/* top_p's radix descent over it[0, n) after the mass above: the key of the last kept */
-static unsigned long long radix_topp(const radix_item *it, int n, unsigned long long above, double target) {
+/* top_p's radix descent over it[0, n) after the mass above: a key k such that the kept candidates
+ * are those with keys >= k (the last kept one's key). With bins the last logit byte's pass also
+ * counts: where the last kept candidate's logit is the only one of its value, the id bytes can't
+ * split anything and the descent stops there (the logit's key with zero id bits). */
+static int n_early;
+static unsigned long long radix_topp(const radix_item *it, int n, unsigned long long above, double target, int bins) {
     unsigned long long hist[256], prefix = 0, mask = 0;
+    unsigned cnt[256];
     for (int shift = 56; shift >= 0; shift -= 8) {
         memset(hist, 0, sizeof hist);
+        memset(cnt, 0, sizeof cnt);
         for (int i = 0; i < n; i++)
-            if ((it[i].key & mask) == prefix) hist[(it[i].key >> shift) & 255u] += it[i].mass;
+            if ((it[i].key & mask) == prefix) hist[(it[i].key >> shift) & 255u] += it[i].mass, cnt[(it[i].key >> shift) & 255u]++;
         const int b = mk_sample_topp_bin(hist, above, target, &above);
         cr_assert(b >= 0, "top_p pass at shift %d: no kept bin", shift);
         prefix |= (unsigned long long)b << shift;
         mask |= 255ull << shift;
+        if (bins && shift == 32 && cnt[b] == 1) {
+            n_early++;
+            break;
+        }
     }
     return prefix;
 }
@@ -273,7 +284,7 @@ static int32_t radix_draw_bins(const float *lg, int V, const mk_sample_draw *d, 
                 for (int i = 0; i < V; i++)
                     if (w[i] > 0.0f && l[i] >= thr) it[m++] = (radix_item){mk_sample_order_key(l[i], i), mk_sample_mass(w[i])};
             }
-            kstar = radix_topp(it, m, above, target);
+            kstar = radix_topp(it, m, above, target, bins);
         }
     }
     unsigned long long total = 0, c = 0;
@@ -348,9 +359,10 @@ Test(sample_math, gpu_draw_algorithm_equals_sampler) {
     /* both of the kernel's ways with bins ran: the cut's bin gathered, and too full to be */
     cr_assert(bin_cuts[0] > 20 && bin_cuts[1] > 200, "cuts over the row %d, over a gathered bin %d", bin_cuts[0],
               bin_cuts[1]);
+    cr_assert(n_early > 100, "top_p descents stopped after the logit bytes: %d", n_early);
     cr_log_info("the GPU draw's algorithm = the sampler on %d rows (with bins: %d cuts over a gathered bin, %d over "
-                "the row)",
-                checked, bin_cuts[1], bin_cuts[0]);
+                "the row; %d top_p descents stopped after the logit bytes)",
+                checked, bin_cuts[1], bin_cuts[0], n_early);
 }
 
 /* top_p's target exactly at a weight bin's end: token 0 (weight 1, bin 0) and tokens 1, 2 (weight 0.5

@@ -30,7 +30,10 @@
  * exact count for top_k; for top_p its mass over its least mass, a bound), they are gathered into
  * shared memory in one more pass and the radix passes run over them only, from the earlier bins'
  * count or mass: the same decisions (tests/unit/test_sampler.c runs both ways), with 5 passes over
- * the row instead of up to 16 on a row whose cut falls in a sparse bin.
+ * the row instead of up to 16 on a row whose cut falls in a sparse bin. Also with sample_bins,
+ * top_p's pass over the last byte of the logit's key counts the candidates by bin: where the cut's
+ * logit has no tie, its candidate is alone in its range, the id bytes can't split anything, and the
+ * descent stops after 4 of its 8 passes (kstar: the logit's key with zero id bits).
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -126,6 +129,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
     uint32_t *gm = (uint32_t *)(gk + MK_SAMPLE_GATHER);
     __shared__ int sel_bin, gn;
     __shared__ unsigned long long sel_val;
+    __shared__ unsigned cnt1[256]; /* with bins: top_p's candidates by their last logit byte */
     const int tid = threadIdx.x, row = blockIdx.x;
     const float *l = logits + (size_t)row * V;
     float *w = ws + (size_t)row * V;
@@ -233,6 +237,11 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
             }
             const int nn = m < 0 ? V : m;
             for (int shift = 56; shift >= 0; shift -= 8) {
+                /* with bins, the last logit byte's pass also counts (the cut's logit without a tie:
+                 * the id bytes can't split anything, and the descent stops) */
+                const int count = bins && shift == 32;
+                if (count)
+                    for (int b = tid; b < 256; b += SMP_T) cnt1[b] = 0;
                 smp_hist_clear(whist);
                 for (int i = tid; i < nn; i += SMP_T) {
                     unsigned long long key;
@@ -248,7 +257,9 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
                         ok = (key & mask) == prefix;
                         ms = gm[i];
                     }
-                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? ms : 0u);
+                    const uint32_t b = (uint32_t)(key >> shift) & 255u;
+                    smp_hist_add<AGG>(my, ok, b, ok ? ms : 0u);
+                    if (count && ok) atomicAdd(&cnt1[b], 1u);
                 }
                 smp_hist_sum(whist, hist);
                 if (tid == 0) sel_bin = mk_sample_topp_bin(hist, above, target, &sel_val);
@@ -258,7 +269,9 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
                 prefix |= (unsigned long long)sel_bin << shift;
                 mask |= 255ull << shift;
                 above = sel_val;
+                const int alone = count && cnt1[sel_bin] == 1;
                 __syncthreads();
+                if (alone) break; /* kstar: the logit's key, id bits 0 */
             }
             kstar = prefix;
         }
@@ -374,6 +387,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
     __shared__ int xi[2];
     __shared__ int sel_bin, gn;
     __shared__ unsigned long long sel_val;
+    __shared__ unsigned cnt1[256]; /* with bins: top_p's candidates by their last logit byte */
     /* [SMP_W][256], the gathered keys and masses, then the slice's logits and weights */
     extern __shared__ unsigned long long whist[];
     const int tid = threadIdx.x, rank = (int)cl.block_rank(), row = blockIdx.x / SMC_NB;
@@ -496,6 +510,9 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
             }
             const int nn = m < 0 ? n_loc : m;
             for (int shift = 56; shift >= 0; shift -= 8) {
+                const int count = bins && shift == 32; /* as k_sample_rows: the count, over the cluster */
+                if (count)
+                    for (int b = tid; b < 256; b += SMP_T) cnt1[b] = 0;
                 smp_hist_clear(whist);
                 for (int i = tid; i < nn; i += SMP_T) {
                     unsigned long long key;
@@ -511,15 +528,22 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
                         ok = (key & mask) == prefix;
                         ms = gm[i];
                     }
-                    smp_hist_add<AGG>(my, ok, (uint32_t)(key >> shift) & 255u, ok ? ms : 0u);
+                    const uint32_t b = (uint32_t)(key >> shift) & 255u;
+                    smp_hist_add<AGG>(my, ok, b, ok ? ms : 0u);
+                    if (count && ok) atomicAdd(&cnt1[b], 1u);
                 }
-                smc_hist_total(cl, whist, hist, hb, tot);
+                smc_hist_total(cl, whist, hist, hb, tot); /* its cluster barrier also publishes cnt1 */
                 if (tid == 0) sel_bin = mk_sample_topp_bin(tot, above, target, &sel_val);
                 __syncthreads();
                 prefix |= (unsigned long long)sel_bin << shift;
                 mask |= 255ull << shift;
                 above = sel_val;
+                unsigned c1 = 0; /* written once per launch: no later pass overwrites a block's cnt1 */
+                if (count)
+                    for (int q = 0; q < SMC_NB; q++) c1 += cl.map_shared_rank(cnt1, q)[sel_bin];
+                const int alone = c1 == 1;
                 __syncthreads();
+                if (alone) break;
             }
             kstar = prefix;
         }
