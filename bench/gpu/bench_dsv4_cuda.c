@@ -21,7 +21,8 @@
  * are not the benchmark's).
  * A sampled request's step (temperature 0.8, top_p 0.95, seeded) is timed both ways: the token drawn
  * on the GPU (mk_sampler_plain_draw's draw through dsv4_cuda_forward_batch_am, MINKE_MODEL_DRAW's
- * path) and the logits row to the host for the host sampler.
+ * path) and the logits row to the host for the host sampler. DSV4_SAMPLE_T sets another temperature
+ * (a lower one makes the generated checkpoint's near-uniform rows peaked).
  */
 #include "engine/sampler.h"
 #include "models/dsv4.h"
@@ -250,10 +251,20 @@ int main(int argc, char **argv) {
     /* 2 x N more steps as a seeded sampled request: the token drawn on the GPU, then the logits row
      * to the host for the host sampler */
     double medd = 0, medh = 0;
+    float sample_t = 0.8f;
     {
+        const char *ts = getenv("DSV4_SAMPLE_T");
+        if (ts) {
+            char *end = NULL;
+            sample_t = strtof(ts, &end);
+            if (end == ts || *end || !(sample_t > 0.0f && sample_t <= 100.0f)) {
+                fprintf(stderr, "DSV4_SAMPLE_T: expected a temperature in (0, 100], got \"%s\"\n", ts);
+                return 1;
+            }
+        }
         mk_sampling_params sp;
         mk_sampling_defaults(&sp);
-        sp.temperature = 0.8f, sp.top_p = 0.95f, sp.seed = 1, sp.has_seed = 1;
+        sp.temperature = sample_t, sp.top_p = 0.95f, sp.seed = 1, sp.has_seed = 1;
         mk_sampler *smp = NULL;
         if (mk_sampler_create(&sp, c->vocab, NULL, 0, NULL, 0, &smp, &err)) {
             fprintf(stderr, "sampler: %s\n", err.msg);
@@ -334,13 +345,13 @@ int main(int argc, char **argv) {
                      "| achieved / copy | %.1f%% |\n"
                      "| decode step median, token picked on the GPU (the server's greedy path; %d steps) ms | %.3f |\n"
                      "| decode tokens/s / achieved / copy, that path | %.1f / %.0f GB/s / %.1f%% |\n"
-                     "| sampled step (T 0.8, top_p 0.95) median ms: drawn on the GPU / logits to the host sampler | "
+                     "| sampled step (T %g, top_p 0.95) median ms: drawn on the GPU / logits to the host sampler | "
                      "%.3f / %.3f |\n\n",
                      cp->name, argv[1], c->n_layers, c->dim, c->n_heads, c->head_dim, c->n_experts, c->n_act,
                      c->moe_inter, c->vocab, (int)m->layers[0].experts[0].w1.kind, dsv4_cuda_weight_bytes(g) / 1e9,
                      t_load, t_up, P, t_pre * 1e3, nt, med * 1e3, mn * 1e3, tps, wb / 1e6, gbs, bw,
                      100.0 * gbs / bw, nt, meda * 1e3, 1.0 / meda, (double)wb / meda / 1e9,
-                     100.0 * ((double)wb / meda / 1e9) / bw, medd * 1e3, medh * 1e3);
+                     100.0 * ((double)wb / meda / 1e9) / bw, (double)sample_t, medd * 1e3, medh * 1e3);
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
     {
