@@ -21,7 +21,8 @@
 # tests again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
-# sets tuning variables for that run and DSV4_NCU_SOURCE's), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
+# sets tuning variables for that run and DSV4_NCU_SOURCE's; DSV4_NCU_SKIP: matching launches skipped first, 8 unless
+# set: the sampled steps' draw launches only 4 times, so k_sample_rows needs 0-2), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
 # instruction of two launches of the matching kernels -> ncu_source.csv, summarised in ncu_source.md), DSV4_SASS="function-name regex" (cuobjdump's SASS of the matching kernels
 # -> sass.txt). A variant of DSV4_VARIANTS / _FULL may set several variables: "A=1,B=0".
 # Without libjansson-dev there, a static copy carried in .kit/
@@ -203,7 +204,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         NCU_ENV=(${DSV4_NCU_ENV//,/ }) # e.g. DSV4_NCU_ENV=MINKE_CUDA_MOE_WSLAB=1 (a path that is off by default)
         ncu_detail() {
             timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_DETAIL}" \
-                --launch-skip 8 --launch-count 4 "$@" \
+                --launch-skip "${DSV4_NCU_SKIP:-8}" --launch-count 4 "$@" \
                 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
                 --section MemoryWorkloadAnalysis --section SchedulerStats --section SourceCounters \
                 ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_detail.txt" 2> "$OUT/ncu_detail.err"
@@ -217,7 +218,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         stamp "ncu source: kernels matching ${DSV4_NCU_SOURCE}"
         NCU_ENV=(${DSV4_NCU_ENV//,/ })
         timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_SOURCE}" \
-            --launch-skip 8 --launch-count 2 --section SourceCounters --section WarpStateStats \
+            --launch-skip "${DSV4_NCU_SKIP:-8}" --launch-count 2 --section SourceCounters --section WarpStateStats \
             --page source --print-source sass --csv \
             ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
         echo "ncu source rc $?"; tail -2 "$OUT/ncu_source.err"
