@@ -19,7 +19,8 @@
  *     uniform's 53 bits given by the caller (mk_philox_u53 of the request's seed and step).
  * Masses are integers, so every sum is exact and its order (atomics, tree, serial) cannot change a
  * decision. A row whose logits are all -inf (or NaN) gets -1, where the host sampler fails.
- * The radix passes count into a histogram per warp (dynamic shared memory, 64 KiB), added up
+ * The radix passes count into a histogram per warp (64 KiB of dynamic shared memory, then 24 KiB
+ * for sample_bins' gathered candidates), added up
  * after each pass: most candidates of a row share their first key bytes, and one histogram for
  * the block would serialize every atomic of the block on one bin. With the tuning's sample_agg the
  * lanes of a warp that share a bin add to it once (their sum), not one after another.
@@ -112,6 +113,17 @@ __device__ __forceinline__ void smp_hist_add(unsigned long long *my, int ok, uin
     const uint32_t hi = __reduce_add_sync(peers, ok ? (m >> 16) : 0u);
     if (ok && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
         atomicAdd(&my[b], ((unsigned long long)hi << 16) + lo);
+}
+
+/* Adds 1 to cnt[b] where ok (called by every active lane of the warp together): with AGG, once per
+ * group of lanes with the same bin (their number). */
+template <bool AGG> __device__ __forceinline__ void smp_cnt_add(unsigned *cnt, int ok, uint32_t b) {
+    if (!AGG) {
+        if (ok) atomicAdd(&cnt[b], 1u);
+        return;
+    }
+    const unsigned peers = __match_any_sync(__activemask(), ok ? b : 0xffffffffu);
+    if (ok && (int)(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&cnt[b], (unsigned)__popc(peers));
 }
 
 /* Row blockIdx.x of logits [rows, V]: its draw d, its weights into ws [rows, V] (scratch), the
@@ -259,7 +271,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_rows(const float *__restrict__
                     }
                     const uint32_t b = (uint32_t)(key >> shift) & 255u;
                     smp_hist_add<AGG>(my, ok, b, ok ? ms : 0u);
-                    if (count && ok) atomicAdd(&cnt1[b], 1u);
+                    if (count) smp_cnt_add<AGG>(cnt1, ok, b);
                 }
                 smp_hist_sum(whist, hist);
                 if (tid == 0) sel_bin = mk_sample_topp_bin(hist, above, target, &sel_val);
@@ -530,7 +542,7 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
                     }
                     const uint32_t b = (uint32_t)(key >> shift) & 255u;
                     smp_hist_add<AGG>(my, ok, b, ok ? ms : 0u);
-                    if (count && ok) atomicAdd(&cnt1[b], 1u);
+                    if (count) smp_cnt_add<AGG>(cnt1, ok, b);
                 }
                 smc_hist_total(cl, whist, hist, hb, tot); /* its cluster barrier also publishes cnt1 */
                 if (tid == 0) sel_bin = mk_sample_topp_bin(tot, above, target, &sel_val);
@@ -597,7 +609,8 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
 }
 
 /* Dynamic shared memory of k_sample_cluster for rows of V values; SMC_STATIC_MAX bounds its static
- * shared memory (6.5 KiB: ptxas), so dynamic + static fit the device's opt-in limit. */
+ * shared memory (7728 bytes, ptxas for sm_90a: 464 to spare; more and the opt-in fails, an error,
+ * not a fallback), so dynamic + static fit the device's opt-in limit. */
 #define SMC_STATIC_MAX 8192
 static size_t smc_smem(int V) { return SMP_SMEM_ALL + sizeof(float) * 2 * (size_t)((V + SMC_NB - 1) / SMC_NB); }
 
