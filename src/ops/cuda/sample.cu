@@ -614,6 +614,11 @@ __global__ void __launch_bounds__(SMP_T) k_sample_cluster(const float *__restric
 #define SMC_STATIC_MAX 8192
 static size_t smc_smem(int V) { return SMP_SMEM_ALL + sizeof(float) * 2 * (size_t)((V + SMC_NB - 1) / SMC_NB); }
 
+/* sample_cluster's answer when the device refuses the cluster kernel's shared memory (its static part
+ * grown past SMC_STATIC_MAX, say): the caller draws with one block per row instead, noted once.
+ * NOTE_SAMPLE_CLUSTER: a bit of the context's logged notes (linear.cu's use bits 0-4). */
+#define SMC_REFUSED 1
+enum { NOTE_SAMPLE_CLUSTER = 16 };
 static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws,
                           int32_t *out, mk_err *err) {
     const int agg = ctx->tune.sample_agg;
@@ -621,9 +626,14 @@ static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V
     const size_t smem = smc_smem(V);
     /* opted in once per kernel, so at the most any vocabulary taking this path needs (the caller's
      * bound): a later, larger V must not outgrow the first call's size */
-    int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_CL_AGG : MK_OPTIN_SAMPLE_CL, fn,
-                                ctx->caps.smem_optin - SMC_STATIC_MAX, err);
-    if (st) return st;
+    mk_err oe = {0, {0}};
+    if (mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_CL_AGG : MK_OPTIN_SAMPLE_CL, fn,
+                           ctx->caps.smem_optin - SMC_STATIC_MAX, &oe)) {
+        char msg[sizeof oe.msg + 96];
+        snprintf(msg, sizeof msg, "the cluster draw's shared memory was refused (%s): one block per row draws", oe.msg);
+        mk_cuda_note(ctx, NOTE_SAMPLE_CLUSTER, msg);
+        return SMC_REFUSED;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)rows * SMC_NB);
     cfg.blockDim = dim3(SMP_T);
@@ -649,8 +659,10 @@ extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int ro
     if (V <= 0 || !logits || !draws || !ws || !out)
         return mk_fail(err, MK_EINVAL, "cuda: sample: bad arguments (rows of %d values)", V);
     /* a cluster per row where its slices fit in shared memory (with the static part) */
-    if (ctx->tune.sample_cluster && V >= SMC_NB && smc_smem(V) + SMC_STATIC_MAX <= ctx->caps.smem_optin)
-        return sample_cluster(ctx, logits, rows, V, draws, out, err);
+    if (ctx->tune.sample_cluster && V >= SMC_NB && smc_smem(V) + SMC_STATIC_MAX <= ctx->caps.smem_optin) {
+        const int st = sample_cluster(ctx, logits, rows, V, draws, out, err);
+        if (st != SMC_REFUSED) return st;
+    }
     const int agg = ctx->tune.sample_agg;
     int st = mk_cuda_smem_optin(ctx, agg ? MK_OPTIN_SAMPLE_AGG : MK_OPTIN_SAMPLE,
                                 agg ? (const void *)k_sample_rows<true> : (const void *)k_sample_rows<false>,
