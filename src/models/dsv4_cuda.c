@@ -1389,7 +1389,10 @@ static int shared_expert(gcall *C, const glayer *L, const float *x, int flags, v
     int perm, q = mk_cuda_linear_xq(ctx, &L->sh2, T, scr, scr_bytes, &xq, &sa, &perm, &e2) == MK_OK;
     if (q) TRY(mk_cuda_swiglu_quant(ctx, w->sg, w->su, NULL, T, I, c->swiglu_limit, perm, NULL, xq, sa, err));
     else TRY(mk_cuda_swiglu(ctx, w->sg, w->su, (size_t)T * I, c->swiglu_limit, w->sg, err));
-    TRY(lin_f(C, q ? MK_CUDA_LIN_REUSE_X : 0, &L->sh2, w->sg, T, w->seo, 1, err));
+    /* sh2 through scr as well: its quantized input is there (the side branch's scratch on the branch,
+     * where the main stream's w->lin is in use) */
+    TRY(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT | (q ? MK_CUDA_LIN_REUSE_X : 0), &L->sh2, w->sg,
+                          T, w->seo, 1, scr, scr_bytes, err));
     return MK_OK;
 }
 
@@ -1909,7 +1912,14 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
     } else {
         step_counters(C, 0);
         C->replay_bad = 0;
-        TRY(mk_cuda_capture_begin(ctx, err));
+        mk_err e0 = {0};
+        if (mk_cuda_capture_begin(ctx, &e0)) { /* (the lane's or the branch's streams refused, say) */
+            w->graphs_off = 1;
+            fprintf(stderr, "minke: cuda: decode steps run without graphs from now on: %s\n", e0.msg);
+            C->no_sync = 0;
+            w->gcount.eager++;
+            return run_call(C, err);
+        }
         mk_err e1 = {0}, e2 = {0};
         int rc = run_call(C, &e1);
         mk_cuda_graph *gr = NULL;

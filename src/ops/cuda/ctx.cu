@@ -472,9 +472,12 @@ extern "C" int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err) {
         int st = mk_cuda_lane_ready(ctx, err);
         if (st) return st;
     }
+    /* a branch an error left open or unjoined in an earlier capture is gone with that capture */
+    if (ctx->in_branch) ctx->stream = ctx->main, ctx->in_branch = 0;
+    ctx->branch_pending = 0;
+    ctx->lane_pending = 0;
     MK_CU_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), err, "cuda: begin capture");
     ctx->capturing = 1;
-    ctx->lane_pending = 0;
     return MK_OK;
 }
 

@@ -1,7 +1,8 @@
 /* lane.cu — the second and third streams of a captured decode step (ops_cuda.h): the L2 lane, on
  * which the step prefetches the weights of its next linears into L2 while the main stream runs
  * latency-bound kernels, and the side branch, on which independent kernels run beside the main
- * stream's (a compressed layer's compressors beside its q / kv path).
+ * stream's (a compressed layer's compressors beside its q / kv path; a layer's shared expert beside
+ * the gate, the routing and the routed experts, through its own linear scratch).
  *
  * Why: at batch 1 a layer is a chain of ~20 kernels; the GEMVs stream 2-34 MB each from HBM, and
  * between them norms, RoPE, the sparse attention, the compressors and the routing run for tens of
@@ -70,15 +71,22 @@ __global__ void k_lane_prefetch(lane_args a, int hint) {
 /* The lane's and the branch's streams and events, made before a capture starts (nothing is created
  * inside one). */
 int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err) {
-    if (ctx->tune.l2_lane > 0 && !ctx->lane) {
-        MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->lane, cudaStreamNonBlocking), err, "cuda: lane: stream");
-        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_fork, cudaEventDisableTiming), err, "cuda: lane: event");
-        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_join, cudaEventDisableTiming), err, "cuda: lane: event");
+    /* each handle on its own: one refused earlier is asked for again, never used as NULL */
+    if (ctx->tune.l2_lane > 0) {
+        if (!ctx->lane)
+            MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->lane, cudaStreamNonBlocking), err, "cuda: lane: stream");
+        if (!ctx->lane_fork)
+            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_fork, cudaEventDisableTiming), err, "cuda: lane: event");
+        if (!ctx->lane_join)
+            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_join, cudaEventDisableTiming), err, "cuda: lane: event");
     }
-    if (ctx->tune.branch && !ctx->side) {
-        MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->side, cudaStreamNonBlocking), err, "cuda: branch: stream");
-        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming), err, "cuda: branch: event");
-        MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_done, cudaEventDisableTiming), err, "cuda: branch: event");
+    if (ctx->tune.branch) {
+        if (!ctx->side)
+            MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->side, cudaStreamNonBlocking), err, "cuda: branch: stream");
+        if (!ctx->side_fork)
+            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming), err, "cuda: branch: event");
+        if (!ctx->side_done)
+            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_done, cudaEventDisableTiming), err, "cuda: branch: event");
     }
     return MK_OK;
 }
@@ -181,7 +189,7 @@ extern "C" int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans
 __global__ void k_lane_experts(const int32_t *__restrict__ ids, int n, int E, const void *const *__restrict__ tab,
                                unsigned long long bytes, int hint) {
     const unsigned long long pol = lane_policy(hint);
-    const int per = (gridDim.x + n - 1) / n; /* blocks per pick */
+    const int per = gridDim.x / n; /* blocks per pick (the launch is a multiple of n) */
     const int pick = blockIdx.x % n, part = blockIdx.x / n;
     const int e = ids[pick];
     if (e < 0 || e >= E || part >= per) return;
@@ -207,7 +215,7 @@ extern "C" int mk_cuda_lane_prefetch_experts(mk_cuda_ctx *ctx, const int32_t *id
     const int st = lane_fork(ctx, err);
     if (st) return st;
     int blocks = ctx->tune.l2_lane_blocks > 0 ? ctx->tune.l2_lane_blocks : 32;
-    if (blocks < n) blocks = n;
+    blocks = (blocks + n - 1) / n * n; /* as many blocks for every pick (k_lane_experts' parts) */
     k_lane_experts<<<blocks, 32, 0, ctx->lane>>>(ids, n, E, tab, b, ctx->tune.l2_lane_hint);
     MK_CU_LAUNCHED(err, "cuda: lane experts launch");
     ctx->lane_count++;

@@ -183,9 +183,10 @@ typedef struct {
     int l2_lane_hint;      /* 1: the lane's prefetches mark their lines evict_last (default 0: normal;
                             * MINKE_CUDA_L2_LANE_HINT) */
     int branch;            /* 1: a captured decode step runs the compressors (their projections and
-                            * steps) of a compressed layer on a side branch, beside the q / kv path
-                            * (mk_cuda_branch_begin; same kernels, same bits); default 0 until run on a
-                            * GPU, MINKE_CUDA_BRANCH=1 */
+                            * steps) of a compressed layer on a side branch, beside the q / kv path,
+                            * and every layer's shared expert beside the gate, the routing and the
+                            * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 0
+                            * until run on a GPU, MINKE_CUDA_BRANCH=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
