@@ -836,24 +836,33 @@ int mk_sampler_model_step(const mk_sampler *s, mk_sample_draw *d, mk_sample_adj 
             adj[n++] = (mk_sample_adj){i < s->n_eos ? s->eos[i] : s->stop_ids[i - s->n_eos], MK_ADJ_MASK, 0, 0};
         }
     }
-    if (s->counts)
-        for (int j = 0; j < s->n_seen; j++) {
-            if (n == cap) return 0;
-            adj[n++] = (mk_sample_adj){s->seen[j], MK_ADJ_SEEN, 0, s->counts[s->seen[j]]};
-        }
-    /* one entry per token: its kinds merged (a token is biased once, seen once; masked maybe twice) */
+    /* one entry per token: the few biased and masked ones sorted and merged (a token is biased once,
+     * masked maybe twice), then each seen token (listed once) merged into its entry there, found by
+     * binary search, or added: no sort of the seen list, which grows with the request */
     qsort(adj, (size_t)n, sizeof *adj, cmp_adj);
     int m = 0;
     for (int i = 0; i < n; i++) {
         if (m && adj[m - 1].id == adj[i].id) {
             mk_sample_adj *a = &adj[m - 1];
             if (adj[i].flags & MK_ADJ_BIAS) a->bias = adj[i].bias;
-            if (adj[i].flags & MK_ADJ_SEEN) a->count = adj[i].count;
             a->flags |= adj[i].flags;
         } else {
             adj[m++] = adj[i];
         }
     }
+    const int few = m;
+    if (s->counts)
+        for (int j = 0; j < s->n_seen; j++) {
+            const mk_sample_adj key = {s->seen[j], 0, 0, 0};
+            mk_sample_adj *a = few ? bsearch(&key, adj, (size_t)few, sizeof *adj, cmp_adj) : NULL;
+            if (a) {
+                a->flags |= MK_ADJ_SEEN;
+                a->count = s->counts[key.id];
+            } else {
+                if (m == cap) return 0;
+                adj[m++] = (mk_sample_adj){key.id, MK_ADJ_SEEN, 0, s->counts[key.id]};
+            }
+        }
     const float rep = s->counts ? p->repetition_penalty : 1.0f;
     *d = (mk_sample_draw){.inv_t = p->temperature < MK_SAMPLER_GREEDY_EPS ? 0.0f : inv_temperature(p),
                           .min_p = p->min_p, .top_p = p->top_p, .top_k = p->top_k,
