@@ -1145,9 +1145,20 @@ static void test_sample_adjusted(int V) {
         mk_sampler_free(s);
     }
     float *dx = dup_dev(x, sizeof(float) * (size_t)R * V), *dws = poisoned_dev(sizeof(float) * (size_t)R * V);
+    /* the last row without a draw or adjustments: its logits must come back as they were (a row whose
+     * logits go to the host shares the step), its token the plain argmax (lowest id of the largest) */
+    dr[R - 1] = (mk_sample_draw){.inv_t = 0.0f, .rep = 1.0f};
+    {
+        const float *q = x + (size_t)(R - 1) * V;
+        int32_t am = 0;
+        for (int i = 1; i < V; i++)
+            if (q[i] > q[am]) am = i;
+        want[R - 1] = am;
+    }
     mk_sample_draw *ddr = dup_dev(dr, sizeof(mk_sample_draw) * R);
     mk_sample_adj *dadj = dup_dev(adj, sizeof(mk_sample_adj) * (n_adj ? n_adj : 1));
     int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
+    float *back = xmalloc(sizeof(float) * V);
     for (int way = 0; way < 4; way++) {
         const int cl = way & 1, bins = way >> 1;
         mk_cuda_tuning tu0, tu;
@@ -1162,22 +1173,28 @@ static void test_sample_adjusted(int V) {
         if (!sst) sst = mk_cuda_argmax_rows(ctx, dx, R, V, dout, &se);
         if (!sst) sst = mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &se);
         mk_cuda_ctx_set_tuning(ctx, &tu0);
+        int same_row = 0;
         if (sst) printf("| sample adjusted: launch failed: %s |\n", se.msg);
-        else fetch(got, dout, sizeof(int32_t) * R);
+        else {
+            fetch(got, dout, sizeof(int32_t) * R);
+            fetch(back, dx + (size_t)(R - 1) * V, sizeof(float) * V);
+            same_row = !memcmp(back, x + (size_t)(R - 1) * V, sizeof(float) * V);
+        }
         int differ = 0;
         for (int r = 0; r < R && !sst; r++) differ += got[r] != want[r];
-        const int pass = ok && !sst && !differ && adjusted > R / 2;
+        const int pass = ok && !sst && !differ && same_row && adjusted > R / 2;
         n_checks++;
         if (!pass) n_fail++;
         char shape[64];
         snprintf(shape, sizeof shape, "V%d%s%s", V, cl ? ", cluster" : "", bins ? ", bins" : "");
-        printf("| %-40s | %-26s | %d rows (bias, masked stops, penalties; greedy and drawn; %zu adjusted tokens): "
-               "the host sampler's token: %s (%d differ) |\n", "sample rows with adjustments", shape, R, n_adj,
-               pass ? "PASS" : "FAIL", differ);
+        printf("| %-40s | %-26s | %d rows (bias, masked stops, penalties; greedy and drawn; %zu adjusted tokens; "
+               "one plain row, its logits %s): the host sampler's token: %s (%d differ) |\n",
+               "sample rows with adjustments", shape, R, n_adj, same_row ? "untouched" : "CHANGED", pass ? "PASS" : "FAIL",
+               differ);
     }
     void *dv[] = {dx, dws, ddr, dadj, dout};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
-    free(x), free(l), free(dr), free(adj), free(want), free(got);
+    free(x), free(l), free(dr), free(adj), free(want), free(got), free(back);
 }
 
 /* A YaRN table for rope dim rd (host and device) and R random positions below 500 (host and device). */
