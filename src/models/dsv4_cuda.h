@@ -91,7 +91,11 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
  * (NaN as -inf, +inf as FLT_MAX, the lowest id on ties; -1 when every logit is -inf or NaN): an int
  * crosses the bus instead of vocab floats. logits[i] is then left untouched. With draws (may be
  * NULL) and draws[i] (inv_t > 0), that piece gets instead the token of the sampler's plain draw
- * (src/num/sample_math.h; mk_cuda_sample_rows: the token the host sampler draws from that row). */
+ * (src/num/sample_math.h; mk_cuda_sample_rows: the token the host sampler draws from that row).
+ * A draw with adjustments (n_adj > 0: mk_sampler_model_step's, greedy with inv_t 0 or drawn) has
+ * them applied to that row on the GPU first (mk_cuda_adjust_rows: bias, masked stop tokens,
+ * penalties), then its argmax or its draw; at most MK_SAMPLE_ADJ_MAX per draw. Rows of other
+ * pieces, and any logits copied to the host, are never adjusted. */
 int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                                const int *n, float *const *logits, int32_t *const *argmax,
                                const mk_sample_draw *const *draws, int np, mk_err *err);
