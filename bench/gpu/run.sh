@@ -201,7 +201,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     if [ -n "${DSV4_NCU_DETAIL:-}" ]; then
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
         stamp "ncu detail: kernels matching ${DSV4_NCU_DETAIL}"
-        NCU_ENV=(${DSV4_NCU_ENV//,/ }) # e.g. DSV4_NCU_ENV=MINKE_CUDA_MOE_WSLAB=1 (a path that is off by default)
+        NCU_ENV=(${DSV4_NCU_ENV:+${DSV4_NCU_ENV//,/ }}) # e.g. DSV4_NCU_ENV=MINKE_CUDA_MOE_WSLAB=1 (a path that is off by default)
         ncu_detail() {
             timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_DETAIL}" \
                 --launch-skip "${DSV4_NCU_SKIP:-8}" --launch-count 4 "$@" \
@@ -216,7 +216,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     if [ -n "${DSV4_NCU_SOURCE:-}" ]; then # per-SASS-instruction stall samples of one launch of each matching kernel
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
         stamp "ncu source: kernels matching ${DSV4_NCU_SOURCE}"
-        NCU_ENV=(${DSV4_NCU_ENV//,/ })
+        NCU_ENV=(${DSV4_NCU_ENV:+${DSV4_NCU_ENV//,/ }})
         timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_SOURCE}" \
             --launch-skip "${DSV4_NCU_SKIP:-8}" --launch-count 2 --section SourceCounters --section WarpStateStats \
             --page source --print-source sass --csv \

@@ -367,7 +367,9 @@ static void test_lane(void) {
         size_t sb3 = mk_cuda_linear_scratch(ctx, &Cd, m);
         if (sb3 < sb) sb3 = sb;
         void *ds2 = poisoned_dev(sb3), *ds3 = poisoned_dev(sb3);
-        CK(mk_cuda_linear(ctx, &Cd, dy2, m, dy3, 0, ds3, sb3, &err_)); /* dy2 = B x from the eager run above */
+        /* C of B x (r2, the eager run's: the lane's replays above left dy2 overwritten) */
+        CK(mk_cuda_upload(ctx, dy2, r2, sizeof(float) * n2, &err_));
+        CK(mk_cuda_linear(ctx, &Cd, dy2, m, dy3, 0, ds3, sb3, &err_));
         fetch(r3, dy3, sizeof(float) * n3);
         for (int mode = 0; mode < 3 && ok; mode++) { /* 0: off, 1: on, 2: on, eager */
             t = def;

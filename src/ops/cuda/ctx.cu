@@ -163,9 +163,12 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.rows_ring = env_switch("MINKE_CUDA_ROWS_RING", 1);
     ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 1);
     ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
-    ctx->tune.sample_agg = env_switch("MINKE_CUDA_SAMPLE_AGG", 0); /* not yet run on a GPU: off */
-    ctx->tune.sample_cluster = env_switch("MINKE_CUDA_SAMPLE_CLUSTER", 0); /* not yet run on a GPU: off */
-    ctx->tune.sample_bins = env_switch("MINKE_CUDA_SAMPLE_BINS", 0); /* not yet run on a GPU: off */
+    ctx->tune.sample_agg = env_switch("MINKE_CUDA_SAMPLE_AGG", 0); /* slower on the H200 (session 19): off */
+    /* the cluster draw with weight bins: faster than one block per row on every row of bench_gpu's
+     * draw table (H200, session 19: 1 row 560.8 -> 85.4 us, 64 rows 730.6 -> 424.1 us at T 0.8,
+     * top_p 0.95), the host sampler's tokens in every op and engine test */
+    ctx->tune.sample_cluster = env_switch("MINKE_CUDA_SAMPLE_CLUSTER", 1);
+    ctx->tune.sample_bins = env_switch("MINKE_CUDA_SAMPLE_BINS", 1);
     /* the L2 lane (lane.cu): MiB per prefetch; not yet run on a GPU: off */
     ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;

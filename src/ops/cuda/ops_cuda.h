@@ -158,15 +158,15 @@ typedef struct {
                             * in one launch (mk_cuda_swiglu_quant2; same bits); default 1,
                             * MINKE_CUDA_SWIGLU_PAIR=0 */
     int sample_agg;        /* 1: the GPU draw's radix passes add once per group of a warp's lanes with the
-                            * same bin (mk_cuda_sample_rows; same tokens); default 0 until run on a GPU,
-                            * MINKE_CUDA_SAMPLE_AGG=1 */
+                            * same bin (mk_cuda_sample_rows; same tokens); default 0 (slower on the
+                            * H200), MINKE_CUDA_SAMPLE_AGG=1 */
     int sample_cluster;    /* 1: the GPU draw runs on a cluster of 8 blocks per row, each holding a slice of
-                            * the row in shared memory (mk_cuda_sample_rows; same tokens); default 0
-                            * until run on a GPU, MINKE_CUDA_SAMPLE_CLUSTER=1 */
+                            * the row in shared memory (mk_cuda_sample_rows; same tokens); default 1,
+                            * MINKE_CUDA_SAMPLE_CLUSTER=0 */
     int sample_bins;       /* 1: the GPU draw's top_k and top_p first find the weight bin where their cut
                             * falls and, where its candidates fit (MK_SAMPLE_GATHER), run their radix
                             * passes over those only, gathered in shared memory (mk_cuda_sample_rows; same
-                            * tokens); default 0 until run on a GPU, MINKE_CUDA_SAMPLE_BINS=1 */
+                            * tokens); default 1, MINKE_CUDA_SAMPLE_BINS=0 */
     int index_fuse;        /* 1: the indexer's top-k runs in its scores' launch when that has a block per
                             * (row, entry) (a decode; mk_cuda_index_multi's cnt); same picks; default 1,
                             * MINKE_CUDA_INDEX_FUSE=0 */
