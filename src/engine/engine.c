@@ -13,7 +13,7 @@
  * mk_sampler_sample would pick). Likewise (MINKE_MODEL_DRAW, default 1; 0 turns it off), a step
  * whose sampling is plain (mk_sampler_plain_draw: temperature, min_p, top_k, top_p only) hands the
  * model its draw the same way (mk_batch_item.draw): the GPU model draws the token the host
- * sampler would, and mk_sampler_take records it. With MINKE_MODEL_ADJUST=1 (off until run on a GPU),
+ * sampler would, and mk_sampler_take records it. With MINKE_MODEL_ADJUST=1 (off until its speed is measured),
  * a step with logit_bias, penalties or masked stop tokens (and no logprobs) goes to the model too,
  * its adjusted tokens listed in the draw (mk_sampler_model_step); a CPU model leaves every draw to
  * the host sampler. Every other step samples the logits on the host, the step's
@@ -95,8 +95,8 @@ struct mk_engine {
                            * for A/B benchmarks) */
     int model_draw;       /* and draw plain sampled tokens (default; MINKE_MODEL_DRAW=0: off) */
     int model_adjust;     /* and pick the tokens of steps with logit_bias, penalties or masked stop tokens
-                           * (mk_sampler_model_step; MINKE_MODEL_ADJUST=1: on; default off until it has
-                           * run on a GPU) */
+                           * (mk_sampler_model_step; MINKE_MODEL_ADJUST=1: on; default off: its tests
+                           * passed on the H200, its speed is not measured yet) */
     mk_sched_item *items; /* [max_num_seqs] */
     mk_batch_item *bitems;
     mk_sreq **preempted;

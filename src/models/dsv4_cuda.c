@@ -1890,6 +1890,15 @@ static int counters_stepped(gcall *C) {
     return 1;
 }
 
+/* Graphs off for the work from now on (why: said once on stderr), and this step as launches. */
+static int run_without_graphs(gcall *C, const char *why, mk_err *err) {
+    C->w->graphs_off = 1;
+    fprintf(stderr, "minke: cuda: decode steps run without graphs from now on: %s\n", why);
+    C->no_sync = 0;
+    C->w->gcount.eager++;
+    return run_call(C, err);
+}
+
 /* A replayable step: the graph of its shape replayed (captured first if new), then the head's
  * results to the host. */
 static int run_graph(gcall *C, int n_cap, mk_err *err) {
@@ -1913,13 +1922,8 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
         step_counters(C, 0);
         C->replay_bad = 0;
         mk_err e0 = {0};
-        if (mk_cuda_capture_begin(ctx, &e0)) { /* (the lane's or the branch's streams refused, say) */
-            w->graphs_off = 1;
-            fprintf(stderr, "minke: cuda: decode steps run without graphs from now on: %s\n", e0.msg);
-            C->no_sync = 0;
-            w->gcount.eager++;
-            return run_call(C, err);
-        }
+        if (mk_cuda_capture_begin(ctx, &e0)) /* (the lane's or the branch's streams refused, say) */
+            return run_without_graphs(C, e0.msg, err);
         mk_err e1 = {0}, e2 = {0};
         int rc = run_call(C, &e1);
         mk_cuda_graph *gr = NULL;
@@ -1927,13 +1931,10 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
         if (rc || rc2 || C->replay_bad || !counters_stepped(C)) { /* nothing ran: the step as launches */
             mk_cuda_graph_free(gr);
             step_counters(C, -1);
-            w->graphs_off = 1;
-            fprintf(stderr, "minke: cuda: decode steps run without graphs from now on: %s\n",
-                    rc ? e1.msg : rc2 ? e2.msg : C->replay_bad ? "a launch depends on the positions"
-                                                              : "the capture's counters differ from a step's");
-            C->no_sync = 0;
-            w->gcount.eager++;
-            return run_call(C, err);
+            return run_without_graphs(C,
+                                      rc ? e1.msg : rc2 ? e2.msg : C->replay_bad ? "a launch depends on the positions"
+                                                                               : "the capture's counters differ from a step's",
+                                      err);
         }
         mk_cuda_graph_free(lru->g);
         *lru = (ggraph){gr, C->np, n_cap, mode, pool->base, pool->lay.bytes, 0};

@@ -169,11 +169,11 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
      * top_p 0.95), the host sampler's tokens in every op and engine test */
     ctx->tune.sample_cluster = env_switch("MINKE_CUDA_SAMPLE_CLUSTER", 1);
     ctx->tune.sample_bins = env_switch("MINKE_CUDA_SAMPLE_BINS", 1);
-    /* the L2 lane (lane.cu): MiB per prefetch; not yet run on a GPU: off */
+    /* the L2 lane (lane.cu): MiB per prefetch; off (slower on the H200, session 19) */
     ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
     ctx->tune.l2_lane_hint = env_switch("MINKE_CUDA_L2_LANE_HINT", 0);
-    ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 0); /* not yet run on a GPU: off */
+    ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 0); /* no gain beyond noise on the H200 (session 19): off */
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;

@@ -178,7 +178,8 @@ typedef struct {
     int l2_lane;           /* MiB (0: off): a captured decode step prefetches the weights of its next
                             * linears into L2, at most this much per fork, on a second stream while the
                             * main one runs latency-bound kernels (mk_cuda_lane_prefetch; no value
-                            * changes); default 0 until run on a GPU, MINKE_CUDA_L2_LANE */
+                            * changes); default 0 (slower on the H200: 1.149-1.175 vs 1.113 ms per
+                            * batch-1 step), MINKE_CUDA_L2_LANE */
     int l2_lane_blocks;    /* blocks of one warp of a lane prefetch (default 32; MINKE_CUDA_L2_LANE_BLOCKS) */
     int l2_lane_hint;      /* 1: the lane's prefetches mark their lines evict_last (default 0: normal;
                             * MINKE_CUDA_L2_LANE_HINT) */
@@ -186,7 +187,7 @@ typedef struct {
                             * steps) of a compressed layer on a side branch, beside the q / kv path,
                             * and every layer's shared expert beside the gate, the routing and the
                             * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 0
-                            * until run on a GPU, MINKE_CUDA_BRANCH=1 */
+                            * (no gain beyond noise on the H200), MINKE_CUDA_BRANCH=1 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
