@@ -22,7 +22,9 @@
  * A sampled request's step (temperature 0.8, top_p 0.95, seeded) is timed both ways: the token drawn
  * on the GPU (mk_sampler_plain_draw's draw through dsv4_cuda_forward_batch_am, MINKE_MODEL_DRAW's
  * path) and the logits row to the host for the host sampler. DSV4_SAMPLE_T sets another temperature
- * (a lower one makes the generated checkpoint's near-uniform rows peaked).
+ * (a lower one makes the generated checkpoint's near-uniform rows peaked). A request with penalties
+ * and a logit_bias is timed the same two ways: picked on the GPU with the sampler's adjusted tokens
+ * (mk_sampler_model_step, the engine's MINKE_MODEL_ADJUST path), and on the host.
  */
 #include "engine/sampler.h"
 #include "models/dsv4.h"
@@ -250,7 +252,8 @@ int main(int argc, char **argv) {
     }
     /* 2 x N more steps as a seeded sampled request: the token drawn on the GPU, then the logits row
      * to the host for the host sampler */
-    double medd = 0, medh = 0;
+    double medd = 0, medh = 0, medad = 0, medah = 0;
+    int nadj = 0;
     float sample_t = 0.8f;
     {
         const char *ts = getenv("DSV4_SAMPLE_T");
@@ -306,6 +309,60 @@ int main(int argc, char **argv) {
         qsort(d2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
         qsort(h2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
         medd = d2[3 + (N - 3) / 2], medh = h2[3 + (N - 3) / 2];
+        mk_sampler_free(smp);
+        smp = NULL;
+        /* 2 x N more as a request with adjustments (penalties and a logit_bias): picked on the GPU
+         * with the sampler's list of adjusted tokens (mk_sampler_model_step, MINKE_MODEL_ADJUST's
+         * path), then the logits row to the host sampler */
+        static const int32_t bias_ids[4] = {11, 257, 4099, 65537};
+        static const float bias_vals[4] = {2.0f, -3.0f, 1.5f, -100.0f};
+        sp.presence_penalty = 0.5f, sp.frequency_penalty = 0.3f, sp.repetition_penalty = 1.1f;
+        int nb = 0; /* the ids below the vocabulary (ascending) */
+        while (nb < 4 && bias_ids[nb] < c->vocab) nb++;
+        sp.bias_ids = bias_ids, sp.bias_vals = bias_vals, sp.n_bias = nb, sp.seed = 2;
+        if (mk_sampler_create(&sp, c->vocab, NULL, 0, toks, P, &smp, &err)) {
+            fprintf(stderr, "sampler (adjusted): %s\n", err.msg);
+            return 1;
+        }
+        mk_sample_adj *adj = malloc(sizeof(mk_sample_adj) * MK_SAMPLE_ADJ_MAX);
+        int max_adj = 0;
+        for (int i = 0; i < N; i++) {
+            mk_sample_draw dd;
+            double a = now(); /* the list of adjusted tokens is built per step, as the engine does */
+            if (!mk_sampler_model_step(smp, &dd, adj, MK_SAMPLE_ADJ_MAX)) {
+                fprintf(stderr, "sampler: not a model step\n");
+                return 1;
+            }
+            if (dd.n_adj > max_adj) max_adj = dd.n_adj;
+            float dummy = 0.0f, *lg = &dummy;
+            int32_t got = -1, *gp2 = &got;
+            const mk_sample_draw *dp = &dd;
+            const int32_t *tp = &tk;
+            mk_sample_out so;
+            if (dsv4_cuda_forward_batch_am(dsv4_cuda_seq_work(s), &s, &tp, &one, &lg, &gp2, &dp, 1, &err) || got < 0 ||
+                mk_sampler_take(smp, got, &so, &err)) {
+                fprintf(stderr, "decode (GPU, adjusted) %d: %s\n", i, got < 0 ? "no token" : err.msg);
+                return 1;
+            }
+            d2[i] = now() - a;
+            mk_sampler_accept(smp, so.token);
+            tk = so.token;
+        }
+        for (int i = 0; i < N; i++) {
+            mk_sample_out so;
+            double a = now();
+            if (dsv4_cuda_forward(s, &tk, 1, logits, &err) || mk_sampler_sample(smp, logits, &so, &err)) {
+                fprintf(stderr, "decode (host sampler, adjusted) %d: %s\n", i, err.msg);
+                return 1;
+            }
+            h2[i] = now() - a;
+            mk_sampler_accept(smp, so.token);
+            tk = so.token;
+        }
+        qsort(d2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
+        qsort(h2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
+        medad = d2[3 + (N - 3) / 2], medah = h2[3 + (N - 3) / 2], nadj = max_adj;
+        free(adj);
         free(d2), free(h2);
         mk_sampler_free(smp);
     }
@@ -346,12 +403,15 @@ int main(int argc, char **argv) {
                      "| decode step median, token picked on the GPU (the server's greedy path; %d steps) ms | %.3f |\n"
                      "| decode tokens/s / achieved / copy, that path | %.1f / %.0f GB/s / %.1f%% |\n"
                      "| sampled step (T %g, top_p 0.95) median ms: drawn on the GPU / logits to the host sampler | "
-                     "%.3f / %.3f |\n\n",
+                     "%.3f / %.3f |\n"
+                     "| step with penalties and a logit_bias (same T and top_p; up to %d adjusted tokens) median ms: "
+                     "picked on the GPU / logits to the host sampler | %.3f / %.3f |\n\n",
                      cp->name, argv[1], c->n_layers, c->dim, c->n_heads, c->head_dim, c->n_experts, c->n_act,
                      c->moe_inter, c->vocab, (int)m->layers[0].experts[0].w1.kind, dsv4_cuda_weight_bytes(g) / 1e9,
                      t_load, t_up, P, t_pre * 1e3, nt, med * 1e3, mn * 1e3, tps, wb / 1e6, gbs, bw,
                      100.0 * gbs / bw, nt, meda * 1e3, 1.0 / meda, (double)wb / meda / 1e9,
-                     100.0 * ((double)wb / meda / 1e9) / bw, (double)sample_t, medd * 1e3, medh * 1e3);
+                     100.0 * ((double)wb / meda / 1e9) / bw, (double)sample_t, medd * 1e3, medh * 1e3, nadj, medad * 1e3,
+                     medah * 1e3);
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
     {

@@ -168,7 +168,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
         stamp "batch-1 decode with $v"
         env ${v//,/ } ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
-            grep -E "decode step|achieved /|sampled step" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+            grep -E "decode step|achieved /|sampled step|penalties" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
     done
     for v in ${DSV4_VARIANTS_FULL:-}; do # batch 1, batch 64 / 256 and prefill 2048 under a tuning variable
         stamp "batch 1, 64, 256 and prefill with $v"

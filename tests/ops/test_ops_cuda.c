@@ -1079,6 +1079,38 @@ static void test_sample_rows(int V, int ties) {
                "the host sampler's token: %s (%d differ) |\n", "sample rows (GPU draw)", shape, R, pass ? "PASS" : "FAIL",
                differ);
     }
+    /* the row-count switch (tuning sample_cluster_rows): the cluster draws launches of at most that
+     * many rows, one block per row draws larger ones, both the host sampler's tokens */
+    if (V >= 1000) {
+        mk_cuda_tuning tu0, tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu0);
+        tu = tu0;
+        tu.sample_cluster = 1, tu.sample_cluster_rows = R - 1;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        const int cl_small = mk_cuda_sample_uses_cluster(ctx, R - 1, V), cl_full = mk_cuda_sample_uses_cluster(ctx, R, V);
+        tu.sample_cluster_rows = 0;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        const int cl_any = mk_cuda_sample_uses_cluster(ctx, R, V);
+        tu.sample_cluster_rows = R - 1;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        CK(mk_cuda_memset(ctx, dout, 0x5a, sizeof(int32_t) * R, &err_));
+        mk_err se = {0};
+        const int sst = mk_cuda_sample_rows(ctx, dx, R, V, ddr, dws, dout, &se);
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+        int differ = 0;
+        if (!sst) {
+            fetch(got, dout, sizeof(int32_t) * R);
+            for (int r = 0; r < R; r++) differ += got[r] != want[r];
+        }
+        /* cl_small and cl_any are 0 only where the device's shared memory can't hold the slices */
+        const int pass = !cl_full && cl_small == cl_any && !sst && !differ;
+        n_checks++;
+        if (!pass) n_fail++;
+        printf("| %-40s | V%-25d | cluster up to %d rows: %d rows by one block each (%s), %d by the cluster (%s); "
+               "the host sampler's token: %s (%d differ) |\n",
+               "sample rows (row-count switch)", V, R - 1, R, cl_full ? "no" : "yes", R - 1, cl_small ? "yes" : "no",
+               pass ? "PASS" : "FAIL", differ);
+    }
     void *dv[] = {dx, dws, ddr, dout};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
     free(x), free(l), free(dr), free(want), free(got);

@@ -169,6 +169,9 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
      * top_p 0.95), the host sampler's tokens in every op and engine test */
     ctx->tune.sample_cluster = env_switch("MINKE_CUDA_SAMPLE_CLUSTER", 1);
     ctx->tune.sample_bins = env_switch("MINKE_CUDA_SAMPLE_BINS", 1);
+    ctx->tune.sample_cluster_rows =
+        getenv("MINKE_CUDA_SAMPLE_CLUSTER_ROWS") ? atoi(getenv("MINKE_CUDA_SAMPLE_CLUSTER_ROWS")) : 0;
+    if (ctx->tune.sample_cluster_rows < 0) ctx->tune.sample_cluster_rows = 0;
     /* the L2 lane (lane.cu): MiB per prefetch; off (slower on the H200, session 19) */
     ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
@@ -326,6 +329,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.sample_agg = ctx->tune.sample_agg != 0;
     ctx->tune.sample_cluster = ctx->tune.sample_cluster != 0;
     ctx->tune.sample_bins = ctx->tune.sample_bins != 0;
+    if (ctx->tune.sample_cluster_rows < 0) ctx->tune.sample_cluster_rows = 0;
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
     if (ctx->tune.ri_l2_pf < 0) ctx->tune.ri_l2_pf = 0;
     if (ctx->tune.gemv_pipe_grid < 0) ctx->tune.gemv_pipe_grid = 0;

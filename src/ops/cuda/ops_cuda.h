@@ -163,6 +163,9 @@ typedef struct {
     int sample_cluster;    /* 1: the GPU draw runs on a cluster of 8 blocks per row, each holding a slice of
                             * the row in shared memory (mk_cuda_sample_rows; same tokens); default 1,
                             * MINKE_CUDA_SAMPLE_CLUSTER=0 */
+    int sample_cluster_rows; /* with sample_cluster: the cluster draw only for launches of at most this many
+                              * rows, one block per row for more (mk_cuda_sample_uses_cluster); 0: any
+                              * number; MINKE_CUDA_SAMPLE_CLUSTER_ROWS */
     int sample_bins;       /* 1: the GPU draw's top_k and top_p first find the weight bin where their cut
                             * falls and, where its candidates fit (MK_SAMPLE_GATHER), run their radix
                             * passes over those only, gathered in shared memory (mk_cuda_sample_rows; same
@@ -395,6 +398,11 @@ int mk_cuda_adjust_rows(mk_cuda_ctx *ctx, float *logits, int rows, int V, const 
  * scratch of rows * V floats. src/ops/cuda/sample.cu. */
 int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws, float *ws,
                         int32_t *out, mk_err *err);
+/* 1 when mk_cuda_sample_rows would draw rows of V values on a cluster of blocks per row (tunings
+ * sample_cluster and sample_cluster_rows, V at least the cluster's size and its slices within the
+ * device's shared memory), 0 for one block per row (also where the device later refuses the cluster's
+ * shared memory, which mk_cuda_sample_rows notes once). */
+int mk_cuda_sample_uses_cluster(const mk_cuda_ctx *ctx, int rows, int V);
 /* mk_rmsnorm over rows [rows, d]; w bf16 [d] (device) or NULL. y may alias x. */
 int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,
                     float eps, float *y, mk_err *err);

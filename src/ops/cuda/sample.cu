@@ -653,13 +653,19 @@ static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V
     return MK_OK;
 }
 
+extern "C" int mk_cuda_sample_uses_cluster(const mk_cuda_ctx *ctx, int rows, int V) {
+    /* a cluster per row where its slices fit in shared memory (with the static part), for launches of
+     * at most sample_cluster_rows rows (0: any) */
+    return ctx->tune.sample_cluster && (!ctx->tune.sample_cluster_rows || rows <= ctx->tune.sample_cluster_rows) &&
+           V >= SMC_NB && smc_smem(V) + SMC_STATIC_MAX <= ctx->caps.smem_optin;
+}
+
 extern "C" int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, const mk_sample_draw *draws,
                                    float *ws, int32_t *out, mk_err *err) {
     if (rows <= 0) return MK_OK;
     if (V <= 0 || !logits || !draws || !ws || !out)
         return mk_fail(err, MK_EINVAL, "cuda: sample: bad arguments (rows of %d values)", V);
-    /* a cluster per row where its slices fit in shared memory (with the static part) */
-    if (ctx->tune.sample_cluster && V >= SMC_NB && smc_smem(V) + SMC_STATIC_MAX <= ctx->caps.smem_optin) {
+    if (mk_cuda_sample_uses_cluster(ctx, rows, V)) {
         const int st = sample_cluster(ctx, logits, rows, V, draws, out, err);
         if (st != SMC_REFUSED) return st;
     }
