@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
     }
     double t_up = now() - t0;
     dsv4_cuda_seq *s;
-    if (dsv4_cuda_seq_create(g, P + 4 * N + 8, P, &s, &err)) {
+    if (dsv4_cuda_seq_create(g, P + 6 * N + 8, P, &s, &err)) { /* prefill, 6 x N steps, the probe */
         fprintf(stderr, "seq: %s\n", err.msg);
         return 1;
     }
@@ -287,8 +287,12 @@ int main(int argc, char **argv) {
             const mk_sample_draw *dp = &dd;
             const int32_t *tp = &tk;
             double a = now();
-            if (dsv4_cuda_forward_batch_am(dsv4_cuda_seq_work(s), &s, &tp, &one, &lg, &gp2, &dp, 1, &err) || got < 0) {
-                fprintf(stderr, "decode (GPU draw) %d: %s\n", i, got < 0 ? "no token" : err.msg);
+            if (dsv4_cuda_forward_batch_am(dsv4_cuda_seq_work(s), &s, &tp, &one, &lg, &gp2, &dp, 1, &err)) {
+                fprintf(stderr, "decode (GPU draw) %d: %s\n", i, err.msg);
+                return 1;
+            }
+            if (got < 0) {
+                fprintf(stderr, "decode (GPU draw) %d: no token\n", i);
                 return 1;
             }
             d2[i] = now() - a;
@@ -339,9 +343,9 @@ int main(int argc, char **argv) {
             const mk_sample_draw *dp = &dd;
             const int32_t *tp = &tk;
             mk_sample_out so;
-            if (dsv4_cuda_forward_batch_am(dsv4_cuda_seq_work(s), &s, &tp, &one, &lg, &gp2, &dp, 1, &err) || got < 0 ||
+            if (dsv4_cuda_forward_batch_am(dsv4_cuda_seq_work(s), &s, &tp, &one, &lg, &gp2, &dp, 1, &err) ||
                 mk_sampler_take(smp, got, &so, &err)) {
-                fprintf(stderr, "decode (GPU, adjusted) %d: %s\n", i, got < 0 ? "no token" : err.msg);
+                fprintf(stderr, "decode (GPU, adjusted) %d: %s\n", i, err.msg);
                 return 1;
             }
             d2[i] = now() - a;

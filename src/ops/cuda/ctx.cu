@@ -169,8 +169,13 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
      * top_p 0.95), the host sampler's tokens in every op and engine test */
     ctx->tune.sample_cluster = env_switch("MINKE_CUDA_SAMPLE_CLUSTER", 1);
     ctx->tune.sample_bins = env_switch("MINKE_CUDA_SAMPLE_BINS", 1);
+    /* the cluster up to 32 rows, one block per row beyond (H100, session 20, bench_gpu's draw table,
+     * model-like rows with bins: the cluster 87.8-253.6 us at 1-32 rows against one block's
+     * 239.4-253.0, at 64 rows 437.4 against 317.9; top_k 50 + top_p 0.9 at 64 rows 573.6 against
+     * 359.4. Near-uniform rows, the generated checkpoint's kind, favour the cluster at 64 rows too:
+     * 946.3 against 1223.1 there; real models' rows are peaked) */
     ctx->tune.sample_cluster_rows =
-        getenv("MINKE_CUDA_SAMPLE_CLUSTER_ROWS") ? atoi(getenv("MINKE_CUDA_SAMPLE_CLUSTER_ROWS")) : 0;
+        getenv("MINKE_CUDA_SAMPLE_CLUSTER_ROWS") ? atoi(getenv("MINKE_CUDA_SAMPLE_CLUSTER_ROWS")) : 32;
     if (ctx->tune.sample_cluster_rows < 0) ctx->tune.sample_cluster_rows = 0;
     /* the L2 lane (lane.cu): MiB per prefetch; off (slower on the H200, session 19) */
     ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;

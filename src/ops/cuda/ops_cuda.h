@@ -165,7 +165,8 @@ typedef struct {
                             * MINKE_CUDA_SAMPLE_CLUSTER=0 */
     int sample_cluster_rows; /* with sample_cluster: the cluster draw only for launches of at most this many
                               * rows, one block per row for more (mk_cuda_sample_uses_cluster); 0: any
-                              * number; MINKE_CUDA_SAMPLE_CLUSTER_ROWS */
+                              * number; default 32 (H100: the cluster's 8 blocks a row fill the SMs by
+                              * then), MINKE_CUDA_SAMPLE_CLUSTER_ROWS */
     int sample_bins;       /* 1: the GPU draw's top_k and top_p first find the weight bin where their cut
                             * falls and, where its candidates fit (MK_SAMPLE_GATHER), run their radix
                             * passes over those only, gathered in shared memory (mk_cuda_sample_rows; same
