@@ -36,6 +36,7 @@
 #   MAX_NUM_SEQS [64]  MAX_MODEL_LEN [1024]  SERVE_THREADS [unset: the server's default]  SERVE_ARGS
 #   INPUT_LEN [512]  OUTPUT_LEN [128]  CONCURRENCY [1,2,4,8,16,32,64]
 #   PROMPTS_PER_CONC [2]  PROMPTS_MIN [8]  WARMUPS [1] (first level only)  SEED [1]
+#   BENCH_ARGS  more `minke bench serve` options, e.g. "--temperature 0.8" (sampled requests)
 #   SITE [/tmp/site]  OUT [bench/gpu/out-serve]
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -210,10 +211,11 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
             stamp "bench: concurrency $C, $N prompts (+$WU warm-up), at most $LIM s"
             # each level draws its own prompts (seed + k), as --sweep-concurrency does, so no level
             # hits the prefix cache that the one before filled
+            # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
             timeout --signal=INT --kill-after=5 "$LIM" "$CLIENT" bench serve --base-url "$URL" --api-key "$KEY" \
                 --dataset random --random-input-len "${INPUT_LEN:-512}" --random-output-len "${OUTPUT_LEN:-128}" \
                 --num-prompts "$N" --max-concurrency "$C" --seed $(( ${SEED:-1} + K )) --num-warmups "$WU" \
-                --request-timeout "$LIM" --label "minke serve --device ${DEVICE:-cpu}" --quiet \
+                --request-timeout "$LIM" --label "minke serve --device ${DEVICE:-cpu}" --quiet ${BENCH_ARGS:-} \
                 --save-result "$TMP/level-$(printf %03d "$C").json"
             RC=$?
             [ $RC != 0 ] && { echo "bench rc $RC at concurrency $C"; BENCH_RC=$RC; }
@@ -240,8 +242,10 @@ L = ["# minke bench serve against `minke serve%s` (%s)" % (" --device " + dev if
      "Checkpoint: %s (%s)" % (ckpt, shape), ""]
 if merged["runs"]:
     c0 = merged["runs"][0]["config"]
-    L += ["Workload: random, %s prompt tokens, %s output tokens (ignore_eos), greedy; one run per concurrency" %
-          (c0.get("random_input_len"), c0.get("random_output_len")), ""]
+    T = c0.get("temperature") or 0
+    L += ["Workload: random, %s prompt tokens, %s output tokens (ignore_eos), %s; one run per concurrency" %
+          (c0.get("random_input_len"), c0.get("random_output_len"),
+           "temperature %g (drawn on the GPU)" % T if T > 0 else "greedy"), ""]
 L += ["| concurrency | requests ok/failed | output tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tok/s/user |",
       "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
 for r in merged["runs"]:
