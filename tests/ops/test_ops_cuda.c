@@ -2446,6 +2446,96 @@ static void test_cmp_step(int is_idx, int D, int r, int ov) {
     free(pool_h), free(st_h), free(kvp_h), free(scp_h), free(ape_h), free(nw_h);
 }
 
+/* The row lists of a call of few rows by the whole block (tuning rows_wide: k_attn_rows_wide) = by a
+ * warp per row (k_attn_rows_multi, checked against the host's rules in test_multi_pieces): the lists,
+ * row_start and the rings, bit for bit, at V4's widths (window 128, D 512) with up to 2048 indexer
+ * picks per row (two chunks of 32 per warp), pieces of one row (a decode, with the ring writes) and of
+ * several rows, and each ratio. */
+static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
+    const int D = 512, win = 128, bt = 256, epb = ratio ? bt / ratio : 1, sel_cap = k_sel_max;
+    int T[4], start[4], row0[4], R = 0;
+    for (int i = 0; i < np; i++) {
+        T[i] = one_row ? 1 : 4 / np; /* at most 4 rows: the block's path (ROWS_WIDE_MAX) */
+        start[i] = 100 + (int)(rnd64() % 6000);
+        row0[i] = R, R += T[i];
+    }
+    int cap = 0; /* table entries per piece */
+    for (int i = 0; i < np; i++) {
+        const int e = ratio ? (start[i] + T[i]) / ratio : 0, b = (e + epb - 1) / epb;
+        cap = b > cap ? b : cap;
+    }
+    cap = cap < 1 ? 1 : cap;
+    const int nblk = cap * np;
+    const size_t block_bytes = (size_t)epb * D * 4 + 256, off = 128;
+    uint8_t *dpool = poisoned_dev(block_bytes * (size_t)nblk); /* pointers only: never read */
+    int32_t *tbl_h = xmalloc(sizeof(int32_t) * (size_t)nblk);
+    for (int i = 0; i < nblk; i++) tbl_h[i] = i;
+    for (int i = nblk - 1; i > 0; i--) { /* a shuffled pool */
+        const int j = (int)(rnd64() % (uint64_t)(i + 1)), x = tbl_h[i];
+        tbl_h[i] = tbl_h[j], tbl_h[j] = x;
+    }
+    int32_t *dtbl = dup_dev(tbl_h, sizeof(int32_t) * (size_t)nblk);
+    float *rings_h = xmalloc(sizeof(float) * (size_t)np * win * D), *kv_h = xmalloc(sizeof(float) * (size_t)R * D);
+    fill_act(rings_h, (size_t)np * win * D, 1.0f);
+    fill_act(kv_h, (size_t)R * D, 1.0f);
+    float *drings = dup_dev(rings_h, sizeof(float) * (size_t)np * win * D), *dkv = dup_dev(kv_h, sizeof(float) * (size_t)R * D);
+    int32_t *sel_h = xmalloc(sizeof(int32_t) * (size_t)R * (sel_cap > 0 ? sel_cap : 1));
+    mk_cuda_apiece ap[4];
+    for (int i = 0; i < np; i++) {
+        const int e = start[i] + T[i], n_ckv = ratio ? e / ratio : 0;
+        /* picks per row: 0, a partial chunk, or many chunks (some -1 and some beyond n_ckv: invalid) */
+        int ks = ratio == 4 ? (i == 0 ? k_sel_max : i == 1 ? 40 : i == 2 ? 0 : 1 + (int)(rnd64() % (uint64_t)k_sel_max)) : 0;
+        ks = ks > sel_cap ? sel_cap : ks;
+        ap[i] = (mk_cuda_apiece){.ring = drings + (size_t)i * win * D, .tbl = dtbl + (size_t)i * cap, .row0 = row0[i],
+                                 .T = T[i], .start = start[i], .n_ckv = n_ckv, .k_sel = ks};
+        for (int t = 0; t < T[i]; t++)
+            for (int k = 0; k < ks; k++)
+                sel_h[(size_t)row0[i] * sel_cap + (size_t)t * ks + k] = (int32_t)(rnd64() % (uint64_t)(n_ckv + n_ckv / 4 + 2)) - 1;
+    }
+    int32_t *dsel = dup_dev(sel_h, sizeof(int32_t) * (size_t)R * (sel_cap > 0 ? sel_cap : 1));
+    mk_cuda_apiece *dap = dup_dev(ap, sizeof(mk_cuda_apiece) * (size_t)np);
+    mk_cuda_paged pg = {dpool, NULL, block_bytes, off, epb};
+    const size_t rows_max = (size_t)R * (win + (ratio == 4 ? sel_cap : ratio ? 6200 / ratio + 2 : 0));
+    const float **drows = poisoned_dev(sizeof(void *) * rows_max);
+    int32_t *dstart = poisoned_dev(sizeof(int32_t) * (size_t)(R + 1));
+    const float **rw[2];
+    int32_t *st[2];
+    float *rg[2];
+    mk_cuda_tuning tu0, tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu0);
+    for (int way = 0; way < 2; way++) {
+        tu = tu0;
+        tu.rows_wide = way;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        CK(mk_cuda_upload(ctx, drings, rings_h, sizeof(float) * (size_t)np * win * D, &err_));
+        CK(mk_cuda_memset(ctx, drows, 0xa5, sizeof(void *) * rows_max, &err_));
+        CK(mk_cuda_memset(ctx, dstart, 0xa5, sizeof(int32_t) * (size_t)(R + 1), &err_));
+        CK(mk_cuda_attn_rows_multi(ctx, dap, np, 1, R, win, D, dkv, pg, ratio, dsel, sel_cap, drows, dstart, one_row,
+                                   &err_));
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+        rw[way] = xmalloc(sizeof(void *) * rows_max);
+        st[way] = xmalloc(sizeof(int32_t) * (size_t)(R + 1));
+        rg[way] = xmalloc(sizeof(float) * (size_t)np * win * D);
+        fetch(rw[way], drows, sizeof(void *) * rows_max);
+        fetch(st[way], dstart, sizeof(int32_t) * (size_t)(R + 1));
+        fetch(rg[way], drings, sizeof(float) * (size_t)np * win * D);
+    }
+    const int n_all = st[0][R];
+    const int same = !memcmp(st[0], st[1], sizeof(int32_t) * (size_t)(R + 1)) && n_all > 0 && (size_t)n_all <= rows_max &&
+                     !memcmp(rw[0], rw[1], sizeof(void *) * (size_t)n_all) &&
+                     !memcmp(rg[0], rg[1], sizeof(float) * (size_t)np * win * D);
+    const int ring_moved = !one_row || memcmp(rg[1], rings_h, sizeof(float) * (size_t)np * win * D) != 0;
+    n_checks++;
+    if (!(same && ring_moved)) n_fail++;
+    printf("| %-40s | ratio %-3d %d pieces %s | %d rows, %d list entries (picks up to %d): block = warp per row, "
+           "lists, starts and rings bit for bit: %s |\n", "attn rows (rows_wide)", ratio, np, one_row ? "x 1 row" : "x 2 rows",
+           R, n_all, k_sel_max, same && ring_moved ? "PASS" : "FAIL");
+    for (int way = 0; way < 2; way++) free((void *)rw[way]), free(st[way]), free(rg[way]);
+    void *dv[] = {dpool, dtbl, drings, dkv, dsel, dap, (void *)drows, dstart};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+    free(tbl_h), free(rings_h), free(kv_h), free(sel_h);
+}
+
 /* ---- several pieces in one launch (the engine's batched steps) ----------------------------------
  * attn_rows_multi / ring_put_multi / index_multi over three pieces of different sequences (own
  * block tables and rings) against the host's rules (dsv4.c): each row's list of KV rows (its
@@ -2919,6 +3009,12 @@ int main(int argc, char **argv) {
     test_multi_pieces(4, 1); /* decode steps: the ring writes in the row-list launch */
     test_multi_pieces(128, 1);
     test_multi_pieces(0, 1);
+    test_rows_wide(4, 1, 1, 2048); /* a decode of one sequence at V4's widths */
+    test_rows_wide(4, 1, 4, 2048);
+    test_rows_wide(4, 0, 2, 512);
+    test_rows_wide(128, 1, 3, 0);
+    test_rows_wide(0, 1, 2, 0);
+    test_rows_wide(0, 0, 2, 0);
     test_lane(); /* last: a capture the driver refuses ends the run (CK) */
 
     printf("\n%d checks, %d failed\n", n_checks, n_fail);

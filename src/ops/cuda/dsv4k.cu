@@ -532,6 +532,84 @@ __global__ void __launch_bounds__(1024) k_attn_rows_multi(const mk_cuda_apiece *
     }
 }
 
+/* The same lists for a call of at most ROWS_WIDE_MAX rows (a decode step of few sequences; tuning
+ * rows_wide): the rows one after another, each shared by the whole block, so a row costs a few
+ * memory round trips instead of one warp's loop over its window, its selected entries and its
+ * ring row. Threads run over the window, the HCA entries and the ring row; the selected entries
+ * (ratio 4) go in chunks of 32 to the warps (at most 2 chunks a warp: k_sel <= ROWS_WIDE_CH x 32),
+ * each chunk's valid picks counted by a ballot, the counts scanned in chunk order, and each pick
+ * stored at its chunk's offset plus its rank among the chunk's valid picks: the order
+ * k_attn_rows_multi's warp gives them, so the same lists. 1024 threads. */
+#define ROWS_WIDE_MAX 4
+#define ROWS_WIDE_CH 64
+__global__ void __launch_bounds__(1024) k_attn_rows_wide(const mk_cuda_apiece *__restrict__ pc, int np, int stride, int R,
+                                                         int win, int D, const float *kv_call, mk_cuda_paged ckv,
+                                                         int ratio, const int32_t *__restrict__ sel, int sel_cap,
+                                                         const float **rows, int32_t *row_start, int ring_put) {
+    MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
+    __shared__ int32_t coff[ROWS_WIDE_CH + 1]; /* the chunks' valid picks, then their offsets; [CH]: total */
+    const unsigned all = 0xffffffffu;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int base = 0; /* the row's first list entry (the same in every thread) */
+    if (threadIdx.x == 0) row_start[0] = 0;
+    for (int r = 0; r < R; r++) {
+        const mk_cuda_apiece &P = mk_d_apiece_of(pc, np, stride, r);
+        const int t = r - P.row0, p = P.start + t;
+        const int q0 = p - win + 1 < 0 ? 0 : p - win + 1, nwin = p - q0 + 1;
+        const float *kv = kv_call + (size_t)P.row0 * D;
+        for (int q = q0 + (int)threadIdx.x; q <= p; q += blockDim.x)
+            rows[base + q - q0] = q >= P.start ? kv + (size_t)(q - P.start) * D : P.ring + (size_t)(q % win) * D;
+        mk_cuda_paged pg = ckv;
+        pg.tbl = P.tbl;
+        int n = nwin;
+        if (ratio == 4) {
+            const int32_t *sr = sel + (size_t)P.row0 * sel_cap + (size_t)t * P.k_sel;
+            const int nch = (P.k_sel + 31) / 32;
+            int sv[2];
+            unsigned mv[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) { /* chunk warp + i nw: its picks, valid ones balloted */
+                const int ch = warp + i * nw, k = ch * 32 + lane;
+                sv[i] = ch < nch && k < P.k_sel ? sr[k] : -1;
+                mv[i] = __ballot_sync(all, sv[i] >= 0 && sv[i] < P.n_ckv);
+                if (ch < nch && lane == 0) coff[ch] = __popc(mv[i]);
+            }
+            __syncthreads();
+            if (warp == 0) { /* exclusive scan of the chunk counts, two chunks a lane */
+                const int a = 2 * lane < nch ? coff[2 * lane] : 0, b = 2 * lane + 1 < nch ? coff[2 * lane + 1] : 0;
+                int inc = a + b;
+                for (int o = 1; o < 32; o <<= 1) {
+                    const int v = __shfl_up_sync(all, inc, o);
+                    if (lane >= o) inc += v;
+                }
+                const int ex = inc - a - b; /* each lane rewrites only the entries it read */
+                if (2 * lane < nch) coff[2 * lane] = ex;
+                if (2 * lane + 1 < nch) coff[2 * lane + 1] = ex + a;
+                if (lane == 31) coff[ROWS_WIDE_CH] = inc;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int ch = warp + i * nw;
+                if (ch < nch && sv[i] >= 0 && sv[i] < P.n_ckv)
+                    rows[base + n + coff[ch] + __popc(mv[i] & ((1u << lane) - 1))] = mk_d_paged_row(pg, sv[i], D);
+            }
+            n += coff[ROWS_WIDE_CH];
+        } else if (ratio) {
+            const int vis = min((p + 1) / ratio, P.n_ckv);
+            for (int j = threadIdx.x; j < vis; j += blockDim.x) rows[base + n + j] = mk_d_paged_row(pg, j, D);
+            n += vis;
+        }
+        if (ring_put) { /* as k_attn_rows_multi: slot p % win holds position p - win, in no list */
+            float *dst = (float *)P.ring + (size_t)(p % win) * D;
+            for (int c = threadIdx.x; c < D; c += blockDim.x) dst[c] = kv[c];
+        }
+        base += n;
+        if (threadIdx.x == 0) row_start[r + 1] = base;
+        __syncthreads(); /* coff is the next row's */
+    }
+}
+
 extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride, int R, int win,
                                        int D, const float *kv_call, mk_cuda_paged ckv, int ratio,
                                        const int32_t *sel, int sel_cap, const float **rows, int32_t *row_start,
@@ -540,6 +618,12 @@ extern "C" int mk_cuda_attn_rows_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *p
     if (R > 12000) return mk_fail(err, MK_ERANGE, "cuda: attn_rows: %d rows in one call", R);
     if (ring_put && R != np)
         return mk_fail(err, MK_EINVAL, "cuda: attn_rows with the ring writes: %d rows in %d pieces (one each)", R, np);
+    if (ctx->tune.rows_wide && R <= ROWS_WIDE_MAX && (ratio != 4 || sel_cap <= ROWS_WIDE_CH * 32)) {
+        (void)mk_cuda_launch_pdl(ctx, 1, 1024, 0, k_attn_rows_wide, pieces, np, stride, R, win, D, kv_call, ckv, ratio,
+                                 sel, sel_cap, rows, row_start, ring_put);
+        MK_CU_LAUNCHED(err, "cuda: attn_rows_wide launch");
+        return MK_OK;
+    }
     int threads = R < 32 ? R * 32 : 1024;
     (void)mk_cuda_launch_pdl(ctx, 1, threads, sizeof(int32_t) * (R + 1), k_attn_rows_multi, pieces, np, stride, R, win, D, kv_call, ckv,
                                                                               ratio, sel, sel_cap, rows, row_start, ring_put);
