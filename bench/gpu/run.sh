@@ -10,7 +10,7 @@
 #   log.txt     the whole console output;  test.txt, bench.md, sanitizer.txt, dsv4.txt  the parts
 # Usage (repository root or anywhere): bash bench/gpu/run.sh
 # Environment: CUDA_GENCODE (default sm_90a only, to build fast there), SKIP_SANITIZER=1,
-# SKIP_OPS=1 (no op tests / op benchmark), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
+# SKIP_OPS=1 (no op tests / op benchmark), SKIP_OPBENCH=1 (the op tests without the op benchmark), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
 # DSV4_STEPS (64), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
 # batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
@@ -99,10 +99,12 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_OPS:-0}" != 1 ]; then
     cat "$OUT/test.txt"
     stamp "tests rc $TEST_RC"
 
-    stamp "benchmark"
-    ./build-cuda/bench_gpu "$OUT/bench.md"
-    BENCH_RC=$?
-    stamp "bench rc $BENCH_RC"
+    if [ "${SKIP_OPBENCH:-0}" != 1 ]; then
+        stamp "benchmark"
+        ./build-cuda/bench_gpu "$OUT/bench.md"
+        BENCH_RC=$?
+        stamp "bench rc $BENCH_RC"
+    fi
 
     if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
         SAN=$(command -v compute-sanitizer || ls "$CUDA"/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
