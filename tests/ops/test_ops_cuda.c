@@ -2479,7 +2479,7 @@ static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
     fill_act(rings_h, (size_t)np * win * D, 1.0f);
     fill_act(kv_h, (size_t)R * D, 1.0f);
     float *drings = dup_dev(rings_h, sizeof(float) * (size_t)np * win * D), *dkv = dup_dev(kv_h, sizeof(float) * (size_t)R * D);
-    int32_t *sel_h = xmalloc(sizeof(int32_t) * (size_t)R * (sel_cap > 0 ? sel_cap : 1));
+    int32_t *sel_h = calloc((size_t)R * (sel_cap > 0 ? sel_cap : 1), sizeof(int32_t));
     mk_cuda_apiece ap[4];
     for (int i = 0; i < np; i++) {
         const int e = start[i] + T[i], n_ckv = ratio ? e / ratio : 0;
@@ -2501,6 +2501,7 @@ static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
     const float **rw[2];
     int32_t *st[2];
     float *rg[2];
+    int wide_ran[2] = {0, 0};
     mk_cuda_tuning tu0, tu;
     mk_cuda_ctx_get_tuning(ctx, &tu0);
     for (int way = 0; way < 2; way++) {
@@ -2510,8 +2511,14 @@ static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
         CK(mk_cuda_upload(ctx, drings, rings_h, sizeof(float) * (size_t)np * win * D, &err_));
         CK(mk_cuda_memset(ctx, drows, 0xa5, sizeof(void *) * rows_max, &err_));
         CK(mk_cuda_memset(ctx, dstart, 0xa5, sizeof(int32_t) * (size_t)(R + 1), &err_));
+        /* traced, to see which kernel ran: way 1 must be the block's (k_attn_rows_wide), way 0 not */
+        CK(mk_cuda_trace_start(ctx, &err_));
         CK(mk_cuda_attn_rows_multi(ctx, dap, np, 1, R, win, D, dkv, pg, ratio, dsel, sel_cap, drows, dstart, one_row,
                                    &err_));
+        const char *tn[4] = {0};
+        float tus[4], tq[4], td[4];
+        const int ntr = mk_cuda_trace_stop(ctx, 4, tn, tus, tq, td, &err_);
+        wide_ran[way] = ntr == 1 && tn[0] && strstr(tn[0], "attn_rows_wide") != NULL;
         mk_cuda_ctx_set_tuning(ctx, &tu0);
         rw[way] = xmalloc(sizeof(void *) * rows_max);
         st[way] = xmalloc(sizeof(int32_t) * (size_t)(R + 1));
@@ -2525,11 +2532,13 @@ static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
                      !memcmp(rw[0], rw[1], sizeof(void *) * (size_t)n_all) &&
                      !memcmp(rg[0], rg[1], sizeof(float) * (size_t)np * win * D);
     const int ring_moved = !one_row || memcmp(rg[1], rings_h, sizeof(float) * (size_t)np * win * D) != 0;
+    const int pass = same && ring_moved && !wide_ran[0] && wide_ran[1];
     n_checks++;
-    if (!(same && ring_moved)) n_fail++;
-    printf("| %-40s | ratio %-3d %d pieces %s | %d rows, %d list entries (picks up to %d): block = warp per row, "
-           "lists, starts and rings bit for bit: %s |\n", "attn rows (rows_wide)", ratio, np, one_row ? "x 1 row" : "x 2 rows",
-           R, n_all, k_sel_max, same && ring_moved ? "PASS" : "FAIL");
+    if (!pass) n_fail++;
+    printf("| %-40s | ratio %-3d %d pieces x %d row%s | %d rows, %d list entries (picks up to %d): block (%s) = warp per "
+           "row (%s), lists, starts and rings bit for bit: %s |\n", "attn rows (rows_wide)", ratio, np, R / np,
+           R / np > 1 ? "s" : "", R, n_all, k_sel_max, wide_ran[1] ? "ran" : "did not run",
+           wide_ran[0] ? "not run" : "ran", pass ? "PASS" : "FAIL");
     for (int way = 0; way < 2; way++) free((void *)rw[way]), free(st[way]), free(rg[way]);
     void *dv[] = {dpool, dtbl, drings, dkv, dsel, dap, (void *)drows, dstart};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);

@@ -563,7 +563,7 @@ typedef struct {
  * launch: pieces [np] (device, piece i at pieces[i * stride], row0 ascending). Row t of a piece
  * (position start + t) lists its window (the call's own rows of kv_call for positions >= start,
  * the piece's ring for earlier ones), then its compressed rows (ratio 4: the valid entries of its
- * sel row at sel + row0 * sel_cap + t * k_sel; other ratios: every visible entry of ckv, with the
+ * sel row at sel + row0 * sel_cap + t * k_sel, k_sel <= sel_cap; other ratios: every visible entry of ckv, with the
  * piece's block table; ckv.tbl is ignored); rows / row_start over all R rows (R <= 12000).
  * ring_put_multi: ring slot q % win <- the call's row of position q, for the last min(T, win)
  * positions of each piece. attn_rows_multi with ring_put (every piece one row: R == np) does
