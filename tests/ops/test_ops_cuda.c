@@ -2517,7 +2517,8 @@ static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
                                    &err_));
         const char *tn[4] = {0};
         float tus[4], tq[4], td[4];
-        const int ntr = mk_cuda_trace_stop(ctx, 4, tn, tus, tq, td, &err_);
+        mk_err te = {0};
+        const int ntr = mk_cuda_trace_stop(ctx, 4, tn, tus, tq, td, &te);
         wide_ran[way] = ntr == 1 && tn[0] && strstr(tn[0], "attn_rows_wide") != NULL;
         mk_cuda_ctx_set_tuning(ctx, &tu0);
         rw[way] = xmalloc(sizeof(void *) * rows_max);
