@@ -166,6 +166,31 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
+/* N decode steps of s sampled on the host (the logits row to mk_sampler_sample), each step's time
+ * in dt; *tk: the token fed, then the last one sampled. 0, or 1 with a message naming what. */
+static int host_sampled_steps(dsv4_cuda_seq *s, mk_sampler *smp, int32_t *tk, int N, float *logits, double *dt,
+                              const char *what) {
+    mk_err err = {0};
+    for (int i = 0; i < N; i++) {
+        mk_sample_out so;
+        double a = now();
+        if (dsv4_cuda_forward(s, tk, 1, logits, &err) || mk_sampler_sample(smp, logits, &so, &err)) {
+            fprintf(stderr, "decode (%s) %d: %s\n", what, i, err.msg);
+            return 1;
+        }
+        dt[i] = now() - a;
+        mk_sampler_accept(smp, so.token);
+        *tk = so.token;
+    }
+    return 0;
+}
+
+/* The median of dt[3, N) (the first 3 steps are warm-up; sorts that part in place). */
+static double median_after_warmup(double *dt, int N) {
+    qsort(dt + 3, (size_t)(N - 3), sizeof(double), cmpd);
+    return dt[3 + (N - 3) / 2];
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s DIR [prompt_len] [decode_steps] [out.md] [batches, e.g. 64,256, or none] [prefill_len]\n", argv[0]);
@@ -299,20 +324,8 @@ int main(int argc, char **argv) {
             mk_sampler_accept(smp, got);
             tk = got;
         }
-        for (int i = 0; i < N; i++) {
-            mk_sample_out so;
-            double a = now();
-            if (dsv4_cuda_forward(s, &tk, 1, logits, &err) || mk_sampler_sample(smp, logits, &so, &err)) {
-                fprintf(stderr, "decode (host sampler) %d: %s\n", i, err.msg);
-                return 1;
-            }
-            h2[i] = now() - a;
-            mk_sampler_accept(smp, so.token);
-            tk = so.token;
-        }
-        qsort(d2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
-        qsort(h2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
-        medd = d2[3 + (N - 3) / 2], medh = h2[3 + (N - 3) / 2];
+        if (host_sampled_steps(s, smp, &tk, N, logits, h2, "host sampler")) return 1;
+        medd = median_after_warmup(d2, N), medh = median_after_warmup(h2, N);
         mk_sampler_free(smp);
         smp = NULL;
         /* 2 x N more as a request with adjustments (penalties and a logit_bias): picked on the GPU
@@ -352,20 +365,8 @@ int main(int argc, char **argv) {
             mk_sampler_accept(smp, so.token);
             tk = so.token;
         }
-        for (int i = 0; i < N; i++) {
-            mk_sample_out so;
-            double a = now();
-            if (dsv4_cuda_forward(s, &tk, 1, logits, &err) || mk_sampler_sample(smp, logits, &so, &err)) {
-                fprintf(stderr, "decode (host sampler, adjusted) %d: %s\n", i, err.msg);
-                return 1;
-            }
-            h2[i] = now() - a;
-            mk_sampler_accept(smp, so.token);
-            tk = so.token;
-        }
-        qsort(d2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
-        qsort(h2 + 3, (size_t)(N - 3), sizeof(double), cmpd);
-        medad = d2[3 + (N - 3) / 2], medah = h2[3 + (N - 3) / 2], nadj = max_adj;
+        if (host_sampled_steps(s, smp, &tk, N, logits, h2, "host sampler, adjusted")) return 1;
+        medad = median_after_warmup(d2, N), medah = median_after_warmup(h2, N), nadj = max_adj;
         free(adj);
         free(d2), free(h2);
         mk_sampler_free(smp);
