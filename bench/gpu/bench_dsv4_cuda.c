@@ -207,7 +207,8 @@ int main(int argc, char **argv) {
     mk_err err = {0};
     double t0 = now();
     dsv4_model *m;
-    mk_model_options opt = {.n_threads = 1, .max_seq_len = (P + N > 4096 ? P + N : 4096) + 16};
+    /* room for the sequence below: the prefill, 6 x N steps and the graph probe */
+    mk_model_options opt = {.n_threads = 1, .max_seq_len = (P + 6 * N + 8 > 4096 ? P + 6 * N + 8 : 4096) + 16};
     if (dsv4_model_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return 1;
