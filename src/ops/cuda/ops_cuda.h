@@ -156,7 +156,7 @@ typedef struct {
                             * ring_put launch; default 1, MINKE_CUDA_ROWS_RING=0 */
     int rows_wide;         /* 1: the row lists of a call of at most 4 rows (a decode step of few sequences)
                             * built by a block of 1024 threads sharing each row (k_attn_rows_wide; the same
-                            * lists), not a warp per row; default 1 (H100: a batch-1 step 1.3-3.4% shorter),
+                            * lists), not a warp per row; default 1 (H100: a batch-1 step 1.6-4.9% shorter),
                             * MINKE_CUDA_ROWS_WIDE=0 */
     int swiglu_pair;       /* 1: the routed and the shared expert's SwiGLU + quantization of a decode step
                             * in one launch (mk_cuda_swiglu_quant2; same bits); default 1,
