@@ -245,7 +245,8 @@ if merged["runs"]:
     T = c0.get("temperature") or 0
     L += ["Workload: random, %s prompt tokens, %s output tokens (ignore_eos), %s; one run per concurrency" %
           (c0.get("random_input_len"), c0.get("random_output_len"),
-           "temperature %g (drawn on the GPU)" % T if T > 0 else "greedy"), ""]
+           "temperature %g (%s)" % (T, "drawn on the GPU unless MINKE_MODEL_DRAW=0" if dev == "cuda" else
+                                    "sampled on the host") if T > 0 else "greedy"), ""]
 L += ["| concurrency | requests ok/failed | output tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tok/s/user |",
       "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
 for r in merged["runs"]:

@@ -488,7 +488,9 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     e->model_argmax = !(getenv("MINKE_MODEL_ARGMAX") && atoi(getenv("MINKE_MODEL_ARGMAX")) == 0);
     e->draws = calloc((size_t)o->max_num_seqs, sizeof *e->draws);
     e->model_draw = !(getenv("MINKE_MODEL_DRAW") && atoi(getenv("MINKE_MODEL_DRAW")) == 0);
-    e->model_adjust = !(getenv("MINKE_MODEL_ADJUST") && atoi(getenv("MINKE_MODEL_ADJUST")) == 0);
+    /* (only for a model that picks tokens: a CPU model's steps are all sampled on the host, so their
+     * lists of adjusted tokens would be built for nothing) */
+    e->model_adjust = e->caps.picks && !(getenv("MINKE_MODEL_ADJUST") && atoi(getenv("MINKE_MODEL_ADJUST")) == 0);
     e->adj = e->model_adjust ? calloc((size_t)o->max_num_seqs * MK_SAMPLE_ADJ_MAX, sizeof *e->adj) : NULL;
     e->sidx = calloc((size_t)o->max_num_seqs, sizeof *e->sidx);
     e->sout = calloc((size_t)o->max_num_seqs, sizeof *e->sout);

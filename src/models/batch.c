@@ -186,6 +186,7 @@ static int create_dsv4(mk_kvcache *c, size_t kv_bytes, mk_err *err) {
     if ((rc = pool_blocks(&c->caps, lay.block_tokens, c->bpb, kv_bytes, LLAMA_KV_DEFAULT_CAP, &c->caps.n_blocks, err))) return rc;
     if ((rc = mk_kv_pool_create(c->caps.n_blocks, lay.block_tokens, c->bpb, &c->pool, err))) return rc;
     c->ops = &CPU_OPS;
+    c->caps.picks = c->ops->writes_argmax;
     c->kv_base = mk_kv_block_data(c->pool, 0);
     c->dseqs = calloc((size_t)n_slots, sizeof *c->dseqs);
     if (!c->dseqs) return mk_fail(err, MK_ENOMEM, "out of memory");
@@ -221,6 +222,7 @@ static int create_dsv4_cuda(mk_kvcache *c, size_t kv_bytes, int max_rows, mk_err
     const int nb = c->caps.n_blocks;
     if ((rc = mk_kv_pool_create(nb, bt, 0 /* no host data */, &c->pool, err))) return rc;
     c->ops = &GPU_OPS;
+    c->caps.picks = c->ops->writes_argmax;
     if ((rc = dsv4_cuda_pool_create(c->g, nb, &c->gpool, err))) {
         mk_err_prefix(err, "kv cache on the GPU: a pool of %d blocks of %d tokens (%.2f GiB, %s; if the device's memory "
                       "is short: lower --max-num-seqs or --max-model-len, or set --kv-cache-memory-bytes)",

@@ -55,6 +55,8 @@ typedef struct {
     int partial_hits;    /* a partially matching block can be copied (copy-on-write) */
     int chunked_prefill; /* a prompt can run in several pieces, at any position */
     int replay;          /* tokens to recompute before a prefix-hit boundary */
+    int picks;           /* the model picks tokens where the logits are (mk_batch_item.argmax and .draw:
+                          * the GPU); 0: every piece's logits go to the host */
     size_t block_bytes;  /* bytes of one block (device memory on the GPU) */
     size_t bytes;        /* memory of the pool and the slots (and the GPU's step scratch) */
 } mk_kvcache_caps;

@@ -405,8 +405,8 @@ int mk_cuda_sample_rows(mk_cuda_ctx *ctx, const float *logits, int rows, int V, 
                         int32_t *out, mk_err *err);
 /* 1 when mk_cuda_sample_rows would draw rows of V values on a cluster of blocks per row (tunings
  * sample_cluster and sample_cluster_rows, V at least the cluster's size and its slices within the
- * device's shared memory), 0 for one block per row (also where the device later refuses the cluster's
- * shared memory, which mk_cuda_sample_rows notes once). */
+ * device's shared memory), 0 for one block per row. Where the device then refuses the cluster's
+ * shared memory at launch, mk_cuda_sample_rows draws with one block per row after all (noted once). */
 int mk_cuda_sample_uses_cluster(const mk_cuda_ctx *ctx, int rows, int V);
 /* mk_rmsnorm over rows [rows, d]; w bf16 [d] (device) or NULL. y may alias x. */
 int mk_cuda_rmsnorm(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w,
