@@ -439,6 +439,7 @@ static int check_preemption(mk_model *gm, mk_engine *alone) {
           err.msg);
     mk_kvcache_caps_get(c, &caps);
     mk_kvcache_free(c);
+    CHECK(caps.picks, "the GPU model's pool says it picks tokens (argmax, draws, adjustments)");
     const int per_seq = LEN / caps.block_tokens; /* 4 */
     mk_engine *e;
     if (engine(gm, 4, (size_t)(per_seq * 3 / 2) * caps.block_bytes, 1, &e)) return -1;

@@ -135,6 +135,7 @@ Test(dsv4_prefix, caps) {
     cr_assert_eq(dsv4_kv_layout_init(mk_model_dsv4(m), 1, &lay, &err), 0, "%s", err.msg);
     cr_assert_eq(caps.block_tokens, 256);
     cr_assert(caps.prefix_caching && caps.chunked_prefill && !caps.partial_hits && !caps.replay);
+    cr_assert(!caps.picks, "a CPU model does not pick tokens where the logits are: every step is sampled on the host");
     cr_assert_eq(caps.n_blocks, 2 * (LEN / 256), "room for 2 full sequences: %d blocks", caps.n_blocks);
     cr_assert_eq(mk_kv_n_blocks(mk_kvcache_pool(c)), caps.n_blocks);
     cr_assert_eq(caps.block_bytes, lay.bytes);

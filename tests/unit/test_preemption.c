@@ -19,6 +19,7 @@ static size_t block_bytes(mk_model *m, int *bt) {
     mk_kvcache_caps_get(c, &caps);
     mk_kvcache_free(c);
     cr_assert(caps.prefix_caching && caps.chunked_prefill);
+    cr_assert(!caps.picks, "the default model on the CPU picks no tokens");
     *bt = caps.block_tokens;
     return llama_block_bytes(mk_model_llama(m), caps.block_tokens);
 }
