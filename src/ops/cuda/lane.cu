@@ -68,26 +68,26 @@ __global__ void k_lane_prefetch(lane_args a, int hint) {
     }
 }
 
+/* A second stream with its fork and join events, each handle made on its own where missing: one
+ * refused earlier is asked for again, never used as NULL. what_s / what_e: the failures' messages. */
+static int stream_pair(cudaStream_t *s, cudaEvent_t *fork, cudaEvent_t *join, const char *what_s,
+                       const char *what_e, mk_err *err) {
+    if (!*s) MK_CU_TRY(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), err, what_s);
+    if (!*fork) MK_CU_TRY(cudaEventCreateWithFlags(fork, cudaEventDisableTiming), err, what_e);
+    if (!*join) MK_CU_TRY(cudaEventCreateWithFlags(join, cudaEventDisableTiming), err, what_e);
+    return MK_OK;
+}
+
 /* The lane's and the branch's streams and events, made before a capture starts (nothing is created
  * inside one). */
 int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err) {
-    /* each handle on its own: one refused earlier is asked for again, never used as NULL */
-    if (ctx->tune.l2_lane > 0) {
-        if (!ctx->lane)
-            MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->lane, cudaStreamNonBlocking), err, "cuda: lane: stream");
-        if (!ctx->lane_fork)
-            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_fork, cudaEventDisableTiming), err, "cuda: lane: event");
-        if (!ctx->lane_join)
-            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->lane_join, cudaEventDisableTiming), err, "cuda: lane: event");
-    }
-    if (ctx->tune.branch) {
-        if (!ctx->side)
-            MK_CU_TRY(cudaStreamCreateWithFlags(&ctx->side, cudaStreamNonBlocking), err, "cuda: branch: stream");
-        if (!ctx->side_fork)
-            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming), err, "cuda: branch: event");
-        if (!ctx->side_done)
-            MK_CU_TRY(cudaEventCreateWithFlags(&ctx->side_done, cudaEventDisableTiming), err, "cuda: branch: event");
-    }
+    int st;
+    if (ctx->tune.l2_lane > 0 &&
+        (st = stream_pair(&ctx->lane, &ctx->lane_fork, &ctx->lane_join, "cuda: lane: stream", "cuda: lane: event", err)))
+        return st;
+    if (ctx->tune.branch && (st = stream_pair(&ctx->side, &ctx->side_fork, &ctx->side_done, "cuda: branch: stream",
+                                              "cuda: branch: event", err)))
+        return st;
     return MK_OK;
 }
 
