@@ -11,7 +11,8 @@
 # Usage (repository root or anywhere): bash bench/gpu/run.sh
 # Environment: CUDA_GENCODE (default sm_90a only, to build fast there), SKIP_SANITIZER=1,
 # SKIP_OPS=1 (no op tests / op benchmark), SKIP_OPBENCH=1 (the op tests without the op benchmark), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
-# DSV4_STEPS (64), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
+# DSV4_STEPS (64), DSV4_LONG_VARIANTS="VAR=value ..." (batch-1 decode after a DSV4_LONG_PROMPT-token prompt, 4096,
+# under each -> variants.txt), OPS_TIMEOUT (400 s for test_ops_cuda), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
 # batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
 # (batch-1 decode again under each tuning variable -> variants.txt), DSV4_VARIANTS_FULL="VAR=value ..." (the
@@ -94,7 +95,7 @@ BENCH_RC=-1
 SAN_RC=-1
 if [ "$BUILD_RC" = 0 ] && [ "${SKIP_OPS:-0}" != 1 ]; then
     stamp "op tests (CUDA vs CPU)"
-    ./build-cuda/test_ops_cuda > "$OUT/test.txt" 2>&1
+    timeout "${OPS_TIMEOUT:-400}" ./build-cuda/test_ops_cuda > "$OUT/test.txt" 2>&1
     TEST_RC=$?
     cat "$OUT/test.txt"
     stamp "tests rc $TEST_RC"
@@ -141,13 +142,13 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     stamp "paged rc ${PAGED_RC:-?} engine rc ${ENGINE_RC:-?}"
     for v in ${DSV4_TEST_VARIANTS:-}; do # the model tests under tuning variables, e.g. MINKE_CUDA_HC_FIN_SPLIT=1 or A=1,B=1
         stamp "dsv4 golden, paged and engine tests with $v"
-        env ${v//,/ } ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
+        env ${v//,/ } timeout 200 ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
         G_RC=$?
-        env ${v//,/ } ./build-cuda/test_dsv4_paged_cuda >> "$OUT/dsv4_v.txt" 2>&1
+        env ${v//,/ } timeout 200 ./build-cuda/test_dsv4_paged_cuda >> "$OUT/dsv4_v.txt" 2>&1
         P_RC=$?
         E_RC=absent
         if [ -x ./build-cuda/test_dsv4_engine_cuda ]; then
-            env ${v//,/ } ./build-cuda/test_dsv4_engine_cuda >> "$OUT/dsv4_v.txt" 2>&1
+            env ${v//,/ } timeout 200 ./build-cuda/test_dsv4_engine_cuda >> "$OUT/dsv4_v.txt" 2>&1
             E_RC=$?
         fi
         echo "$v: golden rc $G_RC, paged rc $P_RC, engine rc $E_RC" | tee -a "$OUT/dsv4_variants.txt"
@@ -169,8 +170,13 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     stamp "minke decode rc $DBENCH_RC"
     for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
         stamp "batch-1 decode with $v"
-        env ${v//,/ } ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
-            grep -E "decode step|achieved /|sampled step|penalties" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+        env ${v//,/ } timeout 150 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
+            grep -E "decode step|achieved /|sampled step|penalties|greedy tokens" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+    done
+    for v in ${DSV4_LONG_VARIANTS:-}; do # batch-1 decode after a long prompt (DSV4_LONG_PROMPT tokens, 24 steps)
+        stamp "batch-1 decode after a ${DSV4_LONG_PROMPT:-4096}-token prompt with $v"
+        env ${v//,/ } timeout 150 ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_LONG_PROMPT:-4096}" 24 /dev/null none 2>&1 |
+            grep -E "decode step|achieved /|greedy tokens" | sed "s/^/long $v: /" | tee -a "$OUT/variants.txt"
     done
     for v in ${DSV4_VARIANTS_FULL:-}; do # batch 1, batch 64 / 256 and prefill 2048 under a tuning variable
         stamp "batch 1, 64, 256 and prefill with $v"

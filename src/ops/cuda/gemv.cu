@@ -58,6 +58,8 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <string.h>
+
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
 
@@ -1086,6 +1088,265 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
+/* ---- the decode expert GEMVs through a shared-memory ring (tuning moe_ring) ---------------------
+ * k_moe_fp4_with_fp8 gives each block one unit of 32 rows and relies on ~4 waves of short blocks,
+ * each of which looks up the plan, requests its 64 KB into L2, waits and reduces: the DRAM idles
+ * between waves (ncu: ~1.3-1.9 TB/s). Here one block per SM walks units (16-row slabs of the
+ * shared expert's FP8 matrices, then of the picked experts' FP4 matrices: units b, b + grid, ...),
+ * and one thread of a producer warp streams each unit's weight rows and scales into a ring of
+ * RING stages with bulk copies (cp.async.bulk, completion counted by an mbarrier per stage), up to
+ * `nst` units ahead, before the PDL wait and whatever the consumers are doing. The 8 consumer
+ * warps compute each unit exactly as the old kernels' blocks do (warp w: its `per` 128-blocks, the
+ * same MMAs and fmaf order: fp4l_step* for the experts, gemv_fp8_body's steps for the FP8 slabs;
+ * the warps' sums added in warp order), so every output has the old bits. A stage is released (an
+ * arrive on its `empty` barrier by each consumer warp) as soon as the warps have read it; the
+ * warps' sums go through a double-buffered shared array with one named barrier per unit. */
+#define RING_NST_MAX 4
+#define RING_THREADS ((GEMV_MAXW + 1) * 32)
+
+struct moe_ring_job {
+    /* the experts (FP4, lane order): as k_moe_gemv_fp4 */
+    const void *const *Wt;
+    const uint8_t *const *St;
+    const void *const *Wt3;
+    const uint8_t *const *St3;
+    const uint8_t *xq;
+    const float *sa;
+    int n, k, per, TK, E, by_token, round, fast;
+    const int32_t *plan;
+    float *y, *y3;
+    /* the FP8 GEMV (one matrix or a pair; at most 8 rows): as k_gemv_fp8 with one split */
+    const uint8_t *FW, *FS, *FW2, *FS2, *fxq;
+    const float *fsa;
+    int fm, fn, fk, fper, fround, fn2;
+    float *fy, *fy2;
+    unsigned stage; /* bytes per ring stage (a multiple of 128) */
+    int nst;        /* stages */
+};
+
+__device__ __forceinline__ void ring_bar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mk_d_smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void ring_bar_wait(uint64_t *bar, unsigned parity) {
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "RING_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra RING_WAIT_%=;\n}\n" ::"r"(mk_d_smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void ring_bar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mk_d_smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void ring_bar_expect(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mk_d_smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+/* bytes (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst, counted on bar */
+__device__ __forceinline__ void ring_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     mk_d_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(mk_d_smem_addr(bar))
+                 : "memory");
+}
+
+/* Unit u of the job: FP8 slabs first (the larger units), then for each matrix z, group grp and slab s
+ * the expert's slab. Returns 0 for a group the plan leaves empty (no copy, no work). */
+struct ring_unit {
+    int fp8, z, grp, slab; /* fp8: z = 1 for the pair's second matrix */
+    const uint8_t *w, *s;
+    unsigned wbytes, sbytes;
+};
+__device__ __forceinline__ int ring_unit_of(const moe_ring_job &j, int u, int ngrp, ring_unit &r) {
+    const int nf8 = (j.fn + j.fn2) >> 4, G = j.TK < j.E ? j.TK : j.E, ns = j.n >> 4;
+    if (u < nf8) {
+        int slab = u;
+        const uint8_t *W = j.FW, *S = j.FS;
+        r.z = 0;
+        if (slab >= (j.fn >> 4)) slab -= j.fn >> 4, W = j.FW2, S = j.FS2, r.z = 1;
+        const int fnb = j.fk >> 7;
+        r.fp8 = 1, r.grp = 0, r.slab = slab;
+        r.w = W + (size_t)slab * 16 * j.fk, r.wbytes = 16u * (unsigned)j.fk;
+        r.s = S + (size_t)((slab * 16) >> 7) * fnb, r.sbytes = (unsigned)fnb;
+        return 1;
+    }
+    u -= nf8;
+    r.fp8 = 0, r.z = u / (G * ns), r.grp = (u / ns) % G, r.slab = u % ns;
+    if (r.grp >= ngrp) return 0;
+    const int ex = j.plan[1 + r.grp];
+    const uint8_t *W = (const uint8_t *)(r.z ? j.Wt3 : j.Wt)[ex], *S = (r.z ? j.St3 : j.St)[ex];
+    const size_t rowb = (size_t)j.k >> 1, nsb = (size_t)j.k >> 5;
+    r.w = W + (size_t)r.slab * 16 * rowb, r.wbytes = (unsigned)(16 * rowb);
+    r.s = S + (size_t)r.slab * 16 * nsb, r.sbytes = (unsigned)(16 * nsb);
+    return 1;
+}
+
+/* The consumer warps' sums in warp order (gemv_reduce's order) into warp 0's acc: red is one of
+ * two buffers used in turn, so one named barrier (id 1, the 256 consumer threads) per unit. */
+__device__ __forceinline__ void ring_reduce(float (&acc)[4], float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < 4; i++) red[(warp * 32 + lane) * 4 + i] = acc[i];
+    asm volatile("bar.sync 1, %0;\n" ::"n"(GEMV_MAXW * 32) : "memory");
+    if (warp == 0)
+        for (int w = 1; w < GEMV_MAXW; w++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[i] += red[(w * 32 + lane) * 4 + i];
+}
+
+/* The warp's sums of one FP8 slab from the stage (16 rows of fk bytes, then the slab's row of fk/128
+ * scales): gemv_fp8_body's steps for the warp's 128-blocks, in order. */
+__device__ __forceinline__ void ring_fp8_acc(const moe_ring_job &j, const uint8_t *st, unsigned wbytes,
+                                             float (&acc)[4]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int k = j.fk, nb = k >> 7, m = j.fm;
+    const int kb0 = warp * j.fper, kb1 = min(nb, kb0 + j.fper);
+    const uint8_t *w0 = st + (size_t)g * k + t * 16, *w1 = w0 + (size_t)8 * k, *sb = st + wbytes;
+    const bool xcol = g < m;
+    const uint8_t *xr = j.fxq + (size_t)(xcol ? g : 0) * k + t * 16;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    const bool v0 = c0 < m, v1 = c1 < m;
+    const float *sa0 = j.fsa + (size_t)(v0 ? c0 : 0) * nb, *sa1 = j.fsa + (size_t)(v1 ? c1 : 0) * nb;
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    for (int kb = kb0; kb < kb1; kb++) {
+        uint4 a[2][2], b[2];
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const size_t off = (size_t)kb * 128 + s * 64;
+            a[s][0] = *(const uint4 *)(w0 + off);
+            a[s][1] = *(const uint4 *)(w1 + off);
+            b[s] = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
+        }
+        const float sbv = mk_d_e8m0(sb[kb]);
+        const float f0 = v0 ? sa0[kb] * sbv : 0.0f, f1 = v1 ? sa1[kb] * sbv : 0.0f;
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            mk_d_mma_e4m3(c, a[s][0].x, a[s][1].x, a[s][0].y, a[s][1].y, b[s].x, b[s].y);
+            mk_d_mma_e4m3(c, a[s][0].z, a[s][1].z, a[s][0].w, a[s][1].w, b[s].z, b[s].w);
+        }
+        acc[0] = fmaf(c[0], f0, acc[0]);
+        acc[1] = fmaf(c[1], f1, acc[1]);
+        acc[2] = fmaf(c[2], f0, acc[2]);
+        acc[3] = fmaf(c[3], f1, acc[3]);
+    }
+}
+
+/* The warp's sums of one expert slab (16 rows of k/2 bytes in lane order, then their k/32 scale bytes
+ * each) for the chunk of up to 8 slots mc: moe_fp4_body's steps for the warp's 128-blocks, in order. */
+__device__ __forceinline__ void ring_fp4_acc(const moe_ring_job &j, const uint8_t *st, unsigned wbytes,
+                                             const moe_cols &mc, float (&acc)[4]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int k = j.k, nb = k >> 7, nsb = k >> 5, m = mc.m, r0 = mc.r0, r1 = mc.r1;
+    const size_t rowb = (size_t)k >> 1;
+    const int kb0 = warp * j.per, kb1 = min(nb, kb0 + j.per);
+    const uint8_t *w0 = st + (size_t)g * rowb + t * 16, *w1 = w0 + 8 * rowb;
+    const uint8_t *s0p = st + wbytes + (size_t)g * nsb, *s1p = s0p + (size_t)8 * nsb;
+    const uint8_t *xp = j.xq + (size_t)mc.xr * k + 8 * t;
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    for (int kb = kb0; kb < kb1; kb++) {
+        const uint4 a0 = *(const uint4 *)(w0 + (size_t)kb * 64), a1 = *(const uint4 *)(w1 + (size_t)kb * 64);
+        const uint32_t sw0 = *(const uint32_t *)(s0p + 4 * kb), sw1 = *(const uint32_t *)(s1p + 4 * kb);
+        uint2 x[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) x[q] = g < m ? *(const uint2 *)(xp + (size_t)kb * 128 + 32 * q) : make_uint2(0, 0);
+        const float s0 = r0 >= 0 ? j.sa[(size_t)r0 * nb + kb] : 0.0f, s1 = r1 >= 0 ? j.sa[(size_t)r1 * nb + kb] : 0.0f;
+        if (j.fast && m == 1) fp4l_step_fast<true>(a0, a1, sw0, sw1, x, s0, 0.0f, acc);
+        else if (j.fast) fp4l_step_fast<false>(a0, a1, sw0, sw1, x, s0, s1, acc);
+        else fp4l_step(a0, a1, sw0, sw1, x, s0, s1, acc);
+    }
+}
+
+__global__ void __launch_bounds__(RING_THREADS, 1) k_moe_ring(const moe_ring_job j) {
+    mk_d_pdl_launch_dependents();
+    extern __shared__ __align__(128) uint8_t ring_smem[];
+    __shared__ __align__(8) uint64_t full[RING_NST_MAX], empty[RING_NST_MAX];
+    __shared__ float red[2][GEMV_MAXW * 32 * 4];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nst = j.nst;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < nst; s++) ring_bar_init(&full[s], 1), ring_bar_init(&empty[s], GEMV_MAXW);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    /* the plan is two kernels old (written before the activations' quantization started) */
+    const int ngrp = j.plan[0];
+    const int G = j.TK < j.E ? j.TK : j.E, total = ((j.fn + j.fn2) >> 4) + (j.Wt3 ? 2 : 1) * G * (j.n >> 4);
+    if (warp == GEMV_MAXW) { /* the producer: weights only, so before the PDL wait */
+        if (lane == 0) {
+            int i = 0;
+            for (int u = blockIdx.x; u < total; u += gridDim.x) {
+                ring_unit r;
+                if (!ring_unit_of(j, u, ngrp, r)) continue;
+                const int s = i % nst;
+                if (i >= nst) ring_bar_wait(&empty[s], ((i / nst) - 1) & 1);
+                uint8_t *st = ring_smem + (size_t)s * j.stage;
+                ring_bar_expect(&full[s], r.wbytes + r.sbytes);
+                ring_copy(st, r.w, r.wbytes, &full[s]);
+                ring_copy(st + r.wbytes, r.s, r.sbytes, &full[s]);
+                i++;
+            }
+        }
+        mk_d_pdl_wait();
+        return;
+    }
+    mk_d_pdl_wait();
+    const int g = lane >> 2, t = lane & 3;
+    int i = 0, nred = 0;
+    for (int u = blockIdx.x; u < total; u += gridDim.x) {
+        ring_unit r;
+        if (!ring_unit_of(j, u, ngrp, r)) continue;
+        const int s = i % nst;
+        const uint8_t *st = ring_smem + (size_t)s * j.stage;
+        ring_bar_wait(&full[s], (i / nst) & 1);
+        float acc[4];
+        if (r.fp8) {
+            ring_fp8_acc(j, st, r.wbytes, acc);
+            __syncwarp();
+            if (lane == 0) ring_bar_arrive(&empty[s]);
+            ring_reduce(acc, red[nred++ & 1]);
+            if (warp == 0) {
+                const int n = r.z ? j.fn2 : j.fn, c0 = 2 * t, c1 = 2 * t + 1;
+                float *y = r.z ? j.fy2 : j.fy;
+                const size_t o = (size_t)r.slab * 16 + g;
+                if (c0 < j.fm) y[(size_t)c0 * n + o] = gemv_out(acc[0], j.fround), y[(size_t)c0 * n + o + 8] = gemv_out(acc[2], j.fround);
+                if (c1 < j.fm) y[(size_t)c1 * n + o] = gemv_out(acc[1], j.fround), y[(size_t)c1 * n + o + 8] = gemv_out(acc[3], j.fround);
+            }
+        } else {
+            const int32_t *goff = j.plan + 1 + G, *stok = goff + G + 1;
+            const int c_lo = goff[r.grp], c_hi = goff[r.grp + 1];
+            float *y = r.z ? j.y3 : j.y;
+            for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
+                const moe_cols mc = moe_chunk_cols(stok, j.by_token, c0, c_hi, g, t);
+                ring_fp4_acc(j, st, r.wbytes, mc, acc);
+                if (c0 + 8 >= c_hi) { /* the slab's last chunk: the stage is read */
+                    __syncwarp();
+                    if (lane == 0) ring_bar_arrive(&empty[s]);
+                }
+                ring_reduce(acc, red[nred++ & 1]);
+                if (warp == 0) {
+                    const size_t o = (size_t)r.slab * 16 + g;
+                    const int ca = 2 * t, cb = 2 * t + 1;
+                    if (ca < mc.m) y[(size_t)(c0 + ca) * j.n + o] = gemv_out(acc[0], j.round), y[(size_t)(c0 + ca) * j.n + o + 8] = gemv_out(acc[2], j.round);
+                    if (cb < mc.m) y[(size_t)(c0 + cb) * j.n + o] = gemv_out(acc[1], j.round), y[(size_t)(c0 + cb) * j.n + o + 8] = gemv_out(acc[3], j.round);
+                }
+            }
+            if (c_lo >= c_hi) { /* a group without slots (not in a plan): release the stage */
+                __syncwarp();
+                if (lane == 0) ring_bar_arrive(&empty[s]);
+            }
+        }
+        i++;
+    }
+}
+
+/* The ring's stage bytes for the job's units (0: a unit the bulk copies cannot take). */
+static unsigned ring_stage_bytes(int k, int fk) {
+    if (k % 128 || fk % 128 || (fk / 128) % 16) return 0; /* the FP8 slab's scale row: whole 16-byte pieces */
+    const size_t f4 = (size_t)16 * (k / 2) + (size_t)16 * (k / 32), f8 = (size_t)16 * fk + (size_t)(fk / 128);
+    const size_t b = ((f4 > f8 ? f4 : f8) + 127) / 128 * 128;
+    return b > (1u << 30) ? 0 : (unsigned)b;
+}
+
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
  * the slab's weights (16 rows, lane order) are copied into shared memory once per block instead of
  * being loaded once per chunk of 8 slots, and each chunk's activation rows and block scales are
@@ -1380,6 +1641,31 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
+    if (ctx->tune.moe_ring && ctx->caps.sm_count > 0) { /* the ring (same bits) where its copies can take the slabs */
+        const unsigned stage = ring_stage_bytes(k, f->W->k);
+        const size_t cap = ctx->caps.smem_optin > 12288 ? ctx->caps.smem_optin - 12288 : 0; /* less the static arrays */
+        int nst = stage ? (int)(cap / stage) : 0;
+        if (nst > RING_NST_MAX) nst = RING_NST_MAX;
+        if (nst >= 2) {
+            int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_RING, (const void *)k_moe_ring, cap, err);
+            if (st) return st;
+            moe_ring_job j;
+            memset(&j, 0, sizeof j);
+            j.Wt = W, j.St = S, j.Wt3 = W3, j.St3 = S3, j.xq = xq, j.sa = sa;
+            j.n = n, j.k = k, j.per = per, j.TK = TK, j.E = E, j.by_token = by_token, j.round = round;
+            j.fast = ctx->tune.moe_fast_step, j.plan = plan, j.y = y, j.y3 = y3;
+            j.FW = (const uint8_t *)f->W->w, j.FS = f->W->scale;
+            j.FW2 = f->W2 ? (const uint8_t *)f->W2->w : NULL, j.FS2 = f->W2 ? f->W2->scale : NULL;
+            j.fxq = f->xq, j.fsa = f->sa, j.fm = f->m, j.fn = f->W->n, j.fk = f->W->k, j.fper = p.per;
+            j.fround = f->round, j.fn2 = n2, j.fy = f->y, j.fy2 = f->y2;
+            j.stage = stage, j.nst = nst;
+            MK_CU_TRY(mk_cuda_launch_pdl(ctx, dim3((unsigned)ctx->caps.sm_count), dim3(RING_THREADS),
+                                         (size_t)nst * stage, k_moe_ring, j),
+                      err, "cuda: moe ring (fp4 experts with fp8) launch");
+            if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe ring (fp4 experts with fp8) launch");
+            return MK_OK;
+        }
+    }
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
                                 k_moe_fp4_with_fp8, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
