@@ -166,6 +166,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
      * 1.296 / 1.304) */
     ctx->tune.rows_wide = env_switch("MINKE_CUDA_ROWS_WIDE", 1);
     ctx->tune.moe_ring = env_switch("MINKE_CUDA_MOE_RING", 0); /* not yet run on a GPU */
+    ctx->tune.moe_ring_nst = getenv("MINKE_CUDA_MOE_RING_NST") ? atoi(getenv("MINKE_CUDA_MOE_RING_NST")) : 0;
     ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 1);
     ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
     ctx->tune.sample_agg = env_switch("MINKE_CUDA_SAMPLE_AGG", 0); /* slower on the H200 (session 19): off */
@@ -336,6 +337,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.rows_ring = ctx->tune.rows_ring != 0;
     ctx->tune.rows_wide = ctx->tune.rows_wide != 0;
     ctx->tune.moe_ring = ctx->tune.moe_ring != 0;
+    if (ctx->tune.moe_ring_nst < 0) ctx->tune.moe_ring_nst = 0;
     ctx->tune.swiglu_pair = ctx->tune.swiglu_pair != 0;
     ctx->tune.index_fuse = ctx->tune.index_fuse != 0;
     ctx->tune.sample_agg = ctx->tune.sample_agg != 0;

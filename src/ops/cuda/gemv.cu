@@ -1646,6 +1646,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
         const size_t cap = ctx->caps.smem_optin > 12288 ? ctx->caps.smem_optin - 12288 : 0; /* less the static arrays */
         int nst = stage ? (int)(cap / stage) : 0;
         if (nst > RING_NST_MAX) nst = RING_NST_MAX;
+        if (ctx->tune.moe_ring_nst >= 2 && ctx->tune.moe_ring_nst < nst) nst = ctx->tune.moe_ring_nst;
         if (nst >= 2) {
             int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_RING, (const void *)k_moe_ring, cap, err);
             if (st) return st;

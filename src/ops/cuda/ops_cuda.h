@@ -158,6 +158,7 @@ typedef struct {
                             * one persistent block per SM that streams 16-row slabs through a shared-memory
                             * ring by bulk copies (k_moe_ring; the same bits); default 0 until measured,
                             * MINKE_CUDA_MOE_RING=1 */
+    int moe_ring_nst;      /* the ring's stages: 0 = as many as fit (at most 4), else 2..4; MINKE_CUDA_MOE_RING_NST */
     int rows_wide;         /* 1: the row lists of a call of at most 4 rows (a decode step of few sequences)
                             * built by a block of 1024 threads sharing each row (k_attn_rows_wide; the same
                             * lists), not a warp per row; default 1 (H100: a batch-1 step 1.6-4.9% shorter),
