@@ -1980,12 +1980,12 @@ static void test_moe_ring(int K, int E, int d, int I, int extreme) {
     const size_t n13 = (size_t)K * I, n2 = (size_t)K * d;
     /* outputs [way][w1, w3, sh1, sh3, w2, sh2, sh1 alone] */
     const size_t on[7] = {n13, n13, (size_t)I, (size_t)I, n2, (size_t)d, (size_t)I};
-    float *out[2][7];
-    int ran[2] = {0, 0}, st_all = MK_OK;
+    float *out[3][7];
+    int ran[3] = {0, 0, 0}, st_all = MK_OK;
     char why[200] = "";
     mk_cuda_tuning tu0, tu;
     mk_cuda_ctx_get_tuning(ctx, &tu0);
-    for (int way = 0; way < 2; way++) {
+    for (int way = 0; way < 3; way++) { /* no ring, one consumer group, two */
         float *dy[7];
         for (int o = 0; o < 7; o++) dy[o] = poisoned_dev(sizeof(float) * on[o]);
         tu = tu0;
@@ -2023,12 +2023,14 @@ static void test_moe_ring(int K, int E, int d, int I, int extreme) {
         }
     }
     int same = 1;
-    for (int o = 0; o < 7; o++) same = same && !memcmp(out[0][o], out[1][o], sizeof(float) * on[o]);
+    for (int o = 0; o < 7; o++)
+        same = same && !memcmp(out[0][o], out[1][o], sizeof(float) * on[o]) &&
+               !memcmp(out[0][o], out[2][o], sizeof(float) * on[o]);
     /* the outputs were written (not the 0xff poison) */
     int written = 1;
     for (int o = 0; o < 7; o++) {
         uint32_t b;
-        memcpy(&b, &out[1][o][on[o] - 1], 4);
+        memcpy(&b, &out[2][o][on[o] - 1], 4);
         written = written && b != 0xffffffffu;
     }
     char shape[80];
@@ -2036,12 +2038,12 @@ static void test_moe_ring(int K, int E, int d, int I, int extreme) {
     n_checks++;
     /* the ring takes FP8 matrices whose slab scale rows are whole 16-byte pieces (k % 2048 == 0) */
     const int want = ((d / 128) % 16 == 0 ? 2 : 0) + ((I / 128) % 16 == 0 ? 1 : 0);
-    const int ok = st_all == MK_OK && same && written && ran[0] == 0 && ran[1] == want;
+    const int ok = st_all == MK_OK && same && written && ran[0] == 0 && ran[1] == want && ran[2] == want;
     if (!ok) n_fail++;
-    printf("| %-40s | %-26s | ring = fused launch, bit for bit (w1/w3 + pair, w2 + sh2, w1 + one): %s; ring ran %d of %d, "
-           "%d without the switch%s%s |\n", "moe ring (decode experts)", shape, ok ? "PASS" : "FAIL", ran[1], want, ran[0],
+    printf("| %-40s | %-26s | ring (1 and 2 groups) = fused launch, bit for bit (w1/w3 + pair, w2 + sh2, w1 + one): %s; ring ran %d / %d (1 / 2 groups) of %d, "
+           "%d without the switch%s%s |\n", "moe ring (decode experts)", shape, ok ? "PASS" : "FAIL", ran[1], ran[2], want, ran[0],
            st_all ? "; error: " : "", why);
-    for (int way = 0; way < 2; way++)
+    for (int way = 0; way < 3; way++)
         for (int o = 0; o < 7; o++) free(out[way][o]);
     for (int i = 0; i < E * nm; i++) {
         mk_cuda_wmat_free(ctx, &Wd[i]);

@@ -1102,7 +1102,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
  * arrive on its `empty` barrier by each consumer warp) as soon as the warps have read it; the
  * warps' sums go through a double-buffered shared array with one named barrier per unit. */
 #define RING_NST_MAX 4
-#define RING_THREADS ((GEMV_MAXW + 1) * 32)
+#define RING_THREADS(NG) (((NG) * GEMV_MAXW + 1) * 32) /* NG consumer groups of 8 warps, a producer warp */
 
 struct moe_ring_job {
     /* the experts (FP4, lane order): as k_moe_gemv_fp4 */
@@ -1181,26 +1181,28 @@ __device__ __forceinline__ int ring_unit_of(const moe_ring_job &j, int u, int ng
     return 1;
 }
 
-/* The consumer warps' sums in warp order (gemv_reduce's order) into warp 0's acc: red is one of
- * two buffers used in turn, so one named barrier (id 1, the 256 consumer threads) per unit. */
-__device__ __forceinline__ void ring_reduce(float (&acc)[4], float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+/* A consumer group's warp sums in warp order (gemv_reduce's order) into its warp 0's acc: red is one
+ * of the group's two buffers used in turn, so one named barrier (id 1 + group, the group's 256
+ * threads) per unit. w: the warp's index in its group. */
+__device__ __forceinline__ void ring_reduce(float (&acc)[4], float *red, int grp, int w) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = 0; i < 4; i++) red[(warp * 32 + lane) * 4 + i] = acc[i];
-    asm volatile("bar.sync 1, %0;\n" ::"n"(GEMV_MAXW * 32) : "memory");
-    if (warp == 0)
-        for (int w = 1; w < GEMV_MAXW; w++)
+    for (int i = 0; i < 4; i++) red[(w * 32 + lane) * 4 + i] = acc[i];
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + grp), "n"(GEMV_MAXW * 32) : "memory");
+    if (w == 0)
+        for (int v = 1; v < GEMV_MAXW; v++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) acc[i] += red[(w * 32 + lane) * 4 + i];
+            for (int i = 0; i < 4; i++) acc[i] += red[(v * 32 + lane) * 4 + i];
 }
 
 /* The warp's sums of one FP8 slab from the stage (16 rows of fk bytes, then the slab's row of fk/128
- * scales): gemv_fp8_body's steps for the warp's 128-blocks, in order. */
-__device__ __forceinline__ void ring_fp8_acc(const moe_ring_job &j, const uint8_t *st, unsigned wbytes,
+ * scales): gemv_fp8_body's steps for the warp's 128-blocks (w: the warp's index in its group), in
+ * order; two 128-blocks' operands are loaded before either is computed. */
+__device__ __forceinline__ void ring_fp8_acc(const moe_ring_job &j, const uint8_t *st, unsigned wbytes, int w,
                                              float (&acc)[4]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k = j.fk, nb = k >> 7, m = j.fm;
-    const int kb0 = warp * j.fper, kb1 = min(nb, kb0 + j.fper);
+    const int kb0 = w * j.fper, kb1 = min(nb, kb0 + j.fper);
     const uint8_t *w0 = st + (size_t)g * k + t * 16, *w1 = w0 + (size_t)8 * k, *sb = st + wbytes;
     const bool xcol = g < m;
     const uint8_t *xr = j.fxq + (size_t)(xcol ? g : 0) * k + t * 16;
@@ -1208,60 +1210,91 @@ __device__ __forceinline__ void ring_fp8_acc(const moe_ring_job &j, const uint8_
     const bool v0 = c0 < m, v1 = c1 < m;
     const float *sa0 = j.fsa + (size_t)(v0 ? c0 : 0) * nb, *sa1 = j.fsa + (size_t)(v1 ? c1 : 0) * nb;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-    for (int kb = kb0; kb < kb1; kb++) {
-        uint4 a[2][2], b[2];
+    for (int kb = kb0; kb < kb1; kb += 2) {
+        uint4 a[2][2][2], b[2][2];
+        float f0[2], f1[2];
 #pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const size_t off = (size_t)kb * 128 + s * 64;
-            a[s][0] = *(const uint4 *)(w0 + off);
-            a[s][1] = *(const uint4 *)(w1 + off);
-            b[s] = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
-        }
-        const float sbv = mk_d_e8m0(sb[kb]);
-        const float f0 = v0 ? sa0[kb] * sbv : 0.0f, f1 = v1 ? sa1[kb] * sbv : 0.0f;
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int u = 0; u < 2; u++) {
+            if (kb + u < kb1) {
 #pragma unroll
-        for (int s = 0; s < 2; s++) {
-            mk_d_mma_e4m3(c, a[s][0].x, a[s][1].x, a[s][0].y, a[s][1].y, b[s].x, b[s].y);
-            mk_d_mma_e4m3(c, a[s][0].z, a[s][1].z, a[s][0].w, a[s][1].w, b[s].z, b[s].w);
+                for (int s = 0; s < 2; s++) {
+                    const size_t off = (size_t)(kb + u) * 128 + s * 64;
+                    a[u][s][0] = *(const uint4 *)(w0 + off);
+                    a[u][s][1] = *(const uint4 *)(w1 + off);
+                    b[u][s] = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
+                }
+                const float sbv = mk_d_e8m0(sb[kb + u]);
+                f0[u] = v0 ? sa0[kb + u] * sbv : 0.0f, f1[u] = v1 ? sa1[kb + u] * sbv : 0.0f;
+            }
         }
-        acc[0] = fmaf(c[0], f0, acc[0]);
-        acc[1] = fmaf(c[1], f1, acc[1]);
-        acc[2] = fmaf(c[2], f0, acc[2]);
-        acc[3] = fmaf(c[3], f1, acc[3]);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (kb + u < kb1) {
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    mk_d_mma_e4m3(c, a[u][s][0].x, a[u][s][1].x, a[u][s][0].y, a[u][s][1].y, b[u][s].x, b[u][s].y);
+                    mk_d_mma_e4m3(c, a[u][s][0].z, a[u][s][1].z, a[u][s][0].w, a[u][s][1].w, b[u][s].z, b[u][s].w);
+                }
+                acc[0] = fmaf(c[0], f0[u], acc[0]);
+                acc[1] = fmaf(c[1], f1[u], acc[1]);
+                acc[2] = fmaf(c[2], f0[u], acc[2]);
+                acc[3] = fmaf(c[3], f1[u], acc[3]);
+            }
+        }
     }
 }
 
 /* The warp's sums of one expert slab (16 rows of k/2 bytes in lane order, then their k/32 scale bytes
- * each) for the chunk of up to 8 slots mc: moe_fp4_body's steps for the warp's 128-blocks, in order. */
-__device__ __forceinline__ void ring_fp4_acc(const moe_ring_job &j, const uint8_t *st, unsigned wbytes,
+ * each) for the chunk of up to 8 slots mc: moe_fp4_body's steps for the warp's 128-blocks, in order;
+ * two 128-blocks' operands are loaded before either is computed. */
+__device__ __forceinline__ void ring_fp4_acc(const moe_ring_job &j, const uint8_t *st, unsigned wbytes, int w,
                                              const moe_cols &mc, float (&acc)[4]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k = j.k, nb = k >> 7, nsb = k >> 5, m = mc.m, r0 = mc.r0, r1 = mc.r1;
     const size_t rowb = (size_t)k >> 1;
-    const int kb0 = warp * j.per, kb1 = min(nb, kb0 + j.per);
+    const int kb0 = w * j.per, kb1 = min(nb, kb0 + j.per);
     const uint8_t *w0 = st + (size_t)g * rowb + t * 16, *w1 = w0 + 8 * rowb;
     const uint8_t *s0p = st + wbytes + (size_t)g * nsb, *s1p = s0p + (size_t)8 * nsb;
     const uint8_t *xp = j.xq + (size_t)mc.xr * k + 8 * t;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-    for (int kb = kb0; kb < kb1; kb++) {
-        const uint4 a0 = *(const uint4 *)(w0 + (size_t)kb * 64), a1 = *(const uint4 *)(w1 + (size_t)kb * 64);
-        const uint32_t sw0 = *(const uint32_t *)(s0p + 4 * kb), sw1 = *(const uint32_t *)(s1p + 4 * kb);
-        uint2 x[4];
+    for (int kb = kb0; kb < kb1; kb += 2) {
+        uint4 a0[2], a1[2];
+        uint32_t sw0[2], sw1[2];
+        uint2 x[2][4];
+        float s0[2], s1[2];
 #pragma unroll
-        for (int q = 0; q < 4; q++) x[q] = g < m ? *(const uint2 *)(xp + (size_t)kb * 128 + 32 * q) : make_uint2(0, 0);
-        const float s0 = r0 >= 0 ? j.sa[(size_t)r0 * nb + kb] : 0.0f, s1 = r1 >= 0 ? j.sa[(size_t)r1 * nb + kb] : 0.0f;
-        if (j.fast && m == 1) fp4l_step_fast<true>(a0, a1, sw0, sw1, x, s0, 0.0f, acc);
-        else if (j.fast) fp4l_step_fast<false>(a0, a1, sw0, sw1, x, s0, s1, acc);
-        else fp4l_step(a0, a1, sw0, sw1, x, s0, s1, acc);
+        for (int u = 0; u < 2; u++) {
+            if (kb + u < kb1) {
+                a0[u] = *(const uint4 *)(w0 + (size_t)(kb + u) * 64), a1[u] = *(const uint4 *)(w1 + (size_t)(kb + u) * 64);
+                sw0[u] = *(const uint32_t *)(s0p + 4 * (kb + u)), sw1[u] = *(const uint32_t *)(s1p + 4 * (kb + u));
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    x[u][q] = g < m ? *(const uint2 *)(xp + (size_t)(kb + u) * 128 + 32 * q) : make_uint2(0, 0);
+                s0[u] = r0 >= 0 ? j.sa[(size_t)r0 * nb + kb + u] : 0.0f;
+                s1[u] = r1 >= 0 ? j.sa[(size_t)r1 * nb + kb + u] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (kb + u < kb1) {
+                if (j.fast && m == 1) fp4l_step_fast<true>(a0[u], a1[u], sw0[u], sw1[u], x[u], s0[u], 0.0f, acc);
+                else if (j.fast) fp4l_step_fast<false>(a0[u], a1[u], sw0[u], sw1[u], x[u], s0[u], s1[u], acc);
+                else fp4l_step(a0[u], a1[u], sw0[u], sw1[u], x[u], s0[u], s1[u], acc);
+            }
+        }
     }
 }
 
-__global__ void __launch_bounds__(RING_THREADS, 1) k_moe_ring(const moe_ring_job j) {
+/* NG consumer groups of 8 warps: group grp computes the block's units i with i % NG == grp, so NG units
+ * are computed at once (one group's chain of loads, MMAs and its barrier left the DRAM idle: ncu, one
+ * group, H100: 45% of the DRAM bandwidth, 2.2 active warps per scheduler). */
+template <int NG>
+__global__ void __launch_bounds__(RING_THREADS(NG), 1) k_moe_ring(const moe_ring_job j) {
     mk_d_pdl_launch_dependents();
     extern __shared__ __align__(128) uint8_t ring_smem[];
     __shared__ __align__(8) uint64_t full[RING_NST_MAX], empty[RING_NST_MAX];
-    __shared__ float red[2][GEMV_MAXW * 32 * 4];
+    __shared__ float red[NG][2][GEMV_MAXW * 32 * 4];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nst = j.nst;
     if (threadIdx.x == 0) {
         for (int s = 0; s < nst; s++) ring_bar_init(&full[s], 1), ring_bar_init(&empty[s], GEMV_MAXW);
@@ -1271,7 +1304,7 @@ __global__ void __launch_bounds__(RING_THREADS, 1) k_moe_ring(const moe_ring_job
     /* the plan is two kernels old (written before the activations' quantization started) */
     const int ngrp = j.plan[0];
     const int G = j.TK < j.E ? j.TK : j.E, total = ((j.fn + j.fn2) >> 4) + (j.Wt3 ? 2 : 1) * G * (j.n >> 4);
-    if (warp == GEMV_MAXW) { /* the producer: weights only, so before the PDL wait */
+    if (warp == NG * GEMV_MAXW) { /* the producer: weights only, so before the PDL wait */
         if (lane == 0) {
             int i = 0;
             for (int u = blockIdx.x; u < total; u += gridDim.x) {
@@ -1290,21 +1323,25 @@ __global__ void __launch_bounds__(RING_THREADS, 1) k_moe_ring(const moe_ring_job
         return;
     }
     mk_d_pdl_wait();
-    const int g = lane >> 2, t = lane & 3;
+    const int grp = warp / GEMV_MAXW, w = warp % GEMV_MAXW, g = lane >> 2, t = lane & 3;
     int i = 0, nred = 0;
     for (int u = blockIdx.x; u < total; u += gridDim.x) {
         ring_unit r;
         if (!ring_unit_of(j, u, ngrp, r)) continue;
+        if (i % NG != grp) {
+            i++;
+            continue;
+        }
         const int s = i % nst;
         const uint8_t *st = ring_smem + (size_t)s * j.stage;
         ring_bar_wait(&full[s], (i / nst) & 1);
         float acc[4];
         if (r.fp8) {
-            ring_fp8_acc(j, st, r.wbytes, acc);
+            ring_fp8_acc(j, st, r.wbytes, w, acc);
             __syncwarp();
             if (lane == 0) ring_bar_arrive(&empty[s]);
-            ring_reduce(acc, red[nred++ & 1]);
-            if (warp == 0) {
+            ring_reduce(acc, red[grp][nred++ & 1], grp, w);
+            if (w == 0) {
                 const int n = r.z ? j.fn2 : j.fn, c0 = 2 * t, c1 = 2 * t + 1;
                 float *y = r.z ? j.fy2 : j.fy;
                 const size_t o = (size_t)r.slab * 16 + g;
@@ -1317,13 +1354,13 @@ __global__ void __launch_bounds__(RING_THREADS, 1) k_moe_ring(const moe_ring_job
             float *y = r.z ? j.y3 : j.y;
             for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
                 const moe_cols mc = moe_chunk_cols(stok, j.by_token, c0, c_hi, g, t);
-                ring_fp4_acc(j, st, r.wbytes, mc, acc);
+                ring_fp4_acc(j, st, r.wbytes, w, mc, acc);
                 if (c0 + 8 >= c_hi) { /* the slab's last chunk: the stage is read */
                     __syncwarp();
                     if (lane == 0) ring_bar_arrive(&empty[s]);
                 }
-                ring_reduce(acc, red[nred++ & 1]);
-                if (warp == 0) {
+                ring_reduce(acc, red[grp][nred++ & 1], grp, w);
+                if (w == 0) {
                     const size_t o = (size_t)r.slab * 16 + g;
                     const int ca = 2 * t, cb = 2 * t + 1;
                     if (ca < mc.m) y[(size_t)(c0 + ca) * j.n + o] = gemv_out(acc[0], j.round), y[(size_t)(c0 + ca) * j.n + o + 8] = gemv_out(acc[2], j.round);
@@ -1643,12 +1680,15 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
     if (ctx->tune.moe_ring && ctx->caps.sm_count > 0) { /* the ring (same bits) where its copies can take the slabs */
         const unsigned stage = ring_stage_bytes(k, f->W->k);
-        const size_t cap = ctx->caps.smem_optin > 12288 ? ctx->caps.smem_optin - 12288 : 0; /* less the static arrays */
+        /* less the static arrays (at most ~16.5 KB: two groups' sums) */
+        const size_t cap = ctx->caps.smem_optin > 20480 ? ctx->caps.smem_optin - 20480 : 0;
         int nst = stage ? (int)(cap / stage) : 0;
         if (nst > RING_NST_MAX) nst = RING_NST_MAX;
         if (ctx->tune.moe_ring_nst >= 2 && ctx->tune.moe_ring_nst < nst) nst = ctx->tune.moe_ring_nst;
         if (nst >= 2) {
-            int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_RING, (const void *)k_moe_ring, cap, err);
+            const int two = ctx->tune.moe_ring == 2;
+            int st = two ? mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_RING2, (const void *)k_moe_ring<2>, cap, err)
+                         : mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_RING, (const void *)k_moe_ring<1>, cap, err);
             if (st) return st;
             moe_ring_job j;
             memset(&j, 0, sizeof j);
@@ -1660,8 +1700,9 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
             j.fxq = f->xq, j.fsa = f->sa, j.fm = f->m, j.fn = f->W->n, j.fk = f->W->k, j.fper = p.per;
             j.fround = f->round, j.fn2 = n2, j.fy = f->y, j.fy2 = f->y2;
             j.stage = stage, j.nst = nst;
-            MK_CU_TRY(mk_cuda_launch_pdl(ctx, dim3((unsigned)ctx->caps.sm_count), dim3(RING_THREADS),
-                                         (size_t)nst * stage, k_moe_ring, j),
+            const dim3 grid((unsigned)ctx->caps.sm_count);
+            MK_CU_TRY(two ? mk_cuda_launch_pdl(ctx, grid, dim3(RING_THREADS(2)), (size_t)nst * stage, k_moe_ring<2>, j)
+                          : mk_cuda_launch_pdl(ctx, grid, dim3(RING_THREADS(1)), (size_t)nst * stage, k_moe_ring<1>, j),
                       err, "cuda: moe ring (fp4 experts with fp8) launch");
             if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe ring (fp4 experts with fp8) launch");
             return MK_OK;
