@@ -24,7 +24,8 @@
  *   norm 1e-2      any linear with bf16-rounded outputs (one bf16 ulp is 2^-8 relative)
  *   norm 8e-3      sparse attention (bf16 probabilities and outputs; score sums in another order)
  *
- * Usage: test_ops_cuda [--quick]   (--quick drops the largest shapes, e.g. for compute-sanitizer)
+ * Usage: test_ops_cuda [--quick] [--ring]   (--quick drops the largest shapes, e.g. for compute-sanitizer;
+ * --ring runs only the expert ring's checks, for quick A/B calls)
  */
 #include "base/status.h"
 #include "base/threads.h"
@@ -41,7 +42,7 @@
 
 static mk_cuda_ctx *ctx;
 static mk_pool *pool;
-static int n_checks, n_fail, quick;
+static int n_checks, n_fail, quick, ring_only;
 
 #define CK(call)                                                                           \
     do {                                                                                   \
@@ -2905,6 +2906,7 @@ static void test_multi_pieces(int ratio, int one_row) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--ring")) ring_only = 1;
     if (getenv("MK_TEST_SEED")) rs = strtoull(getenv("MK_TEST_SEED"), NULL, 0);
     if (mk_cuda_device_count() == 0) {
         printf("skipped: no CUDA device\n");
@@ -2925,6 +2927,13 @@ int main(int argc, char **argv) {
     printf("| %-40s | %-26s | %10s | %10s | %10s | %-13s | %s |\n", "op", "shape", "max abs", "max rel",
            "norm err", "tolerance", "result");
     printf("|---|---|---|---|---|---|---|\n");
+    if (ring_only) {
+        test_moe_ring(6, 8, 4096, 2048, 0);
+        test_moe_ring(6, 8, 4096, 2048, 1);
+        test_moe_ring(8, 8, 2048, 4096, 0);
+        printf("\n%d checks, %d failed\n", n_checks, n_fail);
+        return n_fail ? 1 : 0;
+    }
 
     test_act_quant(3, 4096, 0);
     test_act_quant(2, 1000, 0);
