@@ -169,6 +169,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
      * without the ring) */
     ctx->tune.moe_ring = getenv("MINKE_CUDA_MOE_RING") ? atoi(getenv("MINKE_CUDA_MOE_RING")) : 0;
     ctx->tune.moe_ring_nst = getenv("MINKE_CUDA_MOE_RING_NST") ? atoi(getenv("MINKE_CUDA_MOE_RING_NST")) : 0;
+    ctx->tune.moe_ring_rows = env_switch("MINKE_CUDA_MOE_RING_ROWS", 0);
     ctx->tune.moe_ring = ctx->tune.moe_ring < 0 ? 0 : ctx->tune.moe_ring > 2 ? 2 : ctx->tune.moe_ring;
     ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 1);
     ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
@@ -341,6 +342,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.rows_wide = ctx->tune.rows_wide != 0;
     ctx->tune.moe_ring = ctx->tune.moe_ring < 0 ? 0 : ctx->tune.moe_ring > 2 ? 2 : ctx->tune.moe_ring;
     if (ctx->tune.moe_ring_nst < 0) ctx->tune.moe_ring_nst = 0;
+    ctx->tune.moe_ring_rows = ctx->tune.moe_ring_rows != 0;
     ctx->tune.swiglu_pair = ctx->tune.swiglu_pair != 0;
     ctx->tune.index_fuse = ctx->tune.index_fuse != 0;
     ctx->tune.sample_agg = ctx->tune.sample_agg != 0;

@@ -1121,6 +1121,7 @@ struct moe_ring_job {
     int fm, fn, fk, fper, fround, fn2;
     float *fy, *fy2;
     unsigned stage; /* bytes per ring stage (a multiple of 128) */
+    int rows;       /* 1: a bulk copy per weight row, not one per slab */
     int nst;        /* stages */
 };
 
@@ -1314,7 +1315,11 @@ __global__ void __launch_bounds__(RING_THREADS(NG), 1) k_moe_ring(const moe_ring
                 if (i >= nst) ring_bar_wait(&empty[s], ((i / nst) - 1) & 1);
                 uint8_t *st = ring_smem + (size_t)s * j.stage;
                 ring_bar_expect(&full[s], r.wbytes + r.sbytes);
-                ring_copy(st, r.w, r.wbytes, &full[s]);
+                if (j.rows) /* a copy per weight row (tuning moe_ring_rows) */
+                    for (int q = 0; q < 16; q++)
+                        ring_copy(st + q * (r.wbytes / 16), r.w + q * (r.wbytes / 16), r.wbytes / 16, &full[s]);
+                else
+                    ring_copy(st, r.w, r.wbytes, &full[s]);
                 ring_copy(st + r.wbytes, r.s, r.sbytes, &full[s]);
                 i++;
             }
@@ -1699,7 +1704,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
             j.FW2 = f->W2 ? (const uint8_t *)f->W2->w : NULL, j.FS2 = f->W2 ? f->W2->scale : NULL;
             j.fxq = f->xq, j.fsa = f->sa, j.fm = f->m, j.fn = f->W->n, j.fk = f->W->k, j.fper = p.per;
             j.fround = f->round, j.fn2 = n2, j.fy = f->y, j.fy2 = f->y2;
-            j.stage = stage, j.nst = nst;
+            j.stage = stage, j.nst = nst, j.rows = ctx->tune.moe_ring_rows;
             const dim3 grid((unsigned)ctx->caps.sm_count);
             MK_CU_TRY(two ? mk_cuda_launch_pdl(ctx, grid, dim3(RING_THREADS(2)), (size_t)nst * stage, k_moe_ring<2>, j)
                           : mk_cuda_launch_pdl(ctx, grid, dim3(RING_THREADS(1)), (size_t)nst * stage, k_moe_ring<1>, j),

@@ -158,6 +158,8 @@ typedef struct {
                             * as one persistent block per SM that streams 16-row slabs through a shared-memory
                             * ring by bulk copies, computed by 1 or 2 groups of 8 warps (k_moe_ring; the same
                             * bits); default 0 until faster, MINKE_CUDA_MOE_RING=1 / 2 */
+    int moe_ring_rows;     /* 1: the ring's producer issues a bulk copy per weight row (16 a slab), not one per
+                            * slab; MINKE_CUDA_MOE_RING_ROWS=1 (default 0) */
     int moe_ring_nst;      /* the ring's stages: 0 = as many as fit (at most 4), else 2..4; MINKE_CUDA_MOE_RING_NST */
     int rows_wide;         /* 1: the row lists of a call of at most 4 rows (a decode step of few sequences)
                             * built by a block of 1024 threads sharing each row (k_attn_rows_wide; the same
