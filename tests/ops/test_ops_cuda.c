@@ -24,8 +24,7 @@
  *   norm 1e-2      any linear with bf16-rounded outputs (one bf16 ulp is 2^-8 relative)
  *   norm 8e-3      sparse attention (bf16 probabilities and outputs; score sums in another order)
  *
- * Usage: test_ops_cuda [--quick] [--ring]   (--quick drops the largest shapes, e.g. for compute-sanitizer;
- * --ring runs only the expert ring's checks, for quick A/B calls)
+ * Usage: test_ops_cuda [--quick]   (--quick drops the largest shapes, e.g. for compute-sanitizer)
  */
 #include "base/status.h"
 #include "base/threads.h"
@@ -42,7 +41,7 @@
 
 static mk_cuda_ctx *ctx;
 static mk_pool *pool;
-static int n_checks, n_fail, quick, ring_only;
+static int n_checks, n_fail, quick;
 
 #define CK(call)                                                                           \
     do {                                                                                   \
@@ -1929,139 +1928,6 @@ static void moe_poke_scales(mk_wmat *W) {
     for (int i = 0; i < 3; i++) ((uint8_t *)W->scale)[(size_t)rows[i] * nsb + blocks[i]] = vals[i];
 }
 
-/* The ring kernel (tuning moe_ring, k_moe_ring) against the fused launch without it, bit for bit, for
- * a decode step's two expert launches: w1 / w3 by token with the shared expert's FP8 pair (and with
- * one FP8 matrix), and w2 by slot with bf16 outputs and one FP8 matrix; the trace shows which kernel
- * ran each way. extreme: scale bytes 0 / 249 / 255 in the experts (the fast step's general path). */
-static void test_moe_ring(int K, int E, int d, int I, int extreme) {
-    const int nm = 3; /* w1, w3, w2 */
-    mk_wmat *Wh = xmalloc(sizeof(mk_wmat) * E * nm), *Wd = xmalloc(sizeof(mk_wmat) * E * nm);
-    const void **tw[3];
-    const uint8_t **ts[3];
-    void *dtw[3], *dts[3];
-    for (int q = 0; q < nm; q++) {
-        tw[q] = xmalloc(sizeof(void *) * E), ts[q] = xmalloc(sizeof(void *) * E);
-        for (int e = 0; e < E; e++) {
-            mk_wmat *h = &Wh[q * E + e], *dv = &Wd[q * E + e];
-            make_weights(h, MK_W_FP4, q == 2 ? d : I, q == 2 ? I : d);
-            if (extreme) moe_poke_scales(h);
-            CK(mk_cuda_wmat_upload(ctx, h, dv, &err_));
-            CK(mk_cuda_fp4_lane_order(ctx, dv, &err_));
-            tw[q][e] = dv->w, ts[q][e] = dv->scale;
-        }
-        dtw[q] = dup_dev(tw[q], sizeof(void *) * E), dts[q] = dup_dev(ts[q], sizeof(void *) * E);
-    }
-    mk_wmat Ah, Bh, Ch, Ad, Bd, Cd; /* the shared expert: sh1, sh3 [I, d], sh2 [d, I] */
-    make_weights(&Ah, MK_W_FP8, I, d);
-    make_weights(&Bh, MK_W_FP8, I, d);
-    make_weights(&Ch, MK_W_FP8, d, I);
-    CK(mk_cuda_wmat_upload(ctx, &Ah, &Ad, &err_));
-    CK(mk_cuda_wmat_upload(ctx, &Bh, &Bd, &err_));
-    CK(mk_cuda_wmat_upload(ctx, &Ch, &Cd, &err_));
-    int32_t *idx = xmalloc(sizeof(int32_t) * K);
-    float *gw = xmalloc(sizeof(float) * K);
-    for (int k = 0; k < K; k++) idx[k] = (int32_t)((k * 7 + 3) % E), gw[k] = 0.3f + 0.1f * (float)k;
-    float *x = xmalloc(sizeof(float) * d), *x2 = xmalloc(sizeof(float) * (size_t)(K + 1) * I);
-    fill_act(x, (size_t)d, 1.0f);
-    fill_act(x2, (size_t)(K + 1) * I, 1.0f);
-    int32_t *didx = dup_dev(idx, sizeof(int32_t) * K);
-    float *dgw = dup_dev(gw, sizeof(float) * K), *dx = dup_dev(x, sizeof(float) * d);
-    float *dx2 = dup_dev(x2, sizeof(float) * (size_t)(K + 1) * I);
-    int32_t *dplan = poisoned_dev(sizeof(int32_t) * mk_cuda_moe_plan_ints(1, K, E));
-    float *dsw = poisoned_dev(sizeof(float) * K);
-    uint8_t *dq = poisoned_dev((size_t)d), *dq8 = poisoned_dev((size_t)d);
-    uint8_t *dq2 = poisoned_dev((size_t)K * I), *dq3 = poisoned_dev((size_t)I);
-    float *dsa = poisoned_dev(sizeof(float) * (d / 128 + 1)), *dsa8 = poisoned_dev(sizeof(float) * (d / 128 + 1));
-    float *dsa2 = poisoned_dev(sizeof(float) * (K * I / 128 + 1)), *dsa3 = poisoned_dev(sizeof(float) * (I / 128 + 1));
-    CK(mk_cuda_moe_plan(ctx, didx, dgw, 1, K, E, dplan, dsw, &err_));
-    CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_));
-    CK(mk_cuda_act_quant(ctx, dx, 1, d, 0, dq8, dsa8, &err_));
-    CK(mk_cuda_act_quant(ctx, dx2, K, I, 1, dq2, dsa2, &err_));
-    CK(mk_cuda_act_quant(ctx, dx2 + (size_t)K * I, 1, I, 0, dq3, dsa3, &err_));
-    const size_t n13 = (size_t)K * I, n2 = (size_t)K * d;
-    /* outputs [way][w1, w3, sh1, sh3, w2, sh2, sh1 alone] */
-    const size_t on[7] = {n13, n13, (size_t)I, (size_t)I, n2, (size_t)d, (size_t)I};
-    float *out[3][7];
-    int ran[3] = {0, 0, 0}, st_all = MK_OK;
-    char why[200] = "";
-    mk_cuda_tuning tu0, tu;
-    mk_cuda_ctx_get_tuning(ctx, &tu0);
-    for (int way = 0; way < 3; way++) { /* no ring, one consumer group, two */
-        float *dy[7];
-        for (int o = 0; o < 7; o++) dy[o] = poisoned_dev(sizeof(float) * on[o]);
-        tu = tu0;
-        tu.moe_ring = way, tu.moe_with_fp8 = 1, tu.moe_slabs = 2;
-        mk_cuda_ctx_set_tuning(ctx, &tu);
-        CK(mk_cuda_trace_start(ctx, &err_));
-        const mk_cuda_fp8_job j1 = {&Ad, &Bd, dq8, dsa8, 1, dy[2], dy[3], 1};
-        const mk_cuda_fp8_job j2 = {&Cd, NULL, dq3, dsa3, 1, dy[5], NULL, 1};
-        const mk_cuda_fp8_job j3 = {&Ad, NULL, dq8, dsa8, 1, dy[6], NULL, 0};
-        mk_err e1 = {0};
-        int st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0],
-                                           (const void *const *)dtw[1], (const uint8_t *const *)dts[1], I, d, dq, dsa, 1,
-                                           dplan, 1, K, E, dy[0], dy[1], 0, &j1, &e1);
-        if (!st)
-            st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)dtw[2], (const uint8_t *const *)dts[2], NULL, NULL, d,
-                                           I, dq2, dsa2, 0, dplan, 1, K, E, dy[4], NULL, 1, &j2, &e1);
-        if (!st) /* w1 again with one FP8 matrix (into w1's output: the same values) */
-            st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0], NULL, NULL,
-                                           I, d, dq, dsa, 1, dplan, 1, K, E, dy[0], NULL, 0, &j3, &e1);
-        const char *tn[8] = {0};
-        float tus[8], tq[8], td[8];
-        mk_err te = {0};
-        const int ntr = mk_cuda_trace_stop(ctx, 8, tn, tus, tq, td, &te);
-        mk_cuda_ctx_set_tuning(ctx, &tu0);
-        if (st) {
-            st_all = st;
-            snprintf(why, sizeof why, "way %d: %s", way, e1.msg);
-        }
-        for (int i = 0; i < ntr && i < 8; i++)
-            if (tn[i] && strstr(tn[i], "moe ring")) ran[way]++;
-        for (int o = 0; o < 7; o++) {
-            out[way][o] = xmalloc(sizeof(float) * on[o]);
-            fetch(out[way][o], dy[o], sizeof(float) * on[o]);
-            mk_cuda_free(ctx, dy[o]);
-        }
-    }
-    int same = 1;
-    for (int o = 0; o < 7; o++)
-        same = same && !memcmp(out[0][o], out[1][o], sizeof(float) * on[o]) &&
-               !memcmp(out[0][o], out[2][o], sizeof(float) * on[o]);
-    /* the outputs were written (not the 0xff poison) */
-    int written = 1;
-    for (int o = 0; o < 7; o++) {
-        uint32_t b;
-        memcpy(&b, &out[2][o][on[o] - 1], 4);
-        written = written && b != 0xffffffffu;
-    }
-    char shape[80];
-    snprintf(shape, sizeof shape, "K%d E%d d%d I%d%s", K, E, d, I, extreme ? ", scales 0/249/255" : "");
-    n_checks++;
-    /* the ring takes FP8 matrices whose slab scale rows are whole 16-byte pieces (k % 2048 == 0) */
-    const int want = ((d / 128) % 16 == 0 ? 2 : 0) + ((I / 128) % 16 == 0 ? 1 : 0);
-    const int ok = st_all == MK_OK && same && written && ran[0] == 0 && ran[1] == want && ran[2] == want;
-    if (!ok) n_fail++;
-    printf("| %-40s | %-26s | ring (1 and 2 groups) = fused launch, bit for bit (w1/w3 + pair, w2 + sh2, w1 + one): %s; ring ran %d / %d (1 / 2 groups) of %d, "
-           "%d without the switch%s%s |\n", "moe ring (decode experts)", shape, ok ? "PASS" : "FAIL", ran[1], ran[2], want, ran[0],
-           st_all ? "; error: " : "", why);
-    for (int way = 0; way < 3; way++)
-        for (int o = 0; o < 7; o++) free(out[way][o]);
-    for (int i = 0; i < E * nm; i++) {
-        mk_cuda_wmat_free(ctx, &Wd[i]);
-        free((void *)Wh[i].w), free((void *)Wh[i].scale);
-    }
-    mk_cuda_wmat_free(ctx, &Ad), mk_cuda_wmat_free(ctx, &Bd), mk_cuda_wmat_free(ctx, &Cd);
-    free((void *)Ah.w), free((void *)Ah.scale), free((void *)Bh.w), free((void *)Bh.scale);
-    free((void *)Ch.w), free((void *)Ch.scale);
-    for (int q = 0; q < nm; q++) {
-        mk_cuda_free(ctx, dtw[q]), mk_cuda_free(ctx, dts[q]);
-        free(tw[q]), free(ts[q]);
-    }
-    void *dv[] = {didx, dgw, dx, dx2, dplan, dsw, dq, dq8, dq2, dq3, dsa, dsa8, dsa2, dsa3};
-    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
-    free(Wh), free(Wd), free(idx), free(gw), free(x), free(x2);
-}
-
 static void test_moe_fp4(int T, int K, int E, int d, int I) {
     mk_wmat *W1 = xmalloc(sizeof(mk_wmat) * E), *W3 = xmalloc(sizeof(mk_wmat) * E), *W2 = xmalloc(sizeof(mk_wmat) * E);
     mk_wmat *D1 = xmalloc(sizeof(mk_wmat) * E), *D3 = xmalloc(sizeof(mk_wmat) * E), *D2 = xmalloc(sizeof(mk_wmat) * E);
@@ -2906,7 +2772,6 @@ static void test_multi_pieces(int ratio, int one_row) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--ring")) ring_only = 1;
     if (getenv("MK_TEST_SEED")) rs = strtoull(getenv("MK_TEST_SEED"), NULL, 0);
     if (mk_cuda_device_count() == 0) {
         printf("skipped: no CUDA device\n");
@@ -2927,13 +2792,6 @@ int main(int argc, char **argv) {
     printf("| %-40s | %-26s | %10s | %10s | %10s | %-13s | %s |\n", "op", "shape", "max abs", "max rel",
            "norm err", "tolerance", "result");
     printf("|---|---|---|---|---|---|---|\n");
-    if (ring_only) {
-        test_moe_ring(6, 8, 4096, 2048, 0);
-        test_moe_ring(6, 8, 4096, 2048, 1);
-        test_moe_ring(8, 8, 2048, 4096, 0);
-        printf("\n%d checks, %d failed\n", n_checks, n_fail);
-        return n_fail ? 1 : 0;
-    }
 
     test_act_quant(3, 4096, 0);
     test_act_quant(2, 1000, 0);
@@ -3055,10 +2913,6 @@ int main(int argc, char **argv) {
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048); /* V4-Flash: w1 / w3 with the shared expert's sh1 / sh3 */
     test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
-    test_moe_ring(6, 8, 4096, 2048, 0); /* V4-Flash's decode expert launches through the ring */
-    test_moe_ring(6, 8, 4096, 2048, 1);
-    test_moe_ring(4, 16, 1024, 2048, 0); /* w1: FP8 k 1024 (scale rows of 8 bytes): refused, the fused kernel runs */
-    test_moe_ring(8, 8, 2048, 4096, 0); /* every expert picked; w2's k 4096 */
     if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);
     if (!quick) test_moe_fp4(40, 6, 16, 4096, 2048); /* 15 slots per expert: two chunks, both buffers */
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
@@ -3088,10 +2942,6 @@ int main(int argc, char **argv) {
         if (v >= 3) {
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
-        }
-        if (v == 3) { /* the ring kernel under both fast-step settings (the switch is set inside) */
-            test_moe_ring(6, 8, 4096, 2048, 0);
-            test_moe_ring(6, 8, 4096, 2048, 1);
         }
         mk_cuda_ctx_set_tuning(ctx, &def);
     }

@@ -165,12 +165,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
      * one call: 1.266 / 1.290 ms against 1.311 / 1.331 without (greedy path 1.278 / 1.285 against
      * 1.296 / 1.304) */
     ctx->tune.rows_wide = env_switch("MINKE_CUDA_ROWS_WIDE", 1);
-    /* 1: one consumer group, 2: two (H100, session 21: one group 1.277-1.298 ms a step against 1.253-1.286
-     * without the ring) */
-    ctx->tune.moe_ring = getenv("MINKE_CUDA_MOE_RING") ? atoi(getenv("MINKE_CUDA_MOE_RING")) : 0;
-    ctx->tune.moe_ring_nst = getenv("MINKE_CUDA_MOE_RING_NST") ? atoi(getenv("MINKE_CUDA_MOE_RING_NST")) : 0;
-    ctx->tune.moe_ring_rows = env_switch("MINKE_CUDA_MOE_RING_ROWS", 0);
-    ctx->tune.moe_ring = ctx->tune.moe_ring < 0 ? 0 : ctx->tune.moe_ring > 2 ? 2 : ctx->tune.moe_ring;
     ctx->tune.swiglu_pair = env_switch("MINKE_CUDA_SWIGLU_PAIR", 1);
     ctx->tune.index_fuse = env_switch("MINKE_CUDA_INDEX_FUSE", 1);
     ctx->tune.sample_agg = env_switch("MINKE_CUDA_SAMPLE_AGG", 0); /* slower on the H200 (session 19): off */
@@ -340,9 +334,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;
     ctx->tune.rows_ring = ctx->tune.rows_ring != 0;
     ctx->tune.rows_wide = ctx->tune.rows_wide != 0;
-    ctx->tune.moe_ring = ctx->tune.moe_ring < 0 ? 0 : ctx->tune.moe_ring > 2 ? 2 : ctx->tune.moe_ring;
-    if (ctx->tune.moe_ring_nst < 0) ctx->tune.moe_ring_nst = 0;
-    ctx->tune.moe_ring_rows = ctx->tune.moe_ring_rows != 0;
     ctx->tune.swiglu_pair = ctx->tune.swiglu_pair != 0;
     ctx->tune.index_fuse = ctx->tune.index_fuse != 0;
     ctx->tune.sample_agg = ctx->tune.sample_agg != 0;

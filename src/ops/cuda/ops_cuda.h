@@ -154,13 +154,6 @@ typedef struct {
     int rows_ring;         /* 1: a step of one-row pieces (a decode) writes the window rings in the
                             * attention's row-list launch (mk_cuda_attn_rows_multi's ring_put): no
                             * ring_put launch; default 1, MINKE_CUDA_ROWS_RING=0 */
-    int moe_ring;          /* 1 / 2: the decode expert GEMVs with the shared expert's (mk_cuda_moe_gemv_fp4_with)
-                            * as one persistent block per SM that streams 16-row slabs through a shared-memory
-                            * ring by bulk copies, computed by 1 or 2 groups of 8 warps (k_moe_ring; the same
-                            * bits); default 0 until faster, MINKE_CUDA_MOE_RING=1 / 2 */
-    int moe_ring_rows;     /* 1: the ring's producer issues a bulk copy per weight row (16 a slab), not one per
-                            * slab; MINKE_CUDA_MOE_RING_ROWS=1 (default 0) */
-    int moe_ring_nst;      /* the ring's stages: 0 = as many as fit (at most 4), else 2..4; MINKE_CUDA_MOE_RING_NST */
     int rows_wide;         /* 1: the row lists of a call of at most 4 rows (a decode step of few sequences)
                             * built by a block of 1024 threads sharing each row (k_attn_rows_wide; the same
                             * lists), not a warp per row; default 1 (H100: a batch-1 step 1.6-4.9% shorter),
