@@ -951,6 +951,55 @@ static void test_probe_wgmma(void) {
            "wgmma probe", "64x8x128 e4m3", worst_w, worst_m, ok ? "PASS" : "FAIL", differ ? "NO" : "yes", differ);
 }
 
+/* The f16 MMA probe (mk_cuda_probe_mma_f16): which split of an e4m3 m16n8k32 MMA's products into two
+ * chained m16n8k16 f16 MMAs, if any, gives its bits, from C = 0 (an expert 32-block's MMA) and from a
+ * nonzero C (the FP8 GEMVs' chained MMAs). Random e4m3 operands over the whole range (no NaN). The
+ * check: the e4m3 MMA is near the exact sum (as in the wgmma probe); the ways' counts are findings. */
+static void test_probe_mma_f16(void) {
+    const int nt = 2048, W = MK_CUDA_PROBE_F16_WAYS;
+    uint8_t *A = xmalloc((size_t)nt * 16 * 32), *B = xmalloc((size_t)nt * 8 * 32);
+    float *C = xmalloc(sizeof(float) * nt * 128), *out = xmalloc(sizeof(float) * (size_t)nt * (1 + W) * 128);
+    for (size_t i = 0; i < (size_t)nt * 16 * 32; i++) {
+        A[i] = (uint8_t)rnd64();
+        if ((A[i] & 0x7f) == 0x7f) A[i] ^= 1;
+    }
+    for (size_t i = 0; i < (size_t)nt * 8 * 32; i++) {
+        B[i] = (uint8_t)rnd64();
+        if ((B[i] & 0x7f) == 0x7f) B[i] ^= 1;
+    }
+    int differ[2][MK_CUDA_PROBE_F16_WAYS + 1] = {{0}};
+    double worst = 0;
+    for (int withc = 0; withc < 2; withc++) {
+        for (int i = 0; i < nt * 128; i++) C[i] = withc ? rnd_n() * 4096.0f : 0.0f;
+        mk_err e = {0};
+        CK(mk_cuda_probe_mma_f16(ctx, nt, A, B, C, out, &e));
+        for (int tl = 0; tl < nt; tl++)
+            for (int r = 0; r < 16; r++)
+                for (int c = 0; c < 8; c++) {
+                    const float *o = out + (size_t)tl * (1 + W) * 128;
+                    double ex = C[tl * 128 + r * 8 + c], mag = fabs(ex);
+                    for (int k = 0; k < 32; k++) {
+                        const double p = (double)mk_e4m3_to_f32(A[(size_t)tl * 512 + r * 32 + k]) *
+                                         mk_e4m3_to_f32(B[(size_t)tl * 256 + c * 32 + k]);
+                        ex += p, mag += fabs(p);
+                    }
+                    const double err = fabs(o[r * 8 + c] - ex) / (mag > 0 ? mag : 1);
+                    worst = err > worst ? err : worst;
+                    for (int v = 1; v <= W; v++)
+                        differ[withc][v] += memcmp(&o[r * 8 + c], &o[(size_t)v * 128 + r * 8 + c], sizeof(float)) != 0;
+                }
+    }
+    const int ok = worst < 1e-2;
+    n_checks++;
+    n_fail += !ok;
+    printf("| %-40s | %-26s | e4m3 vs exact %.2e (of sum |p|): %s; outputs (of %d) differing from the e4m3 MMA, C = 0 / "
+           "C != 0, by way (1-2: k halves, 3-4: k pairs, 5-6: even / odd; odd ways the first half first):",
+           "f16 mma probe", "m16n8k32 e4m3 as 2 f16", worst, ok ? "PASS" : "FAIL", nt * 128);
+    for (int v = 1; v <= W; v++) printf(" %d: %d / %d;", v, differ[0][v], differ[1][v]);
+    printf(" |\n");
+    free(A), free(B), free(C), free(out);
+}
+
 static void test_argmax_rows(int n) {
     enum { R = 9 };
     float *x = xmalloc(sizeof(float) * R * (size_t)n);
@@ -2958,6 +3007,7 @@ int main(int argc, char **argv) {
     test_swiglu_quant2(12, 2, 2048, 1);
     test_swiglu_quant2(5, 3, 200, 0);
     test_probe_wgmma();
+    test_probe_mma_f16();
     test_argmax_rows(129280);
     test_argmax_rows(1000);
     test_argmax_rows(1001); /* rows not 16-byte aligned: the scalar path */

@@ -338,3 +338,70 @@ int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *
     mk_cuda_free(ctx, dA), mk_cuda_free(ctx, dB), mk_cuda_free(ctx, dw), mk_cuda_free(ctx, dm);
     return st;
 }
+
+/* ---- f16 MMA probe (mk_cuda_probe_mma_f16) ---------------------------------------------------
+ * One warp per tile: the e4m3 MMA with the standard fragments, then each way's two f16 MMAs. Way v's
+ * half h (taken first when v is odd) holds 16 of the 32 k; its logical slot j (the f16 fragment's k)
+ * is pf16_k(v, h, j); both operands use the same map, so every way sums the same exact products. */
+__device__ __forceinline__ int pf16_k(int v, int h, int j) {
+    if (v <= 2) return 16 * h + j;
+    if (v <= 4) return (j >> 1) * 4 + 2 * h + (j & 1);
+    return 2 * j + h;
+}
+__device__ __forceinline__ uint32_t pf16_pair(const uint8_t *p, int k0, int k1) {
+    const __half_raw lo = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)p[k0], __NV_E4M3);
+    const __half_raw hi = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)p[k1], __NV_E4M3);
+    return (uint32_t)lo.x | ((uint32_t)hi.x << 16);
+}
+__global__ void k_probe_mma_f16(int nt, const uint8_t *__restrict__ A, const uint8_t *__restrict__ B,
+                                const float *__restrict__ C, float *__restrict__ out) {
+    const int tile = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (tile >= nt) return;
+    const uint8_t *a = A + (size_t)tile * 16 * 32, *b = B + (size_t)tile * 8 * 32;
+    const float *ct = C + (size_t)tile * 128;
+    float *o = out + (size_t)tile * (1 + MK_CUDA_PROBE_F16_WAYS) * 128;
+    for (int v = 0; v <= MK_CUDA_PROBE_F16_WAYS; v++) {
+        float c[4] = {ct[g * 8 + 2 * t], ct[g * 8 + 2 * t + 1], ct[(g + 8) * 8 + 2 * t], ct[(g + 8) * 8 + 2 * t + 1]};
+        if (v == 0) {
+            mk_d_mma_e4m3(c, *(const uint32_t *)(a + g * 32 + 4 * t), *(const uint32_t *)(a + (g + 8) * 32 + 4 * t),
+                          *(const uint32_t *)(a + g * 32 + 16 + 4 * t), *(const uint32_t *)(a + (g + 8) * 32 + 16 + 4 * t),
+                          *(const uint32_t *)(b + g * 32 + 4 * t), *(const uint32_t *)(b + g * 32 + 16 + 4 * t));
+        } else {
+            for (int step = 0; step < 2; step++) {
+                const int h = (v & 1) ? step : 1 - step;
+                const int k0 = pf16_k(v, h, 2 * t), k1 = pf16_k(v, h, 2 * t + 1);
+                const int k8 = pf16_k(v, h, 2 * t + 8), k9 = pf16_k(v, h, 2 * t + 9);
+                const uint8_t *ra = a + g * 32, *rb = a + (g + 8) * 32, *cb = b + g * 32;
+                mk_d_mma_f16(c, pf16_pair(ra, k0, k1), pf16_pair(rb, k0, k1), pf16_pair(ra, k8, k9), pf16_pair(rb, k8, k9),
+                             pf16_pair(cb, k0, k1), pf16_pair(cb, k8, k9));
+            }
+        }
+        float *ov = o + (size_t)v * 128;
+        ov[g * 8 + 2 * t] = c[0], ov[g * 8 + 2 * t + 1] = c[1];
+        ov[(g + 8) * 8 + 2 * t] = c[2], ov[(g + 8) * 8 + 2 * t + 1] = c[3];
+    }
+}
+
+int mk_cuda_probe_mma_f16(mk_cuda_ctx *ctx, int nt, const uint8_t *A, const uint8_t *B, const float *C, float *out,
+                          mk_err *err) {
+    if (nt < 1) return mk_fail(err, MK_EINVAL, "cuda: f16 mma probe: needs at least one tile (nt %d)", nt);
+    const size_t na = (size_t)nt * 16 * 32, nb = (size_t)nt * 8 * 32, nc = sizeof(float) * (size_t)nt * 128;
+    const size_t no = sizeof(float) * (size_t)nt * (1 + MK_CUDA_PROBE_F16_WAYS) * 128;
+    uint8_t *dA = NULL, *dB = NULL;
+    float *dC = NULL, *dO = NULL;
+    int st = mk_cuda_alloc(ctx, na, (void **)&dA, err);
+    if (!st) st = mk_cuda_alloc(ctx, nb, (void **)&dB, err);
+    if (!st) st = mk_cuda_alloc(ctx, nc, (void **)&dC, err);
+    if (!st) st = mk_cuda_alloc(ctx, no, (void **)&dO, err);
+    if (!st) st = mk_cuda_upload(ctx, dA, A, na, err);
+    if (!st) st = mk_cuda_upload(ctx, dB, B, nb, err);
+    if (!st) st = mk_cuda_upload(ctx, dC, C, nc, err);
+    if (!st) {
+        k_probe_mma_f16<<<(nt + 3) / 4, 128, 0, ctx->stream>>>(nt, dA, dB, dC, dO);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) st = mk_cuda_fail(err, e, "cuda: f16 mma probe launch");
+    }
+    if (!st) st = mk_cuda_download(ctx, out, dO, no, err);
+    mk_cuda_free(ctx, dA), mk_cuda_free(ctx, dB), mk_cuda_free(ctx, dC), mk_cuda_free(ctx, dO);
+    return st;
+}
