@@ -993,7 +993,8 @@ static void test_probe_mma_f16(void) {
     n_checks++;
     n_fail += !ok;
     printf("| %-40s | %-26s | e4m3 vs exact %.2e (of sum |p|): %s; outputs (of %d) differing from the e4m3 MMA, C = 0 / "
-           "C != 0, by way (1-2: k halves, 3-4: k pairs, 5-6: even / odd; odd ways the first half first):",
+           "C != 0, by way (1-2: k halves, 3-4: k pairs, 5-6: even / odd; odd ways the first half first; 7: 3 from zero, "
+           "+ C):",
            "f16 mma probe", "m16n8k32 e4m3 as 2 f16", worst, ok ? "PASS" : "FAIL", nt * 128);
     for (int v = 1; v <= W; v++) printf(" %d: %d / %d;", v, differ[0][v], differ[1][v]);
     printf(" |\n");

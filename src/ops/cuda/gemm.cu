@@ -345,7 +345,7 @@ int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *
  * is pf16_k(v, h, j); both operands use the same map, so every way sums the same exact products. */
 __device__ __forceinline__ int pf16_k(int v, int h, int j) {
     if (v <= 2) return 16 * h + j;
-    if (v <= 4) return (j >> 1) * 4 + 2 * h + (j & 1);
+    if (v <= 4 || v == 7) return (j >> 1) * 4 + 2 * h + (j & 1);
     return 2 * j + h;
 }
 __device__ __forceinline__ uint32_t pf16_pair(const uint8_t *p, int k0, int k1) {
@@ -367,6 +367,8 @@ __global__ void k_probe_mma_f16(int nt, const uint8_t *__restrict__ A, const uin
                           *(const uint32_t *)(a + g * 32 + 16 + 4 * t), *(const uint32_t *)(a + (g + 8) * 32 + 16 + 4 * t),
                           *(const uint32_t *)(b + g * 32 + 4 * t), *(const uint32_t *)(b + g * 32 + 16 + 4 * t));
         } else {
+            const float c0[4] = {c[0], c[1], c[2], c[3]};
+            if (v == 7) c[0] = c[1] = c[2] = c[3] = 0.0f;
             for (int step = 0; step < 2; step++) {
                 const int h = (v & 1) ? step : 1 - step;
                 const int k0 = pf16_k(v, h, 2 * t), k1 = pf16_k(v, h, 2 * t + 1);
@@ -375,6 +377,8 @@ __global__ void k_probe_mma_f16(int nt, const uint8_t *__restrict__ A, const uin
                 mk_d_mma_f16(c, pf16_pair(ra, k0, k1), pf16_pair(rb, k0, k1), pf16_pair(ra, k8, k9), pf16_pair(rb, k8, k9),
                              pf16_pair(cb, k0, k1), pf16_pair(cb, k8, k9));
             }
+            if (v == 7)
+                for (int i = 0; i < 4; i++) c[i] = __fadd_rn(c0[i], c[i]);
         }
         float *ov = o + (size_t)v * 128;
         ov[g * 8 + 2 * t] = c[0], ov[g * 8 + 2 * t + 1] = c[1];

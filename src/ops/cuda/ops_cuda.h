@@ -717,9 +717,10 @@ int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *
  * rows the 8 columns, C fp32 [16][8], all row-major host arrays back to back), out[tile][0] = one
  * mma.sync e4m3 from C and out[tile][v] (v = 1..MK_CUDA_PROBE_F16_WAYS) = two chained f16 MMAs from C
  * over the same products split into two k halves: v 1 / 2 k 0-15 then 16-31 / the reverse; v 3 / 4
- * the k with (k >> 1) & 1 == 0 then the rest / the reverse; v 5 / 6 even k then odd / the reverse.
- * out is host [nt][1 + ways][16][8]. */
-#define MK_CUDA_PROBE_F16_WAYS 6
+ * the k with (k >> 1) & 1 == 0 then the rest / the reverse; v 5 / 6 even k then odd / the reverse; v 7
+ * way 3 from zero, then C added in fp32 (what sm_90's SASS does for a chained e4m3 MMA: two HMMAs from
+ * RZ, then an FADD per accumulator). out is host [nt][1 + ways][16][8]. */
+#define MK_CUDA_PROBE_F16_WAYS 7
 int mk_cuda_probe_mma_f16(mk_cuda_ctx *ctx, int nt, const uint8_t *A, const uint8_t *B, const float *C, float *out,
                           mk_err *err);
 
