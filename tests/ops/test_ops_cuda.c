@@ -1001,6 +1001,58 @@ static void test_probe_mma_f16(void) {
     free(A), free(B), free(C), free(out);
 }
 
+/* The wgmma shape probe (mk_cuda_probe_wgmma_shapes): whether m64n8k32, m64n64k32 and m64n8k32 with A
+ * in registers give each of the 64 x 8 outputs the same bits, after one k32 step from zero (an expert
+ * 32-block) and after four chained steps (an FP8 128-block). The check: every way is near the exact
+ * sum (a wrong fragment layout pairs the wrong products); the bit comparisons are findings. */
+static void test_probe_wgmma_shapes(void) {
+    uint8_t A[64 * 128], B[64 * 128];
+    for (int i = 0; i < 64 * 128; i++) {
+        A[i] = (uint8_t)rnd64(), B[i] = (uint8_t)rnd64();
+        if ((A[i] & 0x7f) == 0x7f) A[i] ^= 1;
+        if ((B[i] & 0x7f) == 0x7f) B[i] ^= 1;
+    }
+    float *out = xmalloc(sizeof(float) * 6 * 64 * 64);
+    mk_err e = {0};
+    int st = mk_cuda_probe_wgmma_shapes(ctx, A, B, out, &e);
+    if (st == MK_ENOTSUP) {
+        printf("| %-40s | %-26s | skipped: %s |\n", "wgmma shape probe", "64x8x128 e4m3", e.msg);
+        free(out);
+        return;
+    }
+    CK(st);
+    double worst[6] = {0};
+    int d64[2] = {0, 0}, drs[2] = {0, 0};
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < 8; c++) {
+            for (int v = 0; v < 6; v++) {
+                const int ks = (v & 1) ? 128 : 32;
+                double ex = 0, mag = 0;
+                for (int k = 0; k < ks; k++) {
+                    const double p = (double)mk_e4m3_to_f32(A[r * 128 + k]) * mk_e4m3_to_f32(B[c * 128 + k]);
+                    ex += p, mag += fabs(p);
+                }
+                const double er = fabs(out[(size_t)v * 4096 + r * 64 + c] - ex) / (mag > 0 ? mag : 1);
+                worst[v] = er > worst[v] ? er : worst[v];
+            }
+            for (int i = 0; i < 2; i++) {
+                d64[i] += memcmp(&out[(size_t)i * 4096 + r * 64 + c], &out[(size_t)(2 + i) * 4096 + r * 64 + c], 4) != 0;
+                drs[i] += memcmp(&out[(size_t)i * 4096 + r * 64 + c], &out[(size_t)(4 + i) * 4096 + r * 64 + c], 4) != 0;
+            }
+        }
+    double w = 0;
+    for (int v = 0; v < 6; v++) w = worst[v] > w ? worst[v] : w;
+    const int ok = w < 1e-2;
+    n_checks++;
+    n_fail += !ok;
+    printf("| %-40s | %-26s | vs exact, worst of n8 / n64 / A in registers: %.2e / %.2e / %.2e: %s; outputs (of 512) "
+           "differing from n8, after 1 / 4 steps: n64 %d / %d, A in registers %d / %d |\n",
+           "wgmma shape probe", "64x8x128 e4m3", worst[0] > worst[1] ? worst[0] : worst[1],
+           worst[2] > worst[3] ? worst[2] : worst[3], worst[4] > worst[5] ? worst[4] : worst[5], ok ? "PASS" : "FAIL",
+           d64[0], d64[1], drs[0], drs[1]);
+    free(out);
+}
+
 static void test_argmax_rows(int n) {
     enum { R = 9 };
     float *x = xmalloc(sizeof(float) * R * (size_t)n);
@@ -3009,6 +3061,7 @@ int main(int argc, char **argv) {
     test_swiglu_quant2(5, 3, 200, 0);
     test_probe_wgmma();
     test_probe_mma_f16();
+    test_probe_wgmma_shapes();
     test_argmax_rows(129280);
     test_argmax_rows(1000);
     test_argmax_rows(1001); /* rows not 16-byte aligned: the scalar path */

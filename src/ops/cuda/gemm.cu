@@ -409,3 +409,140 @@ int mk_cuda_probe_mma_f16(mk_cuda_ctx *ctx, int nt, const uint8_t *A, const uint
     mk_cuda_free(ctx, dA), mk_cuda_free(ctx, dB), mk_cuda_free(ctx, dC), mk_cuda_free(ctx, dO);
     return st;
 }
+
+/* ---- wgmma shape probe (mk_cuda_probe_wgmma_shapes) -------------------------------------------
+ * Would a wgmma path give each output the same bits whatever the call's shape? A decode would run
+ * m64n8k32 (one column used) and a prefill m64nNk32 with N up to 256, and a decode GEMV would rather
+ * keep its weights in registers (wgmma's RS form: A from registers) than stage them. One block of 128
+ * threads computes the 64 x 8 product over k = 128 (four chained k32 steps, the first from zero) as
+ * m64n8k32 with A and B in shared memory, as m64n64k32 (B's first 8 rows = those 8 columns) and as
+ * m64n8k32 with A from registers (the mma.sync fragment: a0 row g, k 4t..4t+3; a1 row g + 8; a2 / a3
+ * k 16 + 4t..), storing each after the first step and after the fourth. */
+__device__ __forceinline__ uint64_t pw_desc(const void *p) {
+    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+           ((uint64_t)(256 >> 4) << 32);
+}
+__global__ void k_probe_wgmma_shapes(const uint8_t *__restrict__ A, const uint8_t *__restrict__ B,
+                                     float *__restrict__ out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(128) uint8_t As[4][64 * 32];
+    __shared__ __align__(128) uint8_t Bs[4][64 * 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    for (int i = tid; i < 4 * 64 * 32; i += 128) { /* A [64][128] and B [64][128], step s = k / 32 */
+        const int s = i >> 11, r = (i >> 5) & 63, c = i & 31, o = (r >> 3) * 256 + (c >> 4) * 128 + (r & 7) * 16 + (c & 15);
+        As[s][o] = A[r * 128 + s * 32 + c];
+        Bs[s][o] = B[r * 128 + s * 32 + c];
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int r0 = warp * 16 + g;
+    /* out slot v (0..5) is [64][64]: v 0 / 1 n8 after step 1 / 4, 2 / 3 n64, 4 / 5 n8 with A in registers */
+    auto put8 = [&](int v, const float (&d)[4]) {
+        float *o = out + (size_t)v * 64 * 64;
+        o[r0 * 64 + 2 * t] = d[0], o[r0 * 64 + 2 * t + 1] = d[1];
+        o[(r0 + 8) * 64 + 2 * t] = d[2], o[(r0 + 8) * 64 + 2 * t + 1] = d[3];
+    };
+    { /* n8, both in shared memory */
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int s = 0; s < 4; s++) {
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            if (s == 0)
+                asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
+                             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "memory");
+            else
+                asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 1, 1, 1;\n"
+                             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "memory");
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            if (s == 0) put8(0, d);
+        }
+        put8(1, d);
+    }
+    { /* n64 */
+        float d[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) d[i] = 0.0f;
+        for (int s = 0; s < 4; s++) {
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#define PW_D64                                                                                                         \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),          \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),          \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),         \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define PW_R64                                                                                                         \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+            if (s == 0)
+                asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " PW_R64 ", %32, %33, 0, 1, 1;\n"
+                             : PW_D64
+                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "memory");
+            else
+                asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " PW_R64 ", %32, %33, 1, 1, 1;\n"
+                             : PW_D64
+                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "memory");
+#undef PW_D64
+#undef PW_R64
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            if (s == 0 || s == 3) {
+                float *o = out + (size_t)(s == 0 ? 2 : 3) * 64 * 64;
+                for (int j = 0; j < 8; j++) {
+                    o[r0 * 64 + 8 * j + 2 * t] = d[4 * j], o[r0 * 64 + 8 * j + 2 * t + 1] = d[4 * j + 1];
+                    o[(r0 + 8) * 64 + 8 * j + 2 * t] = d[4 * j + 2], o[(r0 + 8) * 64 + 8 * j + 2 * t + 1] = d[4 * j + 3];
+                }
+            }
+        }
+    }
+    { /* n8, A from registers */
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int s = 0; s < 4; s++) {
+            const uint8_t *a0 = A + (size_t)r0 * 128 + s * 32, *a1 = a0 + 8 * 128;
+            const uint32_t x0 = *(const uint32_t *)(a0 + 4 * t), x1 = *(const uint32_t *)(a1 + 4 * t);
+            const uint32_t x2 = *(const uint32_t *)(a0 + 16 + 4 * t), x3 = *(const uint32_t *)(a1 + 16 + 4 * t);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            if (s == 0)
+                asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 0, 1, 1;\n"
+                             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                             : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(pw_desc(Bs[s]))
+                             : "memory");
+            else
+                asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 1, 1, 1;\n"
+                             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                             : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(pw_desc(Bs[s]))
+                             : "memory");
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            if (s == 0) put8(4, d);
+        }
+        put8(5, d);
+    }
+#endif
+}
+
+int mk_cuda_probe_wgmma_shapes(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *B, float *out, mk_err *err) {
+    if (ctx->caps.cc_major != 9)
+        return mk_fail(err, MK_ENOTSUP, "cuda: wgmma shape probe: sm_90a only (this device is %d.%d)",
+                       ctx->caps.cc_major, ctx->caps.cc_minor);
+    const size_t no = sizeof(float) * 6 * 64 * 64;
+    uint8_t *dA = NULL, *dB = NULL;
+    float *dO = NULL;
+    int st = mk_cuda_alloc(ctx, 64 * 128, (void **)&dA, err);
+    if (!st) st = mk_cuda_alloc(ctx, 64 * 128, (void **)&dB, err);
+    if (!st) st = mk_cuda_alloc(ctx, no, (void **)&dO, err);
+    if (!st) st = mk_cuda_upload(ctx, dA, A, 64 * 128, err);
+    if (!st) st = mk_cuda_upload(ctx, dB, B, 64 * 128, err);
+    if (!st) st = mk_cuda_memset(ctx, dO, 0, no, err);
+    if (!st) {
+        k_probe_wgmma_shapes<<<1, 128, 0, ctx->stream>>>(dA, dB, dO);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) st = mk_cuda_fail(err, e, "cuda: wgmma shape probe launch");
+    }
+    if (!st) st = mk_cuda_download(ctx, out, dO, no, err);
+    mk_cuda_free(ctx, dA), mk_cuda_free(ctx, dB), mk_cuda_free(ctx, dO);
+    return st;
+}

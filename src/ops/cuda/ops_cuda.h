@@ -724,6 +724,13 @@ int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *
 int mk_cuda_probe_mma_f16(mk_cuda_ctx *ctx, int nt, const uint8_t *A, const uint8_t *B, const float *C, float *out,
                           mk_err *err);
 
+/* Whether a wgmma path's bits would depend on the call's shape (gemm.cu): the 64 x 8 product over
+ * k = 128 of e4m3 A [64][128] and the first 8 rows of B [64][128] (host arrays, row-major, B's rows
+ * the columns) as four chained m64n8k32 (A, B in shared memory), m64n64k32 (B's 64 rows) and m64n8k32
+ * with A from registers; out host [6][64][64]: slots 0 / 1 n8 after the first / fourth step (columns
+ * 0..7), 2 / 3 n64 (all 64 columns), 4 / 5 n8 with A in registers. MK_ENOTSUP off sm_90. */
+int mk_cuda_probe_wgmma_shapes(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *B, float *out, mk_err *err);
+
 #ifdef __cplusplus
 }
 #endif
