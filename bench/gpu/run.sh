@@ -25,7 +25,8 @@
 # sets tuning variables for that run and DSV4_NCU_SOURCE's; DSV4_NCU_SKIP: matching launches skipped first, 8 unless
 # set: the sampled steps' draw launches only 4 times, so k_sample_rows needs 0-2), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
 # instruction of two launches of the matching kernels -> ncu_source.csv, summarised in ncu_source.md), DSV4_SASS="function-name regex" (cuobjdump's SASS of the matching kernels
-# -> sass.txt). A variant of DSV4_VARIANTS / _FULL may set several variables: "A=1,B=0".
+# -> sass.txt). A variant of DSV4_VARIANTS / _FULL / DSV4_LONG_VARIANTS / DSV4_TEST_VARIANTS may set several
+# variables: "A=1,B=0". Each variant run is bounded by a timeout; its exit status is logged as "rc N".
 # Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
 set -u
@@ -95,7 +96,7 @@ BENCH_RC=-1
 SAN_RC=-1
 if [ "$BUILD_RC" = 0 ] && [ "${SKIP_OPS:-0}" != 1 ]; then
     stamp "op tests (CUDA vs CPU)"
-    timeout "${OPS_TIMEOUT:-400}" ./build-cuda/test_ops_cuda > "$OUT/test.txt" 2>&1
+    timeout -k 10 "${OPS_TIMEOUT:-400}" ./build-cuda/test_ops_cuda > "$OUT/test.txt" 2>&1
     TEST_RC=$?
     cat "$OUT/test.txt"
     stamp "tests rc $TEST_RC"
@@ -142,13 +143,13 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     stamp "paged rc ${PAGED_RC:-?} engine rc ${ENGINE_RC:-?}"
     for v in ${DSV4_TEST_VARIANTS:-}; do # the model tests under tuning variables, e.g. MINKE_CUDA_HC_FIN_SPLIT=1 or A=1,B=1
         stamp "dsv4 golden, paged and engine tests with $v"
-        env ${v//,/ } timeout 200 ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
+        env ${v//,/ } timeout -k 10 200 ./build-cuda/test_dsv4_cuda > "$OUT/dsv4_v.txt" 2>&1
         G_RC=$?
-        env ${v//,/ } timeout 200 ./build-cuda/test_dsv4_paged_cuda >> "$OUT/dsv4_v.txt" 2>&1
+        env ${v//,/ } timeout -k 10 200 ./build-cuda/test_dsv4_paged_cuda >> "$OUT/dsv4_v.txt" 2>&1
         P_RC=$?
         E_RC=absent
         if [ -x ./build-cuda/test_dsv4_engine_cuda ]; then
-            env ${v//,/ } timeout 200 ./build-cuda/test_dsv4_engine_cuda >> "$OUT/dsv4_v.txt" 2>&1
+            env ${v//,/ } timeout -k 10 200 ./build-cuda/test_dsv4_engine_cuda >> "$OUT/dsv4_v.txt" 2>&1
             E_RC=$?
         fi
         echo "$v: golden rc $G_RC, paged rc $P_RC, engine rc $E_RC" | tee -a "$OUT/dsv4_variants.txt"
@@ -170,18 +171,21 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     stamp "minke decode rc $DBENCH_RC"
     for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
         stamp "batch-1 decode with $v"
-        env ${v//,/ } timeout 150 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
+        env ${v//,/ } timeout -k 10 150 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
             grep -E "decode step|achieved /|sampled step|penalties|greedy tokens" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+        echo "$v: rc ${PIPESTATUS[0]}" | tee -a "$OUT/variants.txt"
     done
     for v in ${DSV4_LONG_VARIANTS:-}; do # batch-1 decode after a long prompt (DSV4_LONG_PROMPT tokens, 24 steps)
         stamp "batch-1 decode after a ${DSV4_LONG_PROMPT:-4096}-token prompt with $v"
-        env ${v//,/ } timeout 150 ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_LONG_PROMPT:-4096}" 24 /dev/null none 2>&1 |
+        env ${v//,/ } timeout -k 10 150 ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_LONG_PROMPT:-4096}" 24 /dev/null none 2>&1 |
             grep -E "decode step|achieved /|greedy tokens" | sed "s/^/long $v: /" | tee -a "$OUT/variants.txt"
+        echo "long $v: rc ${PIPESTATUS[0]}" | tee -a "$OUT/variants.txt"
     done
     for v in ${DSV4_VARIANTS_FULL:-}; do # batch 1, batch 64 / 256 and prefill 2048 under a tuning variable
         stamp "batch 1, 64, 256 and prefill with $v"
-        env ${v//,/ } ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null 2>&1 |
+        env ${v//,/ } timeout -k 10 300 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null 2>&1 |
             grep -E "decode step|achieved /|decode, batch|prefill, 1 prompt" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+        echo "$v: rc ${PIPESTATUS[0]}" | tee -a "$OUT/variants.txt"
     done
     if [ "${DSV4_PROFILE:-0}" = 1 ]; then
         stamp "phase profile (MINKE_CUDA_PROFILE=1): batch 1, prefill 1024, batch 64 and 256"

@@ -341,17 +341,16 @@ int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *
 
 /* ---- f16 MMA probe (mk_cuda_probe_mma_f16) ---------------------------------------------------
  * One warp per tile: the e4m3 MMA with the standard fragments, then each way's two f16 MMAs. Way v's
- * half h (taken first when v is odd) holds 16 of the 32 k; its logical slot j (the f16 fragment's k)
- * is pf16_k(v, h, j); both operands use the same map, so every way sums the same exact products. */
+ * half h holds 16 of the 32 k (half 0 is taken first when v is odd, half 1 when v is even); its
+ * logical slot j (the f16 fragment's k) is pf16_k(v, h, j); both operands use the same map, so every
+ * way sums the same exact products. */
 __device__ __forceinline__ int pf16_k(int v, int h, int j) {
     if (v <= 2) return 16 * h + j;
     if (v <= 4 || v == 7) return (j >> 1) * 4 + 2 * h + (j & 1);
     return 2 * j + h;
 }
 __device__ __forceinline__ uint32_t pf16_pair(const uint8_t *p, int k0, int k1) {
-    const __half_raw lo = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)p[k0], __NV_E4M3);
-    const __half_raw hi = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)p[k1], __NV_E4M3);
-    return (uint32_t)lo.x | ((uint32_t)hi.x << 16);
+    return mk_d_e4m3x2_to_f16x2((uint32_t)p[k0] | ((uint32_t)p[k1] << 8));
 }
 __global__ void k_probe_mma_f16(int nt, const uint8_t *__restrict__ A, const uint8_t *__restrict__ B,
                                 const float *__restrict__ C, float *__restrict__ out) {
@@ -491,6 +490,7 @@ __global__ void k_probe_wgmma_shapes(const uint8_t *__restrict__ A, const uint8_
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             if (s == 0 || s == 3) {
                 float *o = out + (size_t)(s == 0 ? 2 : 3) * 64 * 64;
+#pragma unroll
                 for (int j = 0; j < 8; j++) {
                     o[r0 * 64 + 8 * j + 2 * t] = d[4 * j], o[r0 * 64 + 8 * j + 2 * t + 1] = d[4 * j + 1];
                     o[(r0 + 8) * 64 + 8 * j + 2 * t] = d[4 * j + 2], o[(r0 + 8) * 64 + 8 * j + 2 * t + 1] = d[4 * j + 3];
