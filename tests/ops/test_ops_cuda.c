@@ -910,16 +910,17 @@ static void test_rmsnorm(int rows, int d, int with_w, int in_place) {
  * that the probe's shared-memory layout and fragments are right); whether wgmma and mma.sync agree bit for bit is a measurement of the hardware, reported
  * (a wgmma prefill GEMM can give the engine's bits only if they do). Random bytes span e4m3's
  * range, so the 32-term sums exercise the accumulation. */
+/* n random e4m3 bytes over the whole range, NaN (0x7f / 0xff) excluded. */
+static void fill_e4m3(uint8_t *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (uint8_t)rnd64();
+        if ((x[i] & 0x7f) == 0x7f) x[i] ^= 1;
+    }
+}
+
 static void test_probe_wgmma(void) {
     uint8_t A[64 * 128], B[8 * 128];
-    for (int i = 0; i < 64 * 128; i++) {
-        A[i] = (uint8_t)rnd64();
-        if ((A[i] & 0x7f) == 0x7f) A[i] ^= 1;
-    }
-    for (int i = 0; i < 8 * 128; i++) {
-        B[i] = (uint8_t)rnd64();
-        if ((B[i] & 0x7f) == 0x7f) B[i] ^= 1;
-    }
+    fill_e4m3(A, sizeof A), fill_e4m3(B, sizeof B);
     float yw[64 * 8], ym[64 * 8];
     mk_err e = {0};
     int st = mk_cuda_probe_wgmma_e4m3(ctx, A, B, yw, ym, &e);
@@ -959,14 +960,7 @@ static void test_probe_mma_f16(void) {
     const int nt = 2048, W = MK_CUDA_PROBE_F16_WAYS;
     uint8_t *A = xmalloc((size_t)nt * 16 * 32), *B = xmalloc((size_t)nt * 8 * 32);
     float *C = xmalloc(sizeof(float) * nt * 128), *out = xmalloc(sizeof(float) * (size_t)nt * (1 + W) * 128);
-    for (size_t i = 0; i < (size_t)nt * 16 * 32; i++) {
-        A[i] = (uint8_t)rnd64();
-        if ((A[i] & 0x7f) == 0x7f) A[i] ^= 1;
-    }
-    for (size_t i = 0; i < (size_t)nt * 8 * 32; i++) {
-        B[i] = (uint8_t)rnd64();
-        if ((B[i] & 0x7f) == 0x7f) B[i] ^= 1;
-    }
+    fill_e4m3(A, (size_t)nt * 16 * 32), fill_e4m3(B, (size_t)nt * 8 * 32);
     int differ[2][MK_CUDA_PROBE_F16_WAYS + 1] = {{0}};
     double worst = 0;
     for (int withc = 0; withc < 2; withc++) {
@@ -1007,11 +1001,7 @@ static void test_probe_mma_f16(void) {
  * sum (a wrong fragment layout pairs the wrong products); the bit comparisons are findings. */
 static void test_probe_wgmma_shapes(void) {
     uint8_t A[64 * 128], B[64 * 128];
-    for (int i = 0; i < 64 * 128; i++) {
-        A[i] = (uint8_t)rnd64(), B[i] = (uint8_t)rnd64();
-        if ((A[i] & 0x7f) == 0x7f) A[i] ^= 1;
-        if ((B[i] & 0x7f) == 0x7f) B[i] ^= 1;
-    }
+    fill_e4m3(A, sizeof A), fill_e4m3(B, sizeof B);
     float *out = xmalloc(sizeof(float) * 6 * 64 * 64);
     mk_err e = {0};
     int st = mk_cuda_probe_wgmma_shapes(ctx, A, B, out, &e);

@@ -263,6 +263,12 @@ int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t 
  * no swizzle: 8-row x 16-byte core matrices of 128 bytes, the K-adjacent one 128 bytes on, the
  * M/N-adjacent one 256 bytes on; a generic-to-async proxy fence before the first), and each warp
  * its 16 rows by four chained mma.sync with the standard fragments. */
+/* A wgmma shared-memory descriptor of the probes' layout (no swizzle; K-adjacent core matrices 128
+ * bytes apart, M/N-adjacent ones 256). */
+__device__ __forceinline__ uint64_t pw_desc(const void *p) {
+    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+           ((uint64_t)(256 >> 4) << 32);
+}
 __global__ void k_probe_wgmma(const uint8_t *__restrict__ A, const uint8_t *__restrict__ B, float *__restrict__ yw,
                               float *__restrict__ ym) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -283,10 +289,7 @@ __global__ void k_probe_wgmma(const uint8_t *__restrict__ A, const uint8_t *__re
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int s = 0; s < 4; s++) {
-        const uint64_t da = (uint64_t)((__cvta_generic_to_shared(As[s]) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
-                            ((uint64_t)(256 >> 4) << 32);
-        const uint64_t db = (uint64_t)((__cvta_generic_to_shared(Bs[s]) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
-                            ((uint64_t)(256 >> 4) << 32);
+        const uint64_t da = pw_desc(As[s]), db = pw_desc(Bs[s]);
         if (s == 0)
             asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
                          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -417,10 +420,6 @@ int mk_cuda_probe_mma_f16(mk_cuda_ctx *ctx, int nt, const uint8_t *A, const uint
  * m64n8k32 with A and B in shared memory, as m64n64k32 (B's first 8 rows = those 8 columns) and as
  * m64n8k32 with A from registers (the mma.sync fragment: a0 row g, k 4t..4t+3; a1 row g + 8; a2 / a3
  * k 16 + 4t..), storing each after the first step and after the fourth. */
-__device__ __forceinline__ uint64_t pw_desc(const void *p) {
-    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
-           ((uint64_t)(256 >> 4) << 32);
-}
 __global__ void k_probe_wgmma_shapes(const uint8_t *__restrict__ A, const uint8_t *__restrict__ B,
                                      float *__restrict__ out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
