@@ -3017,15 +3017,22 @@ int main(int argc, char **argv) {
     moe_extreme_scales = 0;
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
      * step */
-    for (int v = 1; v <= 3; v++) {
+    for (int v = 1; v <= 5; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
-        if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step) continue;
+        /* the e4m3 MMA written out as sm_90's two f16 MMAs (moe_f16), with either step: the default
+         * kernels against the staged and row-invariant ones (e4m3) bit for bit in test_moe_fp4 */
+        if (v >= 4) {
+            if (mk_cuda_ctx_caps(ctx)->cc_major != 9) continue;
+            t.moe_f16 = !def.moe_f16, t.moe_fast_step = v == 4 ? def.moe_fast_step : !def.moe_fast_step;
+        }
+        if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_f16 == def.moe_f16) continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d) | | | | | | |\n", t.moe_slabs, t.moe_fast_step);
+        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_f16 = %d) | | | | | | |\n", t.moe_slabs,
+               t.moe_fast_step, t.moe_f16);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
@@ -3035,6 +3042,24 @@ int main(int argc, char **argv) {
         test_moe_fp4(9, 6, 16, 1024, 512);
         moe_extreme_scales = 0;
         if (v >= 3) {
+            test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
+            test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
+        }
+        mk_cuda_ctx_set_tuning(ctx, &def);
+    }
+
+    { /* the wgmma decode expert GEMV (tuning moe_wg, an experiment; sm_90 only): against the CPU at the
+       * same tolerances, and riding along with the FP8 GEMVs = alone, bit for bit */
+        mk_cuda_tuning def, t;
+        mk_cuda_ctx_get_tuning(ctx, &def);
+        t = def;
+        t.moe_wg = 1;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        if (mk_cuda_ctx_caps(ctx)->cc_major == 9) {
+            printf("| (tuning: moe_wg = 1: the decode experts on wgmma) | | | | | | |\n");
+            test_moe_fp4(1, 6, 8, 4096, 2048);
+            test_moe_fp4(1, 8, 16, 1024, 512);
+            test_moe_fp4(1, 6, 16, 2048, 1024);
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
         }

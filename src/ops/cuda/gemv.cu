@@ -812,7 +812,12 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * widening of the nibbles and each weight load. */
 
 /* 32-block q (a compile-time constant once unrolled) of one 128-block: the lane's nibbles widened
- * and one MMA from zero into c. */
+ * and one MMA from zero into c. F16 (tuning moe_f16): the e4m3 MMA as sm_90 runs it, written out:
+ * each e4m3 register's low byte pair (k mod 4 in {0, 1}) converted to f16 and multiplied from zero,
+ * then the high pairs chained (the f16 mma probe's way 7: the e4m3 MMA's bits on Hopper), without
+ * the add of a zero C the emulation keeps (c is only ever fmaf'ed into an accumulator that is never
+ * -0, so the sign of a zero c cannot show). */
+template <bool F16 = false>
 __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const uint2 (&x)[4], int q,
                                            float (&c)[4]) {
     const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
@@ -821,19 +826,28 @@ __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, con
     mk_d_fp4x8_to_e4m3(w0, e0, o0);
     mk_d_fp4x8_to_e4m3(w1, e1, o1);
     c[0] = c[1] = c[2] = c[3] = 0.0f;
-    mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
+    if (F16) {
+        mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0), mk_d_e4m3x2_to_f16x2(e1), mk_d_e4m3x2_to_f16x2(o0),
+                     mk_d_e4m3x2_to_f16x2(o1), mk_d_e4m3x2_to_f16x2(x[q].x), mk_d_e4m3x2_to_f16x2(x[q].y));
+        mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0 >> 16), mk_d_e4m3x2_to_f16x2(e1 >> 16), mk_d_e4m3x2_to_f16x2(o0 >> 16),
+                     mk_d_e4m3x2_to_f16x2(o1 >> 16), mk_d_e4m3x2_to_f16x2(x[q].x >> 16),
+                     mk_d_e4m3x2_to_f16x2(x[q].y >> 16));
+    } else {
+        mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
+    }
 }
 
 /* One 128-block: a0 / a1 the lane's 16 weight bytes of rows g / g + 8 (lane order), sw0 / sw1 their
  * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
  * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
  * x columns 2t, 2t + 1 as the MMA's C fragment. */
+template <bool F16 = false>
 __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                           const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q(a0, a1, x, q, c);
+        fp4l_mma_q<F16>(a0, a1, x, q, c);
         /* 64 undoes the 2^-6 of the widened nibbles; every factor is a power of two (exact) */
         const float s0 = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1 = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -854,18 +868,18 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
-template <bool ONE>
+template <bool ONE, bool F16 = false>
 __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                                const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
     /* warp-uniform: mma.sync needs every lane of the warp at the same instruction */
     if (!__all_sync(0xffffffffu, fp4l_scales_plain(sw0) && fp4l_scales_plain(sw1))) {
-        fp4l_step(a0, a1, sw0, sw1, x, sa0, sa1, acc);
+        fp4l_step<F16>(a0, a1, sw0, sw1, x, sa0, sa1, acc);
         return;
     }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q(a0, a1, x, q, c);
+        fp4l_mma_q<F16>(a0, a1, x, q, c);
         const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -920,7 +934,7 @@ __device__ __forceinline__ moe_cols moe_chunk_cols(const int32_t *__restrict__ s
  * With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2. Launched with programmatic dependent
  * launch: the plan is read at once (it was written two kernels before), the block's weight rows are
  * prefetched into L2, then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
-template <int U, int SL>
+template <int U, int SL, bool F16 = false>
 __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -998,7 +1012,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     if (kb + u < kb1) {
 #pragma unroll
                         for (int q = 0; q < SL; q++)
-                            fp4l_step_fast<true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f, acc[q]);
+                            fp4l_step_fast<true, F16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f, acc[q]);
                     }
                 }
             } else if (fast) {
@@ -1007,7 +1021,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     if (kb + u < kb1) {
 #pragma unroll
                         for (int q = 0; q < SL; q++)
-                            fp4l_step_fast<false>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                            fp4l_step_fast<false, F16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
                     }
                 }
             } else {
@@ -1015,7 +1029,8 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {
 #pragma unroll
-                        for (int q = 0; q < SL; q++) fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                        for (int q = 0; q < SL; q++)
+                            fp4l_step<F16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
                     }
                 }
             }
@@ -1044,7 +1059,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 }
 
 
-template <int U, int SL>
+template <int U, int SL, bool F16 = false>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1055,7 +1070,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
+    moe_fp4_body<U, SL, F16>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
 }
 
 
@@ -1063,6 +1078,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
  * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
  * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
  * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
+template <bool F16>
 __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1080,10 +1096,205 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
     const int b = blockIdx.x, nm = mx * my * mz;
     const uint3 eb = make_uint3(b % mx, (b / mx) % my, b / (mx * my));
     if (b < nm)
-        moe_fp4_body<2, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
+        moe_fp4_body<2, 2, F16>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
+}
+
+/* ---- The decode expert GEMV on Hopper's FP8 tensor cores (tuning moe_wg; default off) -----------
+ * An experiment for issue 8. sm_90 has no FP8 mma.sync: ptxas emulates each m16n8k32 e4m3 MMA with
+ * 12 e4m3 -> f16 conversions, two f16 MMAs and an add per accumulator (the f16 mma probe), so the
+ * decode expert GEMVs spend ~50 instructions per warp and 32-block and run at ~45% of the DRAM's
+ * rate (bench/gpu/results-2026-12-05-ring.md). wgmma is native FP8: the widened nibbles go straight
+ * into its A registers (the mma.sync A fragment; the wgmma shape probe showed the RS form takes it),
+ * and the chunk's 8 token columns (B) sit in shared memory, K-major without swizzle: per 32-block
+ * 256 bytes, the two 16-byte k halves of the 8 columns as core matrices 128 bytes apart. The
+ * quantizer's permuted order puts semantic k 0..15 of a 32-block in its 4-byte words 0, 2, 4, 6 and
+ * k 16..31 in words 1, 3, 5, 7 (what the A fragment's even / odd nibbles pair with), so the staging
+ * moves words. A block is two warpgroups over 64 rows of one expert; warpgroup w takes half of the
+ * 128-blocks; each 32-block is one m64n8k32 from zero, scaled and accumulated as fp4l_step does
+ * (acc = fmaf(c, sa * 64 e8m0, acc) in k order), and the halves are added in order.
+ * Its bits are NOT mma.sync's (Hopper's FP8 accumulation keeps fewer bits: the wgmma probe), so a
+ * decode under it differs from a prefill: it measures speed and accuracy; sm_90a builds only. */
+#define MOE_WG_MAXK 4096
+#define MOE_WG_U 2
+
+__device__ __forceinline__ uint64_t moe_wg_desc(const void *p) {
+    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+           ((uint64_t)(256 >> 4) << 32);
+}
+
+/* 64 * e8m0(b), as fp4l_step computes it (b <= 248 by the shift, as fp4l_step_fast does) */
+__device__ __forceinline__ float moe_wg_scale(uint32_t b) {
+    return b <= 248u ? __uint_as_float((b << 23) + (6u << 23)) : 64.0f * mk_d_e8m0(b);
+}
+
+__device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *__restrict__ Wt,
+                                            const uint8_t *const *__restrict__ St, const void *const *__restrict__ Wt3,
+                                            const uint8_t *const *__restrict__ St3, const uint8_t *__restrict__ xq,
+                                            const float *__restrict__ sa, int n, int k,
+                                            const int32_t *__restrict__ plan, int TK, int E, int by_token,
+                                            float *__restrict__ y, float *__restrict__ y3, int round) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(128) uint8_t bsm[MOE_WG_MAXK / 32 * 256];
+    __shared__ float red[4][32][4];
+    if (bid.z) Wt = Wt3, St = St3, y = y3;
+    const int G = TK < E ? TK : E, grp = bid.y;
+    if (grp >= plan[0]) { /* the plan is two kernels old, as for k_moe_gemv_fp4 */
+        mk_d_pdl_wait();
+        return;
+    }
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
+    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int tid = threadIdx.x, nthr = blockDim.x, n0 = bid.x * 64;
+    const size_t rowb = (size_t)k >> 1;
+    { /* the block's 64 weight rows into L2 while the previous kernel finishes */
+        const int lines = (int)(rowb / 128);
+        for (int i = tid; i < 64 * lines; i += nthr)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(n0 + i / lines) * rowb + (size_t)(i % lines) * 128));
+    }
+    for (int i = tid; i < (k >> 5) * 16; i += nthr) ((uint4 *)bsm)[i] = make_uint4(0, 0, 0, 0); /* absent columns: 0 */
+    mk_d_pdl_wait();
+    const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, nsb = k >> 5, half = (nb + 1) >> 1;
+    const int kb0 = wg * half, kb1 = min(nb, kb0 + half);
+    const int row = n0 + wl * 16 + g;
+    const uint8_t *w0 = W + (size_t)row * rowb + t * 16, *w1 = w0 + 8 * rowb;
+    const uint8_t *s0p = S + (size_t)row * nsb, *s1p = s0p + (size_t)8 * nsb;
+    const int wpr = k >> 2; /* 4-byte words per activation row */
+    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
+        const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
+        const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
+        __syncthreads(); /* the previous chunk is done with bsm and red */
+        for (int i = tid; i < m * wpr; i += nthr) {
+            const int j = i / wpr, w = i - j * wpr, rj = by_token ? stok[c0 + j] : c0 + j, wd = w & 7;
+            *(uint32_t *)(bsm + (w >> 3) * 256 + (wd & 1) * 128 + j * 16 + (wd >> 1) * 4) =
+                *(const uint32_t *)(xq + (size_t)rj * k + 4 * (size_t)w);
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int kb = kb0; kb < kb1; kb += MOE_WG_U) {
+            uint4 a[MOE_WG_U][2];
+            uint32_t sw[MOE_WG_U][2];
+            float s0[MOE_WG_U], s1[MOE_WG_U];
+#pragma unroll
+            for (int u = 0; u < MOE_WG_U; u++) {
+                a[u][0] = a[u][1] = make_uint4(0, 0, 0, 0); /* past kb1: a zero product, not used */
+                sw[u][0] = sw[u][1] = 0;
+                s0[u] = s1[u] = 0.0f;
+                if (kb + u < kb1) {
+                    a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
+                    a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
+                    sw[u][0] = *(const uint32_t *)(s0p + 4 * (kb + u));
+                    sw[u][1] = *(const uint32_t *)(s1p + 4 * (kb + u));
+                    s0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
+                    s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
+                }
+            }
+            uint32_t A[MOE_WG_U][4][4];
+#pragma unroll
+            for (int u = 0; u < MOE_WG_U; u++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint32_t x0 = q == 0 ? a[u][0].x : q == 1 ? a[u][0].y : q == 2 ? a[u][0].z : a[u][0].w;
+                    const uint32_t x1 = q == 0 ? a[u][1].x : q == 1 ? a[u][1].y : q == 2 ? a[u][1].z : a[u][1].w;
+                    mk_d_fp4x8_to_e4m3(x0, A[u][q][0], A[u][q][2]);
+                    mk_d_fp4x8_to_e4m3(x1, A[u][q][1], A[u][q][3]);
+                }
+            float c[MOE_WG_U][4][4];
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int u = 0; u < MOE_WG_U; u++) { /* unconditional (a branch serializes wgmma); past kb1 block 0 */
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
+                                 "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
+                                 : "=f"(c[u][q][0]), "=f"(c[u][q][1]), "=f"(c[u][q][2]), "=f"(c[u][q][3])
+                                 : "r"(A[u][q][0]), "r"(A[u][q][1]), "r"(A[u][q][2]), "r"(A[u][q][3]),
+                                   "l"(moe_wg_desc(bsm + ((kb + u < kb1 ? kb + u : 0) * 4 + q) * 256))
+                                 : "memory");
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+            for (int u = 0; u < MOE_WG_U; u++) {
+                if (kb + u < kb1) {
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+#pragma unroll
+                        for (int i = 0; i < 4; i++) asm volatile("" : "+f"(c[u][q][i])::"memory"); /* after the wait */
+                        const float e0 = moe_wg_scale((sw[u][0] >> (8 * q)) & 0xffu);
+                        const float e1 = moe_wg_scale((sw[u][1] >> (8 * q)) & 0xffu);
+                        acc[0] = fmaf(c[u][q][0], s0[u] * e0, acc[0]);
+                        acc[2] = fmaf(c[u][q][2], s0[u] * e1, acc[2]);
+                        if (m > 1) {
+                            acc[1] = fmaf(c[u][q][1], s1[u] * e0, acc[1]);
+                            acc[3] = fmaf(c[u][q][3], s1[u] * e1, acc[3]);
+                        }
+                    }
+                }
+            }
+        }
+        if (wg == 1) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) red[wl][lane][i] = acc[i];
+        }
+        __syncthreads();
+        if (wg == 0) { /* the halves in order; C fragment: rows row / row + 8, columns 2t / 2t + 1 */
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[i] += red[wl][lane][i];
+            if (2 * t < m) {
+                y[(size_t)(c0 + 2 * t) * n + row] = gemv_out(acc[0], round);
+                y[(size_t)(c0 + 2 * t) * n + row + 8] = gemv_out(acc[2], round);
+            }
+            if (2 * t + 1 < m) {
+                y[(size_t)(c0 + 2 * t + 1) * n + row] = gemv_out(acc[1], round);
+                y[(size_t)(c0 + 2 * t + 1) * n + row + 8] = gemv_out(acc[3], round);
+            }
+        }
+    }
+#else
+    mk_d_pdl_wait();
+#endif
+}
+
+__global__ void __launch_bounds__(256, 2) k_moe_fp4_wg(const void *const *__restrict__ Wt,
+                                                       const uint8_t *const *__restrict__ St,
+                                                       const void *const *__restrict__ Wt3,
+                                                       const uint8_t *const *__restrict__ St3,
+                                                       const uint8_t *__restrict__ xq, const float *__restrict__ sa,
+                                                       int n, int k, const int32_t *__restrict__ plan, int TK, int E,
+                                                       int by_token, float *__restrict__ y, float *__restrict__ y3,
+                                                       int round) {
+    mk_d_pdl_launch_dependents();
+    moe_wg_body(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, plan, TK, E, by_token, y, y3, round);
+}
+
+/* k_moe_fp4_wg and an FP8 GEMV in one launch, as k_moe_fp4_with_fp8 (mx = n / 64). */
+__global__ void __launch_bounds__(256, 2) k_moe_fp4_wg_with_fp8(const void *const *__restrict__ Wt,
+        const uint8_t *const *__restrict__ St, const void *const *__restrict__ Wt3,
+        const uint8_t *const *__restrict__ St3, const uint8_t *__restrict__ xq, const float *__restrict__ sa, int n,
+        int k, const int32_t *__restrict__ plan, int TK, int E, int by_token, float *__restrict__ y,
+        float *__restrict__ y3, int round, int mx, int my, int mz, const uint8_t *__restrict__ FW,
+        const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq, const float *__restrict__ fsa, int fm, int fn,
+        int fk, int fper, float *__restrict__ fy, int fround, const uint8_t *__restrict__ FW2,
+        const uint8_t *__restrict__ FS2, int fn2, float *__restrict__ fy2) {
+    mk_d_pdl_launch_dependents();
+    const int b = blockIdx.x, nm = mx * my * mz;
+    if (b < nm)
+        moe_wg_body(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, plan, TK, E,
+                    by_token, y, y3, round);
+    else
+        gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
+                         (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
+}
+
+/* Whether a decode expert GEMV of this shape runs on k_moe_fp4_wg (tuning moe_wg, an sm_90 device). */
+static int moe_wg_ok(const mk_cuda_ctx *ctx, int T, int n, int k) {
+    return ctx->tune.moe_wg && ctx->caps.cc_major == 9 && T == 1 && n % 64 == 0 && k % 128 == 0 && k <= MOE_WG_MAXK;
 }
 
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
@@ -1329,10 +1540,15 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step;
-    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (moe_wg_ok(ctx, T, n, k)) { /* decode on wgmma (tuning moe_wg: an experiment, other bits) */
+        grid.x = (unsigned)(n / 64);
+        e = gemv_launch(ctx, grid, 256, k_moe_fp4_wg, W, S, W3, S3, xq, sa, n, k, plan, TK, E, by_token, y, y3, round);
+    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, fast);
+        e = ctx->tune.moe_f16 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2, true>, W, S, W3, S3, xq, sa, n, k,
+                                            per, plan, TK, E, by_token, y, y3, round, fast)
+                              : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per,
+                                            plan, TK, E, by_token, y, y3, round, fast);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1352,8 +1568,10 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), staged_smem(k), k_moe_fp4_staged, W, S, W3, S3, xq, sa, n, k,
                                per, plan, TK, E, by_token, y, y3, round);
     } else {
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, fast);
+        e = ctx->tune.moe_f16 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1, true>, W, S, W3, S3, xq, sa, n, k,
+                                            per, plan, TK, E, by_token, y, y3, round, fast)
+                              : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per,
+                                            plan, TK, E, by_token, y, y3, round, fast);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
@@ -1380,8 +1598,19 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
+    if (moe_wg_ok(ctx, T, n, k)) { /* the routed experts on wgmma (tuning moe_wg) */
+        cudaError_t e = gemv_launch(ctx, dim3((unsigned)(n / 64 * my * mz + fslabs)), GEMV_MAXW * 32,
+                                    k_moe_fp4_wg_with_fp8, W, S, W3, S3, xq, sa, n, k, plan, TK, E, by_token, y, y3,
+                                    round, n / 64, my, mz, (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m,
+                                    f->W->n, f->W->k, p.per, f->y, f->round,
+                                    f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
+                                    f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2);
+        MK_CU_TRY(e, err, "cuda: moe fp4 gemv (wgmma, with fp8) launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (wgmma, with fp8) launch");
+        return MK_OK;
+    }
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
-                                k_moe_fp4_with_fp8, W, S,
+                                ctx->tune.moe_f16 ? k_moe_fp4_with_fp8<true> : k_moe_fp4_with_fp8<false>, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
