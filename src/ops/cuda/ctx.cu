@@ -156,6 +156,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
     ctx->tune.moe_wg = env_switch("MINKE_CUDA_MOE_WG", 0); /* an experiment: other bits than mma.sync */
     ctx->tune.moe_f16 = env_switch("MINKE_CUDA_MOE_F16", 0); /* not yet run */
+    ctx->tune.fp8_wg = env_switch("MINKE_CUDA_FP8_WG", 0); /* an experiment: other bits than mma.sync */
     ctx->tune.hc_fin_split = env_switch("MINKE_CUDA_HC_FIN_SPLIT", 1);
     ctx->tune.ri_wdepth = getenv("MINKE_CUDA_RI_WDEPTH") ? atoi(getenv("MINKE_CUDA_RI_WDEPTH")) : 1; /* not yet run */
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
@@ -210,7 +211,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
                      ctx->caps.name, ctx->caps.cc_major, ctx->caps.cc_minor);
         goto fail;
     }
-    if (ctx->caps.cc_major != 9) ctx->tune.moe_f16 = 0, ctx->tune.moe_wg = 0; /* Hopper's paths */
+    if (ctx->caps.cc_major != 9) ctx->tune.moe_f16 = 0, ctx->tune.moe_wg = 0, ctx->tune.fp8_wg = 0; /* Hopper's */
     e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         st = mk_cuda_fail(err, e, "cudaStreamCreate");
@@ -334,6 +335,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
     ctx->tune.moe_wg = ctx->tune.moe_wg != 0;
+    ctx->tune.fp8_wg = ctx->tune.fp8_wg != 0 && ctx->caps.cc_major == 9;
     ctx->tune.moe_f16 = ctx->tune.moe_f16 != 0 && ctx->caps.cc_major == 9; /* the equality is Hopper's */
     ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;

@@ -58,6 +58,17 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
+
+/* The wgmma shared-memory descriptor of the wgmma experiments (k_gemv_fp8_wg, k_moe_fp4_wg): no
+ * swizzle, K-adjacent core matrices (8 rows x 16 bytes) 128 bytes apart, M/N-adjacent ones 256. */
+__device__ __forceinline__ uint64_t moe_wg_desc(const void *p) {
+    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+           ((uint64_t)(256 >> 4) << 32);
+}
+
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
 
@@ -383,6 +394,185 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
     }
 }
 
+/* ---- The decode FP8 GEMV on Hopper's FP8 tensor cores (tuning fp8_wg; default off) ---------------
+ * The experiment of k_moe_fp4_wg for the dense FP8 linears of a decode (at most 8 rows): the
+ * weights go from registers straight into wgmma.m64n8k32 (A: the mma.sync A fragment, from the same
+ * 16-byte loads k_gemv_fp8 makes), the 8 activation columns sit in shared memory (K-major, no
+ * swizzle; the staging puts stored word 4t + j of a 64-byte step at MMA 2s + (j >> 1), semantic word
+ * t or 4 + t, which is how k_gemv_fp8 pairs a lane's .x / .y / .z / .w with B), and a 128-block is four
+ * chained k32 MMAs from zero, then fmaf(c, sa * sb, acc), as k_gemv_fp8 does with mma.sync.
+ * A block is two warpgroups over 64 rows and a range of at most FP8WG_MAXB 128-blocks (each
+ * warpgroup half of it); the k splits of a tile are a cluster (grid x = split = cluster rank), and
+ * rank 0 adds the blocks' partials in rank order from their shared memory: no workspace. Bits are
+ * NOT mma.sync's (a decode under it differs from a prefill); a measurement, sm_90a builds only. */
+#define FP8WG_MAXB 16
+#define FP8WG_U 2
+
+__global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
+                                                        const uint8_t *__restrict__ xq, const float *__restrict__ sa,
+                                                        int m, int n, int k, int nbs, float *__restrict__ y, int round,
+                                                        const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2,
+                                                        int n2, float *__restrict__ y2) {
+    mk_d_pdl_launch_dependents();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(128) uint8_t bsm[FP8WG_MAXB * 1024];
+    __shared__ float red[4][32][4]; /* warpgroup 1's partials */
+    __shared__ float bp[4][32][4];  /* the block's partials, read by rank 0 of the cluster */
+    cg::cluster_group cl = cg::this_cluster();
+    const int z = (int)cl.block_rank(), nz = (int)cl.num_blocks();
+    int tile = blockIdx.y;
+    if (tile >= (n >> 6)) tile -= n >> 6, W = W2, S = S2, y = y2, n = n2; /* the second matrix */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wl = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, zb0 = min(nb, z * nbs), zb1 = min(nb, zb0 + nbs), nzb = zb1 - zb0, h = (nzb + 1) >> 1;
+    const int kb0 = zb0 + wg * h, kb1 = min(zb1, kb0 + h);
+    const int row = tile * 64 + wl * 16 + g;
+    const uint8_t *w0 = W + (size_t)row * k + t * 16, *w1 = w0 + (size_t)8 * k;
+    const uint8_t *sbr = S + (size_t)((tile * 64) >> 7) * nb;
+    auto load = [&](uint4 (&a)[FP8WG_U][2][2], int kb) {
+#pragma unroll
+        for (int u = 0; u < FP8WG_U; u++)
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                a[u][s][0] = a[u][s][1] = make_uint4(0, 0, 0, 0); /* past kb1: a zero product, not used */
+                if (kb + u < kb1) {
+                    const size_t off = (size_t)(kb + u) * 128 + s * 64;
+                    a[u][s][0] = mk_d_ld_stream(w0 + off);
+                    a[u][s][1] = mk_d_ld_stream(w1 + off);
+                }
+            }
+    };
+    uint4 A0[FP8WG_U][2][2], A1[FP8WG_U][2][2];
+    if (kb0 < kb1) load(A0, kb0); /* the weights do not depend on the previous kernel */
+    for (int i = tid; i < nzb * 64; i += 256) ((uint4 *)bsm)[i] = make_uint4(0, 0, 0, 0); /* absent columns: 0 */
+    mk_d_pdl_wait();
+    __syncthreads(); /* the zeros before the columns */
+    for (int i = tid; i < m * nzb * 32; i += 256) { /* column j, 128-block b, stored word wd */
+        const int j = i / (nzb * 32), r = i - j * nzb * 32, b = r >> 5, wd = r & 31;
+        const int s = wd >> 4, tq = (wd >> 2) & 3, jj = wd & 3, p = (jj & 1) ? 4 + tq : tq;
+        *(uint32_t *)(bsm + (b * 4 + 2 * s + (jj >> 1)) * 256 + (p >> 2) * 128 + j * 16 + (p & 3) * 4) =
+            *(const uint32_t *)(xq + (size_t)j * k + (size_t)(zb0 + b) * 128 + wd * 4);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    const bool v0 = c0 < m, v1 = c1 < m;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto comp = [&](const uint4 (&a)[FP8WG_U][2][2], int kb) {
+        float c[FP8WG_U][4];
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int u = 0; u < FP8WG_U; u++) { /* unconditional (a branch serializes wgmma); past kb1 on block kb */
+            const uint8_t *bb = bsm + (size_t)((kb + u < kb1 ? kb + u : kb) - zb0) * 1024;
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) {
+                const uint4 &r0 = a[u][mi >> 1][0], &r1 = a[u][mi >> 1][1];
+                const uint32_t x0 = (mi & 1) ? r0.z : r0.x, x1 = (mi & 1) ? r1.z : r1.x;
+                const uint32_t x2 = (mi & 1) ? r0.w : r0.y, x3 = (mi & 1) ? r1.w : r1.y;
+                const uint64_t desc = moe_wg_desc(bb + mi * 256);
+                if (mi == 0)
+                    asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
+                                 "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
+                                 : "=f"(c[u][0]), "=f"(c[u][1]), "=f"(c[u][2]), "=f"(c[u][3])
+                                 : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(desc)
+                                 : "memory");
+                else
+                    asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
+                                 "{%4,%5,%6,%7}, %8, 1, 1, 1;\n"
+                                 : "+f"(c[u][0]), "+f"(c[u][1]), "+f"(c[u][2]), "+f"(c[u][3])
+                                 : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(desc)
+                                 : "memory");
+            }
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        float f0[FP8WG_U], f1[FP8WG_U]; /* the scales, loaded while the MMAs run */
+#pragma unroll
+        for (int u = 0; u < FP8WG_U; u++) {
+            const float sb = kb + u < kb1 ? mk_d_e8m0(sbr[kb + u]) : 0.0f;
+            f0[u] = v0 && kb + u < kb1 ? sa[(size_t)c0 * nb + kb + u] * sb : 0.0f;
+            f1[u] = v1 && kb + u < kb1 ? sa[(size_t)c1 * nb + kb + u] * sb : 0.0f;
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int u = 0; u < FP8WG_U; u++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) asm volatile("" : "+f"(c[u][i])::"memory"); /* after the wait */
+            if (kb + u < kb1) {
+                acc[0] = fmaf(c[u][0], f0[u], acc[0]);
+                acc[1] = fmaf(c[u][1], f1[u], acc[1]);
+                acc[2] = fmaf(c[u][2], f0[u], acc[2]);
+                acc[3] = fmaf(c[u][3], f1[u], acc[3]);
+            }
+        }
+    };
+    for (int kb = kb0; kb < kb1; kb += 2 * FP8WG_U) { /* two register buffers: the next loads fly during the MMAs */
+        if (kb + FP8WG_U < kb1) load(A1, kb + FP8WG_U);
+        comp(A0, kb);
+        if (kb + FP8WG_U >= kb1) break;
+        if (kb + 2 * FP8WG_U < kb1) load(A0, kb + 2 * FP8WG_U);
+        comp(A1, kb + FP8WG_U);
+    }
+    if (wg == 1)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[wl][lane][i] = acc[i];
+    __syncthreads();
+    if (wg == 0)
+#pragma unroll
+        for (int i = 0; i < 4; i++) bp[wl][lane][i] = acc[i] + red[wl][lane][i]; /* the halves in order */
+    cl.sync(); /* every block's partials are in its shared memory */
+    if (z == 0 && wg == 0) { /* the splits in rank order; C fragment: rows row / row + 8, columns 2t / 2t + 1 */
+        float v[4] = {bp[wl][lane][0], bp[wl][lane][1], bp[wl][lane][2], bp[wl][lane][3]};
+        for (int r = 1; r < nz; r++) {
+            const float *o = cl.map_shared_rank(&bp[wl][lane][0], r);
+#pragma unroll
+            for (int i = 0; i < 4; i++) v[i] += o[i];
+        }
+        if (v0) y[(size_t)c0 * n + row] = gemv_out(v[0], round), y[(size_t)c0 * n + row + 8] = gemv_out(v[2], round);
+        if (v1) y[(size_t)c1 * n + row] = gemv_out(v[1], round), y[(size_t)c1 * n + row + 8] = gemv_out(v[3], round);
+    }
+    cl.sync(); /* the other blocks' shared memory stays until rank 0 has read it */
+#else
+    mk_d_pdl_wait();
+#endif
+}
+
+/* Whether the FP8 GEMV of m rows over W (and W2) runs on k_gemv_fp8_wg (tuning fp8_wg, an sm_90 device). */
+static int fp8_wg_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, int m) {
+    return ctx->tune.fp8_wg && ctx->caps.cc_major == 9 && m >= 1 && m <= 8 && W->kind == MK_W_FP8 && W->n % 64 == 0 &&
+           W->k % 128 == 0 && W->k / 128 <= 8 * FP8WG_MAXB && (W->n + (W2 ? W2->n : 0)) / 64 <= 65535 &&
+           (!W2 || (W2->kind == MK_W_FP8 && W2->n % 64 == 0 && W2->k == W->k));
+}
+
+/* Launches k_gemv_fp8_wg: S k splits per 64-row tile (a cluster of S blocks), enough for ~2 blocks
+ * per SM, at least ceil(nb / FP8WG_MAXB), at most 8 (the portable cluster size) and nb. */
+static cudaError_t fp8_wg_launch(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq,
+                                 const float *sa, int m, float *y, float *y2, int round) {
+    const int n = W->n, k = W->k, n2 = W2 ? W2->n : 0, nb = k / 128, tiles = (n + n2) / 64;
+    const int want = 2 * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
+    int S = (want + tiles - 1) / tiles;
+    if (S < (nb + FP8WG_MAXB - 1) / FP8WG_MAXB) S = (nb + FP8WG_MAXB - 1) / FP8WG_MAXB;
+    if (S > 8) S = 8;
+    if (S > nb) S = nb;
+    const int nbs = (nb + S - 1) / S;
+    S = (nb + nbs - 1) / nbs;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)S, (unsigned)tiles, 1);
+    cfg.blockDim = dim3(256);
+    cfg.stream = ctx->stream;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)S;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ctx->tune.gemv_pdl ? 2 : 1;
+    return cudaLaunchKernelEx(&cfg, k_gemv_fp8_wg, (const uint8_t *)W->w, (const uint8_t *)W->scale, xq, sa, m, n, k,
+                              nbs, y, round, W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
+                              W2 ? (const uint8_t *)W2->scale : (const uint8_t *)NULL, n2, y2);
+}
+
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
 
 /* The chunks-of-8 launch re-streams W for every 8 activation rows and gives each warp a k range,
@@ -600,6 +790,11 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
     if (W2 && !mk_cuda_gemv_fp8_pair_ok(ctx, W, W2))
         return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv pair: [%d, %d] and [%d, %d] do not share a launch plan", n, k,
                        W2->n, W2->k);
+    if (fp8_wg_ok(ctx, W, W2, m)) { /* a decode on wgmma (tuning fp8_wg: an experiment, other bits) */
+        MK_CU_TRY(fp8_wg_launch(ctx, W, W2, xq, sa, m, y, y2, round), err, "cuda: fp8 gemv (wgmma) launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (wgmma) launch");
+        return MK_OK;
+    }
     gemv_plan p = plan_for(ctx, n / 16, k / 128);
     const int J = p.splits == 1 ? ri_tiles_for(ctx, m, (n + n2) / 16) : 1;
     if (J > 1) { /* the row-invariant GEMM: the same bits */
@@ -1120,10 +1315,6 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
 #define MOE_WG_MAXK 4096
 #define MOE_WG_U 2
 
-__device__ __forceinline__ uint64_t moe_wg_desc(const void *p) {
-    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
-           ((uint64_t)(256 >> 4) << 32);
-}
 
 /* 64 * e8m0(b), as fp4l_step computes it (b <= 248 by the shift, as fp4l_step_fast does) */
 __device__ __forceinline__ float moe_wg_scale(uint32_t b) {

@@ -143,6 +143,9 @@ typedef struct {
                             * each e4m3 MMA as the two f16 MMAs sm_90 makes of it, written out (fp4l_mma_q;
                             * the same bits on Hopper, no add of a zero C); default 0 until run,
                             * MINKE_CUDA_MOE_F16=1. Not for sm_100, whose e4m3 MMA is native */
+    int fp8_wg;            /* 1: the dense FP8 GEMVs of at most 8 rows on wgmma (k_gemv_fp8_wg; sm_90a builds
+                            * on an sm_90 device). An experiment like moe_wg (other bits than mma.sync);
+                            * default 0, MINKE_CUDA_FP8_WG=1 */
     int moe_wg;            /* 1: the decode expert GEMVs (one token) on wgmma, Hopper's native FP8 MMA
                             * (k_moe_fp4_wg; sm_90a builds on an sm_90 device). An experiment: its bits
                             * are not mma.sync's (a decode then differs from a prefill), so default 0,
