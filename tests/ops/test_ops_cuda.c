@@ -358,13 +358,18 @@ static void test_fp8_wg(int n, int k, int m, int n2) {
     const int one = mk_cuda_linear_pair_one_launch(ctx, 0, &Wd, &W2d, m);
     const int pair_same = !memcmp(y, y1, sizeof(float) * m * n) && !memcmp(z, z1, sizeof(float) * m * n2);
     mk_cuda_ctx_set_tuning(ctx, &def);
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, &Wd, dx, m, dy, 0, ds, sb, &err_)); /* mma.sync (fp8_wg off) */
+    fetch(y1, dy, sizeof(float) * m * n);
+    size_t ndiff = 0;
+    for (size_t i = 0; i < (size_t)m * n; i++) ndiff += memcmp(&y[i], &y1[i], sizeof(float)) != 0;
     char shape[64];
     snprintf(shape, sizeof shape, "n%d k%d m%d (+ n%d)", n, k, m, n2);
     compare_bound("linear fp8 wgmma", shape, yref, y, bnd, (size_t)m * n, 1.0 / 1024);
     n_checks++;
-    if (!same || !pair_same || !one) n_fail++;
-    printf("| %-40s | %-26s | run twice: %s; one launch over the pair (%s) = each alone: %s |\n", "linear fp8 wgmma",
-           shape, same ? "same" : "FAIL", one ? "yes" : "FAIL: two", pair_same ? "ok" : "FAIL");
+    if (!same || !pair_same || !one || !ndiff) n_fail++;
+    printf("| %-40s | %-26s | run twice: %s; one launch over the pair (%s) = each alone: %s; outputs that differ "
+           "from mma.sync's: %zu of %zu (0: the wgmma kernel did not run) |\n", "linear fp8 wgmma", shape,
+           same ? "same" : "FAIL", one ? "yes" : "FAIL: two", pair_same ? "ok" : "FAIL", ndiff, (size_t)m * n);
     mk_cuda_wmat_free(ctx, &Wd), mk_cuda_wmat_free(ctx, &W2d);
     void *dv[] = {dx, dy, dy2, dp, dp2, ds};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
@@ -2295,6 +2300,27 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         }
         compare_bound("moe fp4 wgmma w1 (by token)", shape, r1, v1, b1, (size_t)TK * I, 1.0 / 1024);
         compare_bound("moe fp4 wgmma w3 (by token)", shape, r3, v3, b3, (size_t)TK * I, 1.0 / 1024);
+        { /* the wgmma kernel ran: w1 by mma.sync (moe_wg off) differs somewhere */
+            mk_cuda_tuning tw, t0;
+            mk_cuda_ctx_get_tuning(ctx, &tw);
+            t0 = tw;
+            t0.moe_wg = 0;
+            mk_cuda_ctx_set_tuning(ctx, &t0);
+            float *dm = poisoned_dev(sizeof(float) * TK * I), *hm = xmalloc(sizeof(float) * TK * I);
+            CK(mk_cuda_act_quant(ctx, dx, T, d, 1, dq, dsa, &err_));
+            CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0], NULL, NULL, I, d,
+                                    dq, dsa, 1, dplan, T, K, E, dm, NULL, 0, &err_));
+            mk_cuda_ctx_set_tuning(ctx, &tw);
+            fetch(hm, dm, sizeof(float) * TK * I);
+            size_t ndiff = 0;
+            for (size_t i = 0; i < (size_t)TK * I; i++) ndiff += memcmp(&hm[i], &v1[i], sizeof(float)) != 0;
+            n_checks++;
+            if (!ndiff) n_fail++;
+            printf("| %-40s | %-26s | w1 outputs that differ from mma.sync's: %zu of %zu (0: the wgmma kernel did not "
+                   "run): %s |\n", "moe fp4 wgmma ran", shape, ndiff, (size_t)TK * I, ndiff ? "ok" : "FAIL");
+            mk_cuda_free(ctx, dm);
+            free(hm);
+        }
         compare("moe swiglu epilogue", shape, ract, act, (size_t)TK * I, REL, 1.0 / 128);
         compare("moe fp4 mma w2 (by slot, bf16out)", shape, reo, eo, (size_t)TK * d, NORM, 1e-2);
         free(b1), free(b3), free(xa);
@@ -3140,7 +3166,10 @@ int main(int argc, char **argv) {
         /* the e4m3 MMA written out as sm_90's two f16 MMAs (moe_f16), with either step: the default
          * kernels against the staged and row-invariant ones (e4m3) bit for bit in test_moe_fp4 */
         if (v >= 4) {
-            if (mk_cuda_ctx_caps(ctx)->cc_major != 9) continue;
+            if (mk_cuda_ctx_caps(ctx)->cc_major != 9) {
+                if (v == 4) printf("| (moe_f16: skipped, not an sm_90 device) | | | | | | |\n");
+                continue;
+            }
             t.moe_f16 = !def.moe_f16, t.moe_fast_step = v == 4 ? def.moe_fast_step : !def.moe_fast_step;
         }
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_f16 == def.moe_f16) continue;
@@ -3169,12 +3198,16 @@ int main(int argc, char **argv) {
         t = def;
         t.moe_wg = 1;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        if (mk_cuda_ctx_caps(ctx)->cc_major == 9) {
+        if (mk_cuda_ctx_caps(ctx)->cc_major != 9)
+            printf("| (moe_wg, fp8_wg, moe_f16: skipped, not an sm_90 device) | | | | | | |\n");
+        else {
             printf("| (tuning: moe_wg = 1: the decode experts on wgmma) | | | | | | |\n");
             moe_wg_test = 1;
             test_moe_fp4(1, 6, 8, 4096, 2048);
             test_moe_fp4(1, 8, 16, 1024, 512);
             test_moe_fp4(1, 6, 16, 2048, 1024);
+            test_moe_fp4(1, 2, 64, 1280, 384); /* w1 / w3: 10 128-blocks (a partial step); w2: 3 (one idle half) */
+            test_moe_fp4(1, 2, 8, 128, 128);   /* one 128-block: warpgroup 1 idle */
             moe_wg_test = 0;
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);

@@ -59,6 +59,7 @@
 #include "ops/cuda/cuda_common.cuh"
 
 #include <cooperative_groups.h>
+#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -444,9 +445,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restric
     };
     uint4 A0[FP8WG_U][2][2], A1[FP8WG_U][2][2];
     if (kb0 < kb1) load(A0, kb0); /* the weights do not depend on the previous kernel */
-    for (int i = tid; i < nzb * 64; i += 256) ((uint4 *)bsm)[i] = make_uint4(0, 0, 0, 0); /* absent columns: 0 */
-    mk_d_pdl_wait();
-    __syncthreads(); /* the zeros before the columns */
+    mk_d_pdl_wait(); /* no zeros for absent columns: their outputs are not stored, and no other depends on them */
     for (int i = tid; i < m * nzb * 32; i += 256) { /* column j, 128-block b, stored word wd */
         const int j = i / (nzb * 32), r = i - j * nzb * 32, b = r >> 5, wd = r & 31;
         const int s = wd >> 4, tq = (wd >> 2) & 3, jj = wd & 3, p = (jj & 1) ? 4 + tq : tq;
@@ -532,7 +531,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restric
     }
     cl.sync(); /* the other blocks' shared memory stays until rank 0 has read it */
 #else
-    mk_d_pdl_wait();
+    __trap(); /* launched only on sm_90 (fp8_wg_ok): a build without sm_90a code is a build error */
 #endif
 }
 
@@ -1012,21 +1011,19 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * then the high pairs chained (the f16 mma probe's way 7: the e4m3 MMA's bits on Hopper), without
  * the add of a zero C the emulation keeps (c is only ever fmaf'ed into an accumulator that is never
  * -0, so the sign of a zero c cannot show). */
-template <bool F16 = false>
-__device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const uint2 (&x)[4], int q,
-                                           float (&c)[4]) {
+template <bool F16 = false, typename XB = uint2[4]>
+__device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const XB &x, int q, float (&c)[4]) {
     const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
     const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
     uint32_t e0, o0, e1, o1;
     mk_d_fp4x8_to_e4m3(w0, e0, o0);
     mk_d_fp4x8_to_e4m3(w1, e1, o1);
     c[0] = c[1] = c[2] = c[3] = 0.0f;
-    if (F16) {
+    if constexpr (F16) { /* x: fp4l_xf16's f16 pairs of the activations, converted once for every slab */
         mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0), mk_d_e4m3x2_to_f16x2(e1), mk_d_e4m3x2_to_f16x2(o0),
-                     mk_d_e4m3x2_to_f16x2(o1), mk_d_e4m3x2_to_f16x2(x[q].x), mk_d_e4m3x2_to_f16x2(x[q].y));
+                     mk_d_e4m3x2_to_f16x2(o1), x[q][0], x[q][1]);
         mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0 >> 16), mk_d_e4m3x2_to_f16x2(e1 >> 16), mk_d_e4m3x2_to_f16x2(o0 >> 16),
-                     mk_d_e4m3x2_to_f16x2(o1 >> 16), mk_d_e4m3x2_to_f16x2(x[q].x >> 16),
-                     mk_d_e4m3x2_to_f16x2(x[q].y >> 16));
+                     mk_d_e4m3x2_to_f16x2(o1 >> 16), x[q][2], x[q][3]);
     } else {
         mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
     }
@@ -1036,13 +1033,13 @@ __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, con
  * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
  * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
  * x columns 2t, 2t + 1 as the MMA's C fragment. */
-template <bool F16 = false>
+template <bool F16 = false, typename XB = uint2[4]>
 __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
-                                          const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
+                                          const XB &x, float sa0, float sa1, float (&acc)[4]) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q<F16>(a0, a1, x, q, c);
+        fp4l_mma_q<F16, XB>(a0, a1, x, q, c);
         /* 64 undoes the 2^-6 of the widened nibbles; every factor is a power of two (exact) */
         const float s0 = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1 = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -1063,18 +1060,18 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
-template <bool ONE, bool F16 = false>
+template <bool ONE, bool F16 = false, typename XB = uint2[4]>
 __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
-                                               const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
+                                               const XB &x, float sa0, float sa1, float (&acc)[4]) {
     /* warp-uniform: mma.sync needs every lane of the warp at the same instruction */
     if (!__all_sync(0xffffffffu, fp4l_scales_plain(sw0) && fp4l_scales_plain(sw1))) {
-        fp4l_step<F16>(a0, a1, sw0, sw1, x, sa0, sa1, acc);
+        fp4l_step<F16, XB>(a0, a1, sw0, sw1, x, sa0, sa1, acc);
         return;
     }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q<F16>(a0, a1, x, q, c);
+        fp4l_mma_q<F16, XB>(a0, a1, x, q, c);
         const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -1201,31 +1198,61 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-            if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
+            if constexpr (!F16) {
+                if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (kb + u < kb1) {
+                    for (int u = 0; u < U; u++) {
+                        if (kb + u < kb1) {
 #pragma unroll
-                        for (int q = 0; q < SL; q++)
-                            fp4l_step_fast<true, F16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f, acc[q]);
+                            for (int q = 0; q < SL; q++)
+                                fp4l_step_fast<true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f,
+                                                     acc[q]);
+                        }
+                    }
+                } else if (fast) {
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        if (kb + u < kb1) {
+#pragma unroll
+                            for (int q = 0; q < SL; q++)
+                                fp4l_step_fast<false>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u],
+                                                      s1[u], acc[q]);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        if (kb + u < kb1) {
+#pragma unroll
+                            for (int q = 0; q < SL; q++)
+                                fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                        }
                     }
                 }
-            } else if (fast) {
+            } else { /* moe_f16: block u's activations as f16 pairs, converted once for every slab */
+                typedef uint32_t xf16[4][4]; /* [32-block][lo x.x, lo x.y, hi x.x, hi x.y] */
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {
+                        xf16 xf;
 #pragma unroll
-                        for (int q = 0; q < SL; q++)
-                            fp4l_step_fast<false, F16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
-                    }
-                }
-            } else {
+                        for (int j = 0; j < 4; j++) {
+                            xf[j][0] = mk_d_e4m3x2_to_f16x2(x[u][j].x), xf[j][1] = mk_d_e4m3x2_to_f16x2(x[u][j].y);
+                            xf[j][2] = mk_d_e4m3x2_to_f16x2(x[u][j].x >> 16);
+                            xf[j][3] = mk_d_e4m3x2_to_f16x2(x[u][j].y >> 16);
+                        }
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (kb + u < kb1) {
-#pragma unroll
-                        for (int q = 0; q < SL; q++)
-                            fp4l_step<F16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                        for (int q = 0; q < SL; q++) {
+                            if (fast && m == 1)
+                                fp4l_step_fast<true, true, xf16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], xf,
+                                                                 s0[u], 0.0f, acc[q]);
+                            else if (fast)
+                                fp4l_step_fast<false, true, xf16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], xf,
+                                                                  s0[u], s1[u], acc[q]);
+                            else
+                                fp4l_step<true, xf16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], xf, s0[u], s1[u],
+                                                      acc[q]);
+                        }
                     }
                 }
             }
@@ -1346,7 +1373,8 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
         for (int i = tid; i < 64 * lines; i += nthr)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(n0 + i / lines) * rowb + (size_t)(i % lines) * 128));
     }
-    for (int i = tid; i < (k >> 5) * 16; i += nthr) ((uint4 *)bsm)[i] = make_uint4(0, 0, 0, 0); /* absent columns: 0 */
+    /* no zeros for the absent columns: a column's outputs depend on that column only, and those are
+     * not stored */
     mk_d_pdl_wait();
     const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, nsb = k >> 5, half = (nb + 1) >> 1;
@@ -1367,58 +1395,65 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int kb = kb0; kb < kb1; kb += MOE_WG_U) {
+        struct wg_item { /* MOE_WG_U 128-blocks: the lane's weights (rows g, g + 8), their scales */
             uint4 a[MOE_WG_U][2];
             uint32_t sw[MOE_WG_U][2];
-            float s0[MOE_WG_U], s1[MOE_WG_U];
+        };
+        auto load = [&](wg_item &it, int kb) {
 #pragma unroll
             for (int u = 0; u < MOE_WG_U; u++) {
-                a[u][0] = a[u][1] = make_uint4(0, 0, 0, 0); /* past kb1: a zero product, not used */
-                sw[u][0] = sw[u][1] = 0;
-                s0[u] = s1[u] = 0.0f;
+                it.a[u][0] = it.a[u][1] = make_uint4(0, 0, 0, 0); /* past kb1: a zero product, not used */
+                it.sw[u][0] = it.sw[u][1] = 0;
                 if (kb + u < kb1) {
-                    a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
-                    a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
-                    sw[u][0] = *(const uint32_t *)(s0p + 4 * (kb + u));
-                    sw[u][1] = *(const uint32_t *)(s1p + 4 * (kb + u));
-                    s0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
-                    s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
+                    it.a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
+                    it.a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
+                    it.sw[u][0] = *(const uint32_t *)(s0p + 4 * (kb + u));
+                    it.sw[u][1] = *(const uint32_t *)(s1p + 4 * (kb + u));
                 }
             }
+        };
+        auto comp = [&](const wg_item &it, int kb) {
             uint32_t A[MOE_WG_U][4][4];
 #pragma unroll
             for (int u = 0; u < MOE_WG_U; u++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    const uint32_t x0 = q == 0 ? a[u][0].x : q == 1 ? a[u][0].y : q == 2 ? a[u][0].z : a[u][0].w;
-                    const uint32_t x1 = q == 0 ? a[u][1].x : q == 1 ? a[u][1].y : q == 2 ? a[u][1].z : a[u][1].w;
-                    mk_d_fp4x8_to_e4m3(x0, A[u][q][0], A[u][q][2]);
-                    mk_d_fp4x8_to_e4m3(x1, A[u][q][1], A[u][q][3]);
+                    const uint4 &x0 = it.a[u][0], &x1 = it.a[u][1];
+                    mk_d_fp4x8_to_e4m3(q == 0 ? x0.x : q == 1 ? x0.y : q == 2 ? x0.z : x0.w, A[u][q][0], A[u][q][2]);
+                    mk_d_fp4x8_to_e4m3(q == 0 ? x1.x : q == 1 ? x1.y : q == 2 ? x1.z : x1.w, A[u][q][1], A[u][q][3]);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) asm volatile("" : "+r"(A[u][q][i])::"memory"); /* written before the fence */
                 }
             float c[MOE_WG_U][4][4];
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++) { /* unconditional (a branch serializes wgmma); past kb1 block 0 */
+            for (int u = 0; u < MOE_WG_U; u++) { /* unconditional (a branch serializes wgmma); past kb1 on block kb */
 #pragma unroll
                 for (int q = 0; q < 4; q++)
                     asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
                                  "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
                                  : "=f"(c[u][q][0]), "=f"(c[u][q][1]), "=f"(c[u][q][2]), "=f"(c[u][q][3])
                                  : "r"(A[u][q][0]), "r"(A[u][q][1]), "r"(A[u][q][2]), "r"(A[u][q][3]),
-                                   "l"(moe_wg_desc(bsm + ((kb + u < kb1 ? kb + u : 0) * 4 + q) * 256))
+                                   "l"(moe_wg_desc(bsm + ((kb + u < kb1 ? kb + u : kb) * 4 + q) * 256))
                                  : "memory");
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            float s0[MOE_WG_U], s1[MOE_WG_U]; /* the activation block scales, loaded while the MMAs run */
+#pragma unroll
+            for (int u = 0; u < MOE_WG_U; u++) {
+                s0[u] = r0 >= 0 && kb + u < kb1 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
+                s1[u] = r1 >= 0 && kb + u < kb1 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
+            }
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
             for (int u = 0; u < MOE_WG_U; u++) {
-                if (kb + u < kb1) {
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
+                for (int q = 0; q < 4; q++) {
 #pragma unroll
-                        for (int i = 0; i < 4; i++) asm volatile("" : "+f"(c[u][q][i])::"memory"); /* after the wait */
-                        const float e0 = moe_wg_scale((sw[u][0] >> (8 * q)) & 0xffu);
-                        const float e1 = moe_wg_scale((sw[u][1] >> (8 * q)) & 0xffu);
+                    for (int i = 0; i < 4; i++) asm volatile("" : "+f"(c[u][q][i])::"memory"); /* after the wait */
+                    if (kb + u < kb1) {
+                        const float e0 = moe_wg_scale((it.sw[u][0] >> (8 * q)) & 0xffu);
+                        const float e1 = moe_wg_scale((it.sw[u][1] >> (8 * q)) & 0xffu);
                         acc[0] = fmaf(c[u][q][0], s0[u] * e0, acc[0]);
                         acc[2] = fmaf(c[u][q][2], s0[u] * e1, acc[2]);
                         if (m > 1) {
@@ -1428,6 +1463,15 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
                     }
                 }
             }
+        };
+        wg_item I0, I1; /* two register buffers: the next loads fly during the MMAs */
+        if (kb0 < kb1) load(I0, kb0);
+        for (int kb = kb0; kb < kb1; kb += 2 * MOE_WG_U) {
+            if (kb + MOE_WG_U < kb1) load(I1, kb + MOE_WG_U);
+            comp(I0, kb);
+            if (kb + MOE_WG_U >= kb1) break;
+            if (kb + 2 * MOE_WG_U < kb1) load(I0, kb + 2 * MOE_WG_U);
+            comp(I1, kb + MOE_WG_U);
         }
         if (wg == 1) {
 #pragma unroll
@@ -1448,7 +1492,7 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
         }
     }
 #else
-    mk_d_pdl_wait();
+    __trap(); /* launched only on sm_90 (moe_wg_ok): a build without sm_90a code is a build error */
 #endif
 }
 
