@@ -13,7 +13,8 @@
 # SKIP_OPS=1 (no op tests / op benchmark), SKIP_OPBENCH=1 (the op tests without the op benchmark), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
 # DSV4_STEPS (64), DSV4_LONG_VARIANTS="VAR=value ..." (batch-1 decode after a DSV4_LONG_PROMPT-token prompt, 4096,
 # under each -> variants.txt), OPS_TIMEOUT (400 s for test_ops_cuda), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
-# SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md), DSV4_PROFILE=1 (phase profile of
+# SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md; with DSV4_NCU_VARIANTS="A=1 B=1,C=1"
+# the same under each setting too, side by side -> ncu_variants.md), DSV4_PROFILE=1 (phase profile of
 # batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
 # (batch-1 decode again under each tuning variable -> variants.txt), DSV4_VARIANTS_FULL="VAR=value ..." (the
 # same with batch 64 / 256 and the 2048-token prefill), DSV4_TRACE=1 (one decode step with
@@ -209,6 +210,17 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
             ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
         echo "ncu rc $?"; tail -2 "$OUT/ncu.err"
         python3 bench/gpu/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu.md" 2>&1; head -45 "$OUT/ncu.md"
+        if [ -n "${DSV4_NCU_VARIANTS:-}" ]; then # the same step's kernel durations under each setting
+            NV=("$OUT/ncu.csv"); i=0
+            for v in $DSV4_NCU_VARIANTS; do
+                i=$((i + 1))
+                stamp "ncu: kernel durations of one decode step under $v"
+                timeout 240 env ${v//,/ } "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+                    ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_v$i.csv" 2> "$OUT/ncu_v$i.err"
+                echo "ncu ($v) rc $?"; NV+=("$OUT/ncu_v$i.csv")
+            done
+            python3 bench/gpu/ncu_summary.py "${NV[@]}" > "$OUT/ncu_variants.md" 2>&1; head -60 "$OUT/ncu_variants.md"
+        fi
     fi
     if [ -n "${DSV4_NCU_DETAIL:-}" ]; then
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
