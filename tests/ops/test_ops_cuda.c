@@ -357,8 +357,10 @@ static void test_fp8_wg(int n, int k, int m, int n2) {
     fetch(z1, dp2, sizeof(float) * m * n2);
     const int one = mk_cuda_linear_pair_one_launch(ctx, 0, &Wd, &W2d, m);
     const int pair_same = !memcmp(y, y1, sizeof(float) * m * n) && !memcmp(z, z1, sizeof(float) * m * n2);
-    mk_cuda_ctx_set_tuning(ctx, &def);
+    t.fp8_wg = 0;
+    mk_cuda_ctx_set_tuning(ctx, &t);
     CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, &Wd, dx, m, dy, 0, ds, sb, &err_)); /* mma.sync (fp8_wg off) */
+    mk_cuda_ctx_set_tuning(ctx, &def);
     fetch(y1, dy, sizeof(float) * m * n);
     size_t ndiff = 0;
     for (size_t i = 0; i < (size_t)m * n; i++) ndiff += memcmp(&y[i], &y1[i], sizeof(float)) != 0;
@@ -367,7 +369,7 @@ static void test_fp8_wg(int n, int k, int m, int n2) {
     compare_bound("linear fp8 wgmma", shape, yref, y, bnd, (size_t)m * n, 1.0 / 1024);
     n_checks++;
     if (!same || !pair_same || !one || !ndiff) n_fail++;
-    printf("| %-40s | %-26s | run twice: %s; one launch over the pair (%s) = each alone: %s; outputs that differ "
+    printf("| %-40s | %-26s | run twice: %s; the pair call (%s) = each alone: %s; outputs that differ "
            "from mma.sync's: %zu of %zu (0: the wgmma kernel did not run) |\n", "linear fp8 wgmma", shape,
            same ? "same" : "FAIL", one ? "yes" : "FAIL: two", pair_same ? "ok" : "FAIL", ndiff, (size_t)m * n);
     mk_cuda_wmat_free(ctx, &Wd), mk_cuda_wmat_free(ctx, &W2d);
@@ -3206,7 +3208,7 @@ int main(int argc, char **argv) {
             test_moe_fp4(1, 6, 8, 4096, 2048);
             test_moe_fp4(1, 8, 16, 1024, 512);
             test_moe_fp4(1, 6, 16, 2048, 1024);
-            test_moe_fp4(1, 2, 64, 1280, 384); /* w1 / w3: 10 128-blocks (a partial step); w2: 3 (one idle half) */
+            test_moe_fp4(1, 2, 64, 1280, 384); /* w1 / w3: 10 128-blocks, w2: 3 (partial steps, uneven halves) */
             test_moe_fp4(1, 2, 8, 128, 128);   /* one 128-block: warpgroup 1 idle */
             moe_wg_test = 0;
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
@@ -3214,7 +3216,7 @@ int main(int argc, char **argv) {
             printf("| (tuning: fp8_wg = 1: the decode FP8 GEMVs on wgmma) | | | | | | |\n");
             /* a pair partner of the same shape (the pair's plans agree: one launch) */
             test_fp8_wg(32768, 1024, 1, 32768); /* wq_b */
-            test_fp8_wg(4096, 8192, 1, 4096);   /* wo_b: k splits in clusters */
+            test_fp8_wg(4096, 8192, 1, 4096);   /* wo_b: alone 5 k splits, 8192 rows 4 (132 SMs): two launches */
             test_fp8_wg(1024, 4096, 3, 1024);
             test_fp8_wg(512, 16384, 8, 512);    /* 8 splits of 16 128-blocks, the cluster's largest */
             test_fp8_wg(128, 384, 2, 128);      /* 3 128-blocks: one a split, an idle warpgroup */

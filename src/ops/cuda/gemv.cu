@@ -59,7 +59,6 @@
 #include "ops/cuda/cuda_common.cuh"
 
 #include <cooperative_groups.h>
-#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -531,7 +530,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restric
     }
     cl.sync(); /* the other blocks' shared memory stays until rank 0 has read it */
 #else
-    __trap(); /* launched only on sm_90 (fp8_wg_ok): a build without sm_90a code is a build error */
+    __trap(); /* launched only on sm_90 (fp8_wg_ok); a build without sm_90a code (not the Makefile's) traps here */
 #endif
 }
 
@@ -542,20 +541,33 @@ static int fp8_wg_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2
            (!W2 || (W2->kind == MK_W_FP8 && W2->n % 64 == 0 && W2->k == W->k));
 }
 
-/* Launches k_gemv_fp8_wg: S k splits per 64-row tile (a cluster of S blocks), enough for ~2 blocks
- * per SM, at least ceil(nb / FP8WG_MAXB), at most 8 (the portable cluster size) and nb. */
-static cudaError_t fp8_wg_launch(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq,
-                                 const float *sa, int m, float *y, float *y2, int round) {
-    const int n = W->n, k = W->k, n2 = W2 ? W2->n : 0, nb = k / 128, tiles = (n + n2) / 64;
-    const int want = 2 * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
+/* k_gemv_fp8_wg's k splits for a matrix of n rows and nb 128-blocks: enough for ~2 blocks per SM, at
+ * least ceil(nb / FP8WG_MAXB), at most 8 (the portable cluster size) and nb; *nbs its 128-blocks per
+ * split. A matrix's own shape decides, so it gets the same bits alone and in a pair. */
+static int fp8_wg_splits(const mk_cuda_ctx *ctx, int n, int nb, int *nbs) {
+    const int tiles = n / 64, want = 2 * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
     int S = (want + tiles - 1) / tiles;
     if (S < (nb + FP8WG_MAXB - 1) / FP8WG_MAXB) S = (nb + FP8WG_MAXB - 1) / FP8WG_MAXB;
     if (S > 8) S = 8;
     if (S > nb) S = nb;
-    const int nbs = (nb + S - 1) / S;
-    S = (nb + nbs - 1) / nbs;
+    *nbs = (nb + S - 1) / S;
+    return (nb + *nbs - 1) / *nbs;
+}
+
+/* Launches k_gemv_fp8_wg over W (and W2 in the same launch when both get the same splits; else one
+ * launch each): a cluster of S blocks per 64-row tile. */
+static cudaError_t fp8_wg_launch(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq,
+                                 const float *sa, int m, float *y, float *y2, int round) {
+    const int n = W->n, k = W->k, nb = k / 128;
+    int nbs, nbs2 = 0;
+    const int S = fp8_wg_splits(ctx, n, nb, &nbs), S2 = W2 ? fp8_wg_splits(ctx, W2->n, nb, &nbs2) : S;
+    if (W2 && S2 != S) {
+        cudaError_t e = fp8_wg_launch(ctx, W, NULL, xq, sa, m, y, NULL, round);
+        return e != cudaSuccess ? e : fp8_wg_launch(ctx, W2, NULL, xq, sa, m, y2, NULL, round);
+    }
+    const int n2 = W2 ? W2->n : 0;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)S, (unsigned)tiles, 1);
+    cfg.gridDim = dim3((unsigned)S, (unsigned)((n + n2) / 64), 1);
     cfg.blockDim = dim3(256);
     cfg.stream = ctx->stream;
     cudaLaunchAttribute at[2];
@@ -1413,6 +1425,13 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
             }
         };
         auto comp = [&](const wg_item &it, int kb) {
+            float s0[MOE_WG_U], s1[MOE_WG_U]; /* activation block scales, first: in flight during the MMAs (the
+                                               * operand fences below are memory clobbers: nothing sinks them) */
+#pragma unroll
+            for (int u = 0; u < MOE_WG_U; u++) {
+                s0[u] = r0 >= 0 && kb + u < kb1 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
+                s1[u] = r1 >= 0 && kb + u < kb1 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
+            }
             uint32_t A[MOE_WG_U][4][4];
 #pragma unroll
             for (int u = 0; u < MOE_WG_U; u++)
@@ -1438,12 +1457,6 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
                                  : "memory");
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            float s0[MOE_WG_U], s1[MOE_WG_U]; /* the activation block scales, loaded while the MMAs run */
-#pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++) {
-                s0[u] = r0 >= 0 && kb + u < kb1 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
-                s1[u] = r1 >= 0 && kb + u < kb1 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
-            }
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
             for (int u = 0; u < MOE_WG_U; u++) {
@@ -1492,7 +1505,7 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
         }
     }
 #else
-    __trap(); /* launched only on sm_90 (moe_wg_ok): a build without sm_90a code is a build error */
+    __trap(); /* launched only on sm_90 (moe_wg_ok); a build without sm_90a code (not the Makefile's) traps here */
 #endif
 }
 
