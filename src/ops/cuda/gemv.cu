@@ -1838,6 +1838,8 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
         const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
         one = p.splits == 1 && p.nw == GEMV_MAXW;
     }
+    if (one && fp8_wg_ok(ctx, f->W, f->W2, f->m)) /* the FP8 GEMVs run on wgmma (tuning fp8_wg): on their own */
+        one = 0;
     if (!one) return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: the fp8 gemv cannot share its launch");
     const int TK = T * K, G = TK < E ? TK : E, my = G, mz = W3 ? 2 : 1;
     const int mx = n / 32;
