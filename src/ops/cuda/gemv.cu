@@ -68,6 +68,11 @@ __device__ __forceinline__ uint64_t moe_wg_desc(const void *p) {
     return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
            ((uint64_t)(256 >> 4) << 32);
 }
+/* moe_wg_desc(p + 16 * u16) from d = moe_wg_desc(p): a 32-bit add to the address field (shared
+ * addresses / 16 stay below 2^14, so nothing carries into the fields above it). */
+__device__ __forceinline__ uint64_t moe_wg_desc_add(uint64_t d, uint32_t u16) {
+    return (d & 0xffffffff00000000ull) | (uint32_t)((uint32_t)d + u16);
+}
 
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
@@ -456,18 +461,19 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restric
     const int c0 = 2 * t, c1 = 2 * t + 1;
     const bool v0 = c0 < m, v1 = c1 < m;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint64_t d0 = moe_wg_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
     auto comp = [&](const uint4 (&a)[FP8WG_U][2][2], int kb) {
         float c[FP8WG_U][4];
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int u = 0; u < FP8WG_U; u++) { /* unconditional (a branch serializes wgmma); past kb1 on block kb */
-            const uint8_t *bb = bsm + (size_t)((kb + u < kb1 ? kb + u : kb) - zb0) * 1024;
+            const uint32_t db = (uint32_t)(((kb + u < kb1 ? kb + u : kb) - zb0) * 64);
 #pragma unroll
             for (int mi = 0; mi < 4; mi++) {
                 const uint4 &r0 = a[u][mi >> 1][0], &r1 = a[u][mi >> 1][1];
                 const uint32_t x0 = (mi & 1) ? r0.z : r0.x, x1 = (mi & 1) ? r1.z : r1.x;
                 const uint32_t x2 = (mi & 1) ? r0.w : r0.y, x3 = (mi & 1) ? r1.w : r1.y;
-                const uint64_t desc = moe_wg_desc(bb + mi * 256);
+                const uint64_t desc = moe_wg_desc_add(d0, db + (uint32_t)(mi * 16));
                 if (mi == 0)
                     asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
                                  "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
@@ -1034,8 +1040,8 @@ __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, con
     if constexpr (F16) { /* x: fp4l_xf16's f16 pairs of the activations, converted once for every slab */
         mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0), mk_d_e4m3x2_to_f16x2(e1), mk_d_e4m3x2_to_f16x2(o0),
                      mk_d_e4m3x2_to_f16x2(o1), x[q][0], x[q][1]);
-        mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0 >> 16), mk_d_e4m3x2_to_f16x2(e1 >> 16), mk_d_e4m3x2_to_f16x2(o0 >> 16),
-                     mk_d_e4m3x2_to_f16x2(o1 >> 16), x[q][2], x[q][3]);
+        mk_d_mma_f16(c, mk_d_e4m3x2_hi_to_f16x2(e0), mk_d_e4m3x2_hi_to_f16x2(e1), mk_d_e4m3x2_hi_to_f16x2(o0),
+                     mk_d_e4m3x2_hi_to_f16x2(o1), x[q][2], x[q][3]);
     } else {
         mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
     }
@@ -1250,8 +1256,8 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 #pragma unroll
                         for (int j = 0; j < 4; j++) {
                             xf[j][0] = mk_d_e4m3x2_to_f16x2(x[u][j].x), xf[j][1] = mk_d_e4m3x2_to_f16x2(x[u][j].y);
-                            xf[j][2] = mk_d_e4m3x2_to_f16x2(x[u][j].x >> 16);
-                            xf[j][3] = mk_d_e4m3x2_to_f16x2(x[u][j].y >> 16);
+                            xf[j][2] = mk_d_e4m3x2_hi_to_f16x2(x[u][j].x);
+                            xf[j][3] = mk_d_e4m3x2_hi_to_f16x2(x[u][j].y);
                         }
 #pragma unroll
                         for (int q = 0; q < SL; q++) {
@@ -1424,6 +1430,7 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
                 }
             }
         };
+        const uint64_t d0 = moe_wg_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
         auto comp = [&](const wg_item &it, int kb) {
             float s0[MOE_WG_U], s1[MOE_WG_U]; /* activation block scales, first: in flight during the MMAs (the
                                                * operand fences below are memory clobbers: nothing sinks them) */
@@ -1453,29 +1460,44 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
                                  "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
                                  : "=f"(c[u][q][0]), "=f"(c[u][q][1]), "=f"(c[u][q][2]), "=f"(c[u][q][3])
                                  : "r"(A[u][q][0]), "r"(A[u][q][1]), "r"(A[u][q][2]), "r"(A[u][q][3]),
-                                   "l"(moe_wg_desc(bsm + ((kb + u < kb1 ? kb + u : kb) * 4 + q) * 256))
+                                   "l"(moe_wg_desc_add(d0, (uint32_t)(((kb + u < kb1 ? kb + u : kb) * 4 + q) * 16)))
                                  : "memory");
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            bool plain = true; /* no scale byte >= 249 in the warp's rows: 64 e8m0 by a shift (fp4l_step_fast) */
+#pragma unroll
+            for (int u = 0; u < MOE_WG_U; u++) plain = plain && fp4l_scales_plain(it.sw[u][0]) && fp4l_scales_plain(it.sw[u][1]);
+            plain = __all_sync(0xffffffffu, plain);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++) {
+            for (int u = 0; u < MOE_WG_U; u++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
+                for (int q = 0; q < 4; q++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) asm volatile("" : "+f"(c[u][q][i])::"memory"); /* after the wait */
+            /* the scales: one branch for the whole step (a warp-uniform one), not one per 32-block */
+            auto scale_all = [&](auto e8) {
+#pragma unroll
+                for (int u = 0; u < MOE_WG_U; u++) {
                     if (kb + u < kb1) {
-                        const float e0 = moe_wg_scale((it.sw[u][0] >> (8 * q)) & 0xffu);
-                        const float e1 = moe_wg_scale((it.sw[u][1] >> (8 * q)) & 0xffu);
-                        acc[0] = fmaf(c[u][q][0], s0[u] * e0, acc[0]);
-                        acc[2] = fmaf(c[u][q][2], s0[u] * e1, acc[2]);
-                        if (m > 1) {
-                            acc[1] = fmaf(c[u][q][1], s1[u] * e0, acc[1]);
-                            acc[3] = fmaf(c[u][q][3], s1[u] * e1, acc[3]);
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            const float e0 = e8((it.sw[u][0] >> (8 * q)) & 0xffu);
+                            const float e1 = e8((it.sw[u][1] >> (8 * q)) & 0xffu);
+                            acc[0] = fmaf(c[u][q][0], s0[u] * e0, acc[0]);
+                            acc[2] = fmaf(c[u][q][2], s0[u] * e1, acc[2]);
+                            if (m > 1) {
+                                acc[1] = fmaf(c[u][q][1], s1[u] * e0, acc[1]);
+                                acc[3] = fmaf(c[u][q][3], s1[u] * e1, acc[3]);
+                            }
                         }
                     }
                 }
-            }
+            };
+            if (plain)
+                scale_all([](uint32_t b) { return __uint_as_float((b << 23) + (6u << 23)); });
+            else
+                scale_all([](uint32_t b) { return moe_wg_scale(b); });
         };
         wg_item I0, I1; /* two register buffers: the next loads fly during the MMAs */
         if (kb0 < kb1) load(I0, kb0);
