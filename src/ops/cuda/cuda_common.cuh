@@ -289,13 +289,6 @@ __device__ __forceinline__ uint32_t mk_d_e4m3x2_to_f16x2(uint32_t two) {
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(h));
     return r;
 }
-/* The high two e4m3 bytes of four -> f16x2: the half taken as a 16-bit piece of the register, which
- * lets ptxas select it in the conversion instead of shifting first. */
-__device__ __forceinline__ uint32_t mk_d_e4m3x2_hi_to_f16x2(uint32_t four) {
-    uint32_t r;
-    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi;\n\t}\n" : "=r"(r) : "r"(four));
-    return r;
-}
 
 /* Programmatic dependent launch (sm_90+). launch_dependents lets the next kernel of the stream be
  * scheduled before this one ends; wait blocks until the previous kernel has completed and its

@@ -1024,40 +1024,28 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * widening of the nibbles and each weight load. */
 
 /* 32-block q (a compile-time constant once unrolled) of one 128-block: the lane's nibbles widened
- * and one MMA from zero into c. F16 (tuning moe_f16): the e4m3 MMA as sm_90 runs it, written out:
- * each e4m3 register's low byte pair (k mod 4 in {0, 1}) converted to f16 and multiplied from zero,
- * then the high pairs chained (the f16 mma probe's way 7: the e4m3 MMA's bits on Hopper), without
- * the add of a zero C the emulation keeps (c is only ever fmaf'ed into an accumulator that is never
- * -0, so the sign of a zero c cannot show). */
-template <bool F16 = false, typename XB = uint2[4]>
-__device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const XB &x, int q, float (&c)[4]) {
+ * and one MMA from zero into c. */
+__device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const uint2 (&x)[4], int q,
+                                           float (&c)[4]) {
     const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
     const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
     uint32_t e0, o0, e1, o1;
     mk_d_fp4x8_to_e4m3(w0, e0, o0);
     mk_d_fp4x8_to_e4m3(w1, e1, o1);
     c[0] = c[1] = c[2] = c[3] = 0.0f;
-    if constexpr (F16) { /* x: fp4l_xf16's f16 pairs of the activations, converted once for every slab */
-        mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0), mk_d_e4m3x2_to_f16x2(e1), mk_d_e4m3x2_to_f16x2(o0),
-                     mk_d_e4m3x2_to_f16x2(o1), x[q][0], x[q][1]);
-        mk_d_mma_f16(c, mk_d_e4m3x2_hi_to_f16x2(e0), mk_d_e4m3x2_hi_to_f16x2(e1), mk_d_e4m3x2_hi_to_f16x2(o0),
-                     mk_d_e4m3x2_hi_to_f16x2(o1), x[q][2], x[q][3]);
-    } else {
-        mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
-    }
+    mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
 }
 
 /* One 128-block: a0 / a1 the lane's 16 weight bytes of rows g / g + 8 (lane order), sw0 / sw1 their
  * four e8m0 scales (byte q: 32-block q), x[q] the 8 activation bytes of the lane's token column g
  * for block q, sa0 / sa1 the activation block scales of token columns 2t / 2t + 1. acc: rows g, g + 8
  * x columns 2t, 2t + 1 as the MMA's C fragment. */
-template <bool F16 = false, typename XB = uint2[4]>
 __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
-                                          const XB &x, float sa0, float sa1, float (&acc)[4]) {
+                                          const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q<F16, XB>(a0, a1, x, q, c);
+        fp4l_mma_q(a0, a1, x, q, c);
         /* 64 undoes the 2^-6 of the widened nibbles; every factor is a power of two (exact) */
         const float s0 = 64.0f * mk_d_e8m0((sw0 >> (8 * q)) & 0xff), s1 = 64.0f * mk_d_e8m0((sw1 >> (8 * q)) & 0xff);
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -1078,18 +1066,18 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
-template <bool ONE, bool F16 = false, typename XB = uint2[4]>
+template <bool ONE>
 __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
-                                               const XB &x, float sa0, float sa1, float (&acc)[4]) {
+                                               const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
     /* warp-uniform: mma.sync needs every lane of the warp at the same instruction */
     if (!__all_sync(0xffffffffu, fp4l_scales_plain(sw0) && fp4l_scales_plain(sw1))) {
-        fp4l_step<F16, XB>(a0, a1, sw0, sw1, x, sa0, sa1, acc);
+        fp4l_step(a0, a1, sw0, sw1, x, sa0, sa1, acc);
         return;
     }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q<F16, XB>(a0, a1, x, q, c);
+        fp4l_mma_q(a0, a1, x, q, c);
         const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -1144,7 +1132,7 @@ __device__ __forceinline__ moe_cols moe_chunk_cols(const int32_t *__restrict__ s
  * With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2. Launched with programmatic dependent
  * launch: the plan is read at once (it was written two kernels before), the block's weight rows are
  * prefetched into L2, then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
-template <int U, int SL, bool F16 = false>
+template <int U, int SL>
 __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1216,61 +1204,30 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-            if constexpr (!F16) {
-                if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        if (kb + u < kb1) {
-#pragma unroll
-                            for (int q = 0; q < SL; q++)
-                                fp4l_step_fast<true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f,
-                                                     acc[q]);
-                        }
-                    }
-                } else if (fast) {
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        if (kb + u < kb1) {
-#pragma unroll
-                            for (int q = 0; q < SL; q++)
-                                fp4l_step_fast<false>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u],
-                                                      s1[u], acc[q]);
-                        }
-                    }
-                } else {
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        if (kb + u < kb1) {
-#pragma unroll
-                            for (int q = 0; q < SL; q++)
-                                fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
-                        }
-                    }
-                }
-            } else { /* moe_f16: block u's activations as f16 pairs, converted once for every slab */
-                typedef uint32_t xf16[4][4]; /* [32-block][lo x.x, lo x.y, hi x.x, hi x.y] */
+            if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {
-                        xf16 xf;
 #pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            xf[j][0] = mk_d_e4m3x2_to_f16x2(x[u][j].x), xf[j][1] = mk_d_e4m3x2_to_f16x2(x[u][j].y);
-                            xf[j][2] = mk_d_e4m3x2_hi_to_f16x2(x[u][j].x);
-                            xf[j][3] = mk_d_e4m3x2_hi_to_f16x2(x[u][j].y);
-                        }
+                        for (int q = 0; q < SL; q++)
+                            fp4l_step_fast<true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f, acc[q]);
+                    }
+                }
+            } else if (fast) {
 #pragma unroll
-                        for (int q = 0; q < SL; q++) {
-                            if (fast && m == 1)
-                                fp4l_step_fast<true, true, xf16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], xf,
-                                                                 s0[u], 0.0f, acc[q]);
-                            else if (fast)
-                                fp4l_step_fast<false, true, xf16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], xf,
-                                                                  s0[u], s1[u], acc[q]);
-                            else
-                                fp4l_step<true, xf16>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], xf, s0[u], s1[u],
-                                                      acc[q]);
-                        }
+                for (int u = 0; u < U; u++) {
+                    if (kb + u < kb1) {
+#pragma unroll
+                        for (int q = 0; q < SL; q++)
+                            fp4l_step_fast<false>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (kb + u < kb1) {
+#pragma unroll
+                        for (int q = 0; q < SL; q++) fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
                     }
                 }
             }
@@ -1299,7 +1256,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 }
 
 
-template <int U, int SL, bool F16 = false>
+template <int U, int SL>
 __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1310,7 +1267,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL, F16>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
 }
 
 
@@ -1318,7 +1275,6 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
  * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
  * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
  * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
-template <bool F16>
 __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1336,7 +1292,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
     const int b = blockIdx.x, nm = mx * my * mz;
     const uint3 eb = make_uint3(b % mx, (b / mx) % my, b / (mx * my));
     if (b < nm)
-        moe_fp4_body<2, 2, F16>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
+        moe_fp4_body<2, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
     else
         gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
@@ -1815,10 +1771,8 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         e = gemv_launch(ctx, grid, 256, k_moe_fp4_wg, W, S, W3, S3, xq, sa, n, k, plan, TK, E, by_token, y, y3, round);
     } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
-        e = ctx->tune.moe_f16 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2, true>, W, S, W3, S3, xq, sa, n, k,
-                                            per, plan, TK, E, by_token, y, y3, round, fast)
-                              : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per,
-                                            plan, TK, E, by_token, y, y3, round, fast);
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round, fast);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1838,10 +1792,8 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), staged_smem(k), k_moe_fp4_staged, W, S, W3, S3, xq, sa, n, k,
                                per, plan, TK, E, by_token, y, y3, round);
     } else {
-        e = ctx->tune.moe_f16 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1, true>, W, S, W3, S3, xq, sa, n, k,
-                                            per, plan, TK, E, by_token, y, y3, round, fast)
-                              : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per,
-                                            plan, TK, E, by_token, y, y3, round, fast);
+        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
+                        by_token, y, y3, round, fast);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
@@ -1882,7 +1834,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
         return MK_OK;
     }
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
-                                ctx->tune.moe_f16 ? k_moe_fp4_with_fp8<true> : k_moe_fp4_with_fp8<false>, W, S,
+                                k_moe_fp4_with_fp8, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,

@@ -139,10 +139,6 @@ typedef struct {
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
                             * only the column it stores (the kernels are issue-bound; same bits);
                             * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0 */
-    int moe_f16;           /* 1: the decode / small-batch expert GEMVs (k_moe_gemv_fp4, k_moe_fp4_with_fp8) run
-                            * each e4m3 MMA as the two f16 MMAs sm_90 makes of it, written out (fp4l_mma_q;
-                            * the same bits on Hopper, no add of a zero C); default 0 until run,
-                            * MINKE_CUDA_MOE_F16=1. Not for sm_100, whose e4m3 MMA is native */
     int fp8_wg;            /* 1: the dense FP8 GEMVs of at most 8 rows on wgmma (k_gemv_fp8_wg; sm_90a builds
                             * on an sm_90 device). An experiment like moe_wg (other bits than mma.sync);
                             * default 0, MINKE_CUDA_FP8_WG=1 */
