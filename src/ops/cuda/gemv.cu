@@ -1298,6 +1298,26 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
+/* Expert group grp of a launch over the MoE plan (written two kernels before: read before the PDL
+ * wait): its expert's matrix and scales, its slots [c_lo, c_hi) and the slots' token rows (stok);
+ * false for a group past the plan's count (the block then only waits and returns). */
+struct moe_grp {
+    const uint8_t *W, *S;
+    const int32_t *stok;
+    int c_lo, c_hi;
+};
+__device__ __forceinline__ bool moe_group(const int32_t *__restrict__ plan, int TK, int E, int grp,
+                                          const void *const *__restrict__ Wt, const uint8_t *const *__restrict__ St,
+                                          moe_grp &r) {
+    const int G = TK < E ? TK : E;
+    if (grp >= plan[0]) return false;
+    const int32_t *gexp = plan + 1, *goff = gexp + G;
+    const int ex = gexp[grp];
+    r.stok = goff + G + 1, r.c_lo = goff[grp], r.c_hi = goff[grp + 1];
+    r.W = (const uint8_t *)Wt[ex], r.S = St[ex];
+    return true;
+}
+
 /* ---- The decode expert GEMV on Hopper's FP8 tensor cores (tuning moe_wg; default off) -----------
  * An experiment for issue 8. sm_90 has no FP8 mma.sync: ptxas emulates each m16n8k32 e4m3 MMA with
  * 12 e4m3 -> f16 conversions, two f16 MMAs and an add per accumulator (the f16 mma probe), so the
@@ -1332,14 +1352,14 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
     __shared__ __align__(128) uint8_t bsm[MOE_WG_MAXK / 32 * 256];
     __shared__ float red[4][32][4];
     if (bid.z) Wt = Wt3, St = St3, y = y3;
-    const int G = TK < E ? TK : E, grp = bid.y;
-    if (grp >= plan[0]) { /* the plan is two kernels old, as for k_moe_gemv_fp4 */
+    moe_grp gr;
+    if (!moe_group(plan, TK, E, (int)bid.y, Wt, St, gr)) {
         mk_d_pdl_wait();
         return;
     }
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
-    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int32_t *stok = gr.stok;
+    const int c_lo = gr.c_lo, c_hi = gr.c_hi;
+    const uint8_t *W = gr.W, *S = gr.S;
     const int tid = threadIdx.x, nthr = blockDim.x, n0 = bid.x * 64;
     const size_t rowb = (size_t)k >> 1;
     { /* the block's 64 weight rows into L2 while the previous kernel finishes */
@@ -1546,14 +1566,14 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
     __shared__ float red2[2][GEMV_MAXW][32][4]; /* [chunk parity][warp][lane][C fragment] */
     mk_d_pdl_launch_dependents();
     if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
-    const int G = TK < E ? TK : E, grp = blockIdx.y;
-    if (grp >= plan[0]) { /* the plan is two kernels old, as for k_moe_gemv_fp4 */
+    moe_grp gr;
+    if (!moe_group(plan, TK, E, (int)blockIdx.y, Wt, St, gr)) { /* the plan is two kernels old */
         mk_d_pdl_wait();
         return;
     }
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
-    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int32_t *stok = gr.stok;
+    const int c_lo = gr.c_lo, c_hi = gr.c_hi;
+    const uint8_t *W = gr.W, *S = gr.S;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x, nthr = blockDim.x;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, nsb = k >> 5;
