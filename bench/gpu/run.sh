@@ -211,13 +211,13 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         echo "ncu rc $?"; tail -2 "$OUT/ncu.err"
         python3 bench/gpu/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu.md" 2>&1; head -45 "$OUT/ncu.md"
         if [ -n "${DSV4_NCU_VARIANTS:-}" ]; then # the same step's kernel durations under each setting
-            NV=("$OUT/ncu.csv"); i=0
+            NV=("defaults=$OUT/ncu.csv"); i=0
             for v in $DSV4_NCU_VARIANTS; do
                 i=$((i + 1))
                 stamp "ncu: kernel durations of one decode step under $v"
                 timeout 240 env ${v//,/ } "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
                     ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_v$i.csv" 2> "$OUT/ncu_v$i.err"
-                echo "ncu ($v) rc $?"; NV+=("$OUT/ncu_v$i.csv")
+                echo "ncu ($v) rc $?"; NV+=("$v=$OUT/ncu_v$i.csv")
             done
             python3 bench/gpu/ncu_summary.py "${NV[@]}" > "$OUT/ncu_variants.md" 2>&1; head -60 "$OUT/ncu_variants.md"
         fi

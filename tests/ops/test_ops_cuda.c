@@ -3206,7 +3206,8 @@ int main(int argc, char **argv) {
             printf("| (tuning: fp8_wg = 1: the decode FP8 GEMVs on wgmma) | | | | | | |\n");
             /* a pair partner of the same shape (the pair's plans agree: one launch) */
             test_fp8_wg(32768, 1024, 1, 32768); /* wq_b */
-            test_fp8_wg(4096, 8192, 1, 4096);   /* wo_b: alone 5 k splits, 8192 rows 4 (132 SMs): two launches */
+            test_fp8_wg(4096, 8192, 1, 4096);   /* wo_b: k splits in clusters */
+            test_fp8_wg(4096, 8192, 1, 8192);   /* splits differ (132 SMs: 5 and 4): the pair in two launches */
             test_fp8_wg(1024, 4096, 3, 1024);
             test_fp8_wg(512, 16384, 8, 512);    /* 8 splits of 16 128-blocks, the cluster's largest */
             test_fp8_wg(128, 384, 2, 128);      /* 3 128-blocks: one a split, an idle warpgroup */

@@ -333,7 +333,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
-    ctx->tune.moe_wg = ctx->tune.moe_wg != 0;
+    ctx->tune.moe_wg = ctx->tune.moe_wg != 0 && ctx->caps.cc_major == 9;
     ctx->tune.fp8_wg = ctx->tune.fp8_wg != 0 && ctx->caps.cc_major == 9;
     ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;
