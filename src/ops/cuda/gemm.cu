@@ -263,12 +263,6 @@ int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t 
  * no swizzle: 8-row x 16-byte core matrices of 128 bytes, the K-adjacent one 128 bytes on, the
  * M/N-adjacent one 256 bytes on; a generic-to-async proxy fence before the first), and each warp
  * its 16 rows by four chained mma.sync with the standard fragments. */
-/* A wgmma shared-memory descriptor of the probes' layout (no swizzle; K-adjacent core matrices 128
- * bytes apart, M/N-adjacent ones 256). */
-__device__ __forceinline__ uint64_t pw_desc(const void *p) {
-    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
-           ((uint64_t)(256 >> 4) << 32);
-}
 __global__ void k_probe_wgmma(const uint8_t *__restrict__ A, const uint8_t *__restrict__ B, float *__restrict__ yw,
                               float *__restrict__ ym) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -289,7 +283,7 @@ __global__ void k_probe_wgmma(const uint8_t *__restrict__ A, const uint8_t *__re
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int s = 0; s < 4; s++) {
-        const uint64_t da = pw_desc(As[s]), db = pw_desc(Bs[s]);
+        const uint64_t da = mk_d_wgmma_desc(As[s]), db = mk_d_wgmma_desc(Bs[s]);
         if (s == 0)
             asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
                          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -447,12 +441,12 @@ __global__ void k_probe_wgmma_shapes(const uint8_t *__restrict__ A, const uint8_
             if (s == 0)
                 asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
                              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "l"(mk_d_wgmma_desc(As[s])), "l"(mk_d_wgmma_desc(Bs[s]))
                              : "memory");
             else
                 asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 1, 1, 1;\n"
                              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "l"(mk_d_wgmma_desc(As[s])), "l"(mk_d_wgmma_desc(Bs[s]))
                              : "memory");
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -476,12 +470,12 @@ __global__ void k_probe_wgmma_shapes(const uint8_t *__restrict__ A, const uint8_
             if (s == 0)
                 asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " PW_R64 ", %32, %33, 0, 1, 1;\n"
                              : PW_D64
-                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "l"(mk_d_wgmma_desc(As[s])), "l"(mk_d_wgmma_desc(Bs[s]))
                              : "memory");
             else
                 asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " PW_R64 ", %32, %33, 1, 1, 1;\n"
                              : PW_D64
-                             : "l"(pw_desc(As[s])), "l"(pw_desc(Bs[s]))
+                             : "l"(mk_d_wgmma_desc(As[s])), "l"(mk_d_wgmma_desc(Bs[s]))
                              : "memory");
 #undef PW_D64
 #undef PW_R64
@@ -507,12 +501,12 @@ __global__ void k_probe_wgmma_shapes(const uint8_t *__restrict__ A, const uint8_
             if (s == 0)
                 asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 0, 1, 1;\n"
                              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                             : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(pw_desc(Bs[s]))
+                             : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(mk_d_wgmma_desc(Bs[s]))
                              : "memory");
             else
                 asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 1, 1, 1;\n"
                              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                             : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(pw_desc(Bs[s]))
+                             : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(mk_d_wgmma_desc(Bs[s]))
                              : "memory");
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

@@ -62,18 +62,6 @@
 
 namespace cg = cooperative_groups;
 
-/* The wgmma shared-memory descriptor of the wgmma experiments (k_gemv_fp8_wg, k_moe_fp4_wg): no
- * swizzle, K-adjacent core matrices (8 rows x 16 bytes) 128 bytes apart, M/N-adjacent ones 256. */
-__device__ __forceinline__ uint64_t moe_wg_desc(const void *p) {
-    return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
-           ((uint64_t)(256 >> 4) << 32);
-}
-/* moe_wg_desc(p + 16 * u16) from d = moe_wg_desc(p): a 32-bit add to the address field (shared
- * addresses / 16 stay below 2^14, so nothing carries into the fields above it). */
-__device__ __forceinline__ uint64_t moe_wg_desc_add(uint64_t d, uint32_t u16) {
-    return (d & 0xffffffff00000000ull) | (uint32_t)((uint32_t)d + u16);
-}
-
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
 
@@ -461,7 +449,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restric
     const int c0 = 2 * t, c1 = 2 * t + 1;
     const bool v0 = c0 < m, v1 = c1 < m;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint64_t d0 = moe_wg_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
+    const uint64_t d0 = mk_d_wgmma_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
     auto comp = [&](const uint4 (&a)[FP8WG_U][2][2], int kb) {
         float c[FP8WG_U][4];
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -473,7 +461,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restric
                 const uint4 &r0 = a[u][mi >> 1][0], &r1 = a[u][mi >> 1][1];
                 const uint32_t x0 = (mi & 1) ? r0.z : r0.x, x1 = (mi & 1) ? r1.z : r1.x;
                 const uint32_t x2 = (mi & 1) ? r0.w : r0.y, x3 = (mi & 1) ? r1.w : r1.y;
-                const uint64_t desc = moe_wg_desc_add(d0, db + (uint32_t)(mi * 16));
+                const uint64_t desc = mk_d_wgmma_desc_add(d0, db + (uint32_t)(mi * 16));
                 if (mi == 0)
                     asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
                                  "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
@@ -1406,7 +1394,7 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
                 }
             }
         };
-        const uint64_t d0 = moe_wg_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
+        const uint64_t d0 = mk_d_wgmma_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
         auto comp = [&](const wg_item &it, int kb) {
             float s0[MOE_WG_U], s1[MOE_WG_U]; /* activation block scales, first: in flight during the MMAs (the
                                                * operand fences below are memory clobbers: nothing sinks them) */
@@ -1436,7 +1424,7 @@ __device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *
                                  "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
                                  : "=f"(c[u][q][0]), "=f"(c[u][q][1]), "=f"(c[u][q][2]), "=f"(c[u][q][3])
                                  : "r"(A[u][q][0]), "r"(A[u][q][1]), "r"(A[u][q][2]), "r"(A[u][q][3]),
-                                   "l"(moe_wg_desc_add(d0, (uint32_t)(((kb + u < kb1 ? kb + u : kb) * 4 + q) * 16)))
+                                   "l"(mk_d_wgmma_desc_add(d0, (uint32_t)(((kb + u < kb1 ? kb + u : kb) * 4 + q) * 16)))
                                  : "memory");
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");

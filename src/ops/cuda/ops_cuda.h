@@ -718,9 +718,9 @@ int mk_cuda_moe_combine(mk_cuda_ctx *ctx, const float *eo, const int32_t *idx, c
 int mk_cuda_probe_wgmma_e4m3(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *B, float *yw, float *ym, mk_err *err);
 
 /* Whether f16 MMAs could give the e4m3 MMA's bits (gemm.cu). On sm_90 an m16n8k32 e4m3 mma.sync runs
- * as 12 e4m3 -> f16 conversions, two m16n8k16 f16 MMAs and an fp32 add of C; an explicit f16 path
- * could convert each activation once and skip the add where C is zero (a few percent of the expert
- * GEMVs' instructions), if its bits were the same. The findings are sm_90's: on sm_100 the e4m3 MMA
+ * as 12 e4m3 -> f16 conversions, two m16n8k16 f16 MMAs and an fp32 add of C. Way 7 matches it; an
+ * explicit f16 expert path built on that (session 22) saved nothing in the SASS (ptxas already shares
+ * the activations' conversions) and was removed. The findings are sm_90's: on sm_100 the e4m3 MMA
  * is native (the probe runs, and tells whether the same split holds there). For nt tiles (A e4m3 [16][32], B e4m3 [8][32], B's
  * rows the 8 columns, C fp32 [16][8], all row-major host arrays back to back), out[tile][0] = one
  * mma.sync e4m3 from C and out[tile][v] (v = 1..MK_CUDA_PROBE_F16_WAYS) = two chained f16 MMAs from C
