@@ -50,6 +50,12 @@ size_t mk_linear_scratch(int m, int k);
  * scratch: at least mk_linear_scratch(m, k) floats. pool may be NULL (single thread). */
 void mk_linear(mk_pool *pool, const mk_wmat *W, const float *x, int m, float *y, int round_bf16,
                float *scratch);
+/* The FP4 weight decode of mk_linear's AVX2 path (tests and benchmarks; both give the same bits):
+ * MK_FP4_F16 widens the codes through f16 (vcvtph2ps), MK_FP4_BITS places them straight into f32
+ * bits, where e2m1's 0.5 lands on an f32 subnormal (slow on Intel). MK_FP4_AUTO: MINKE_CPU_FP4
+ * (f16 | bits) if set, else f16 on Intel CPUs. Returns the previous setting. */
+enum { MK_FP4_AUTO = 0, MK_FP4_BITS = 1, MK_FP4_F16 = 2 };
+int mk_linear_fp4_decode(int mode);
 /* The scalar reference of the same (src/ops/cpu/gemm_ref.c); mk_linear must match it within
  * fp32 reassociation. */
 void mk_linear_ref(const mk_wmat *W, const float *x, int m, float *y, int round_bf16,

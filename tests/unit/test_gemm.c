@@ -219,6 +219,56 @@ Test(gemm, fp4) {
     check_shapes(MK_W_FP4, s, 6);
 }
 
+/* The two FP4 decodes of the AVX2 path (f32 bit placement, and f16 through vcvtph2ps, which
+ * Intel cores run without the subnormal assist) put the same values in the same lanes: bit for bit
+ * the same outputs, for every code (including +-0.5, the e2m1 subnormals, and -0), rows made of
+ * +-0.5 alone, k off the 64 granule, scale bytes 0 and 255 among the random ones, with and
+ * without a pool. Each path also meets the reference in Test(gemm, fp4) on a machine that picks it. */
+Test(gemm, fp4_decodes_agree) {
+    mk_num_init();
+    rng_state = 0x5eed0f4ull;
+    mk_pool *pool = mk_pool_create(2);
+    cr_assert(pool);
+    static const int s[][2] = {{100, 512}, {200, 4096}, {21, 192}, {19, 224}, {3, 32}, {64, 96}, {40, 1024}};
+    static const int ms[] = {1, 3, 17};
+    for (size_t si = 0; si < sizeof s / sizeof s[0]; si++)
+        for (int mi = 0; mi < 3; mi++) {
+            int n = s[si][0], k = s[si][1], m = ms[mi];
+            wbuf b;
+            make_w(&b, MK_W_FP4, n, k);
+            uint8_t *w = b.w;
+            for (int j = 0; j < n; j += 7) /* every 7th row: only +-0.5 */
+                for (int i = 0; i < k / 2; i++) w[(size_t)j * (k / 2) + i] = (uint8_t)(0x11 | (rnd() & 0x88));
+            size_t nsc = scale_count(MK_W_FP4, n, k);
+            if (nsc > 8) {
+                b.scale[nsc / 3] = 0;
+                b.scale[nsc / 2] = 255;
+            }
+            float *x = malloc(sizeof(float) * (size_t)m * k);
+            make_x(x, m, k);
+            float *scratch = malloc(sizeof(float) * mk_linear_scratch(m, k));
+            float *y1 = malloc(sizeof(float) * (size_t)m * n), *y2 = malloc(sizeof(float) * (size_t)m * n);
+            for (int round = 0; round < 2; round++)
+                for (int p = 0; p < 2; p++) {
+                    int old = mk_linear_fp4_decode(MK_FP4_BITS);
+                    mk_linear(p ? pool : NULL, &b.W, x, m, y1, round, scratch);
+                    mk_linear_fp4_decode(MK_FP4_F16);
+                    mk_linear(p ? pool : NULL, &b.W, x, m, y2, round, scratch);
+                    mk_linear_fp4_decode(old);
+                    for (size_t i = 0; i < (size_t)m * n; i++)
+                        cr_assert(!memcmp(&y1[i], &y2[i], sizeof(float)),
+                                  "fp4 n=%d k=%d m=%d round=%d pool=%d: y[%zu] bits %a, f16 %a", n, k, m,
+                                  round, p, i, (double)y1[i], (double)y2[i]);
+                }
+            free(x);
+            free(scratch);
+            free(y1);
+            free(y2);
+            free_w(&b);
+        }
+    mk_pool_free(pool);
+}
+
 Test(gemm, bf16) {
     static const int s[][2] = {{77, 1000}, {129, 4096}, {40, 15}, {18, 128}, {3, 4111}};
     check_shapes(MK_W_BF16, s, 5);

@@ -27,7 +27,16 @@
  *     then the true dot times 2^-2 and the 4 is folded into the block scale. (This relies on
  *     subnormal inputs not being flushed: with MXCSR.DAZ set, mk_linear takes the scalar path.)
  *   FP4 weights. Nibble s.ee.m goes to s<<31 | ee.m<<22: the e2m1 value times 2^-126 (e = 0
- *     again lands on the matching subnormal); 2^8 is folded into the per-32 scale.
+ *     again lands on the matching subnormal); 2^8 is folded into the per-32 scale. But 0.5 is one
+ *     of e2m1's 7 magnitudes, so most weight vectors hold an f32 subnormal, and on Intel cores
+ *     (Sapphire Rapids measured) an FMA with a subnormal input takes a microcode assist: ~30x
+ *     slower than on normal inputs. So on Intel the nibbles go through f16 instead: the bytes are
+ *     first transposed so each 128-bit half holds one 16-bit byte pair of every lane
+ *     (fp4_bytes_f16), vpmaddubsw puts s.ee.m at f16 bits 15, 11..9 (the e2m1 value times 2^-14,
+ *     e = 0 on the f16 subnormal) and vcvtph2ps widens that to a normal f32, at full speed. The
+ *     activations are then pre-scaled by 2^6, so every product, lane and sum is the one the f32
+ *     placement computes: the same bits (test_gemm's fp4_decodes_agree); ~35x the speed there.
+ *     Zen cores keep the placement, which takes fewer instructions (bench_gemm times both).
  *   FP8_DQ (FP8 storage used as dequantized values, activations NOT quantized): the raw
  *     activations can have any magnitude, so there the decoded weights are first multiplied back
  *     by 2^120 (exact) and the block dot is scaled by the weight scale alone.
@@ -59,12 +68,13 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define MK_HAVE_X86 1
-#define MK_AVX2 __attribute__((target("avx2,fma")))
+#define MK_AVX2 __attribute__((target("avx2,fma,f16c")))
 #else
 #define MK_HAVE_X86 0
 #endif
@@ -146,8 +156,10 @@ typedef struct {
     int m, n, k, nb; /* nb: 128-blocks along k */
     int kv;          /* [0, kv) is handled by SIMD in permuted order, [kv, k) by scalar code */
     int E;           /* values per 32-bit lane in the SIMD layout (4 FP8, 8 FP4, 2 BF16, 1 F32) */
-    float pre;       /* pre-scale of quantized activations in [0, kv) (2^118 for FP8/FP4) */
+    float pre;       /* pre-scale of quantized activations in [0, kv) (2^118 for FP8/FP4, 2^6 for
+                      * FP4 through f16) */
     int simd;        /* 0: scalar, 1: AVX2 */
+    int fp4h;        /* FP4 through the f16 decode (gemv_fp4_h) */
     int round;
 } job_t;
 
@@ -365,30 +377,16 @@ MK_AVX2 static float quant_block_avx2(const float *x, int n, float *q) {
         o1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(hi_, 16), m_));             \
     } while (0)
 
-/* The eight 8-float vectors of one 32-byte FP4 chunk (element 8i+p in lane i of o[p]), times
- * 2^-126. 4 * sext(byte) puts the high nibble's sign at bit 15 (and above) and its e/m bits at
- * 8..6 of the half; the low nibbles are first moved up into the high nibble position. */
-MK_AVX2 static inline void fp4_decode(__m256i v, __m256 o[8]) {
-    const __m256i m = _mm256_set1_epi32(FP4_MASK);
-    const __m256i c02 = _mm256_set1_epi16(4), c13 = _mm256_set1_epi16(4 << 8);
-    __m256i v4 = _mm256_slli_epi16(v, 4);
-    __m256i a = _mm256_maddubs_epi16(c02, v);  /* high nibbles of bytes 0 | 2: elements 1 | 5 */
-    __m256i b = _mm256_maddubs_epi16(c13, v);  /* bytes 1 | 3: elements 3 | 7 */
-    __m256i c = _mm256_maddubs_epi16(c02, v4); /* low nibbles of bytes 0 | 2: elements 0 | 4 */
-    __m256i d = _mm256_maddubs_epi16(c13, v4); /* low nibbles of bytes 1 | 3: elements 2 | 6 */
-    o[5] = _mm256_castsi256_ps(_mm256_and_si256(a, m));
-    o[7] = _mm256_castsi256_ps(_mm256_and_si256(b, m));
-    o[4] = _mm256_castsi256_ps(_mm256_and_si256(c, m));
-    o[6] = _mm256_castsi256_ps(_mm256_and_si256(d, m));
-    o[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(a, 16), m));
-    o[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(b, 16), m));
-    o[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(c, 16), m));
-    o[2] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d, 16), m));
-}
-
-/* Per-lane scale of a 64-element FP4 chunk: lanes 0-3 hold group 2c, lanes 4-7 group 2c+1. */
-MK_AVX2 static inline __m256 fp4_scale2(float c0, float c1) {
-    return _mm256_blend_ps(_mm256_set1_ps(c0), _mm256_set1_ps(c1), 0xf0);
+/* FP4 codes as f16 (the Intel decode, see the FP4 note at the top): after fp4_bytes_f16 each
+ * 128-bit half holds one 16-bit pair of bytes per lane (bytes 0-1 of lanes 0..7 below, bytes 2-3
+ * above), 32 * sext(byte) puts the high nibble's sign at bit 15 and its e/m bits at 11..9, where
+ * f16 keeps its exponent's low bits and mantissa's top bit: the e2m1 value times 2^-14, e = 0
+ * landing on the matching f16 subnormal, which vcvtph2ps widens at full speed. */
+#define FP4H_MASK ((short)0x8e00)
+MK_AVX2 static inline __m256i fp4_bytes_f16(__m256i v) {
+    const __m256i lohi = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1,
+                                          4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, lohi), _MM_SHUFFLE(3, 1, 2, 0));
 }
 
 /* -- GEMV kernels (m = 1) -- */
@@ -465,14 +463,16 @@ MK_AVX2 static void fp4_row_scales(const uint8_t *sr, const float *sa, int g0, i
 }
 
 /* NR (1 or 2) rows of FP4 at once. Two rows share every activation load: with 64 multiply-adds
- * per 32 weight bytes, the 8 activation loads per chunk are as much of the cost as the FMAs. */
+ * per 32 weight bytes, the 8 activation loads per chunk are as much of the cost as the FMAs.
+ * H: the f16 decode (fp4_bytes_f16) instead of the f32 bit placement; the same lanes, products and
+ * sums, so the same bits. */
 MK_AVX2 static inline __attribute__((always_inline)) void gemv_fp4_rows(const job_t *J, int j,
-                                                                        const int NR, int ar) {
+                                                                        const int NR, int ar, const int H) {
     const int k = J->k, gv = J->kv / 32; /* groups of 32 in the SIMD part (even) */
     const float *x = J->xp + (size_t)ar * k;
     const __m256i idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    const __m256i m = _mm256_set1_epi32(FP4_MASK);
-    const __m256i c02 = _mm256_set1_epi16(4), c13 = _mm256_set1_epi16(4 << 8);
+    const __m256i m = H ? _mm256_set1_epi16(FP4H_MASK) : _mm256_set1_epi32(FP4_MASK);
+    const __m256i c02 = _mm256_set1_epi16(H ? 32 : 4), c13 = _mm256_set1_epi16(H ? 32 << 8 : 4 << 8);
     _Alignas(32) float sf[2][FP4_SEG];
     const uint8_t *wr[2], *sr[2];
     __m256 acc0[2], acc1[2]; /* per row: even / odd chunks */
@@ -498,18 +498,26 @@ MK_AVX2 static inline __attribute__((always_inline)) void gemv_fp4_rows(const jo
                  * pair at the same offset (or PREFETCH bytes, whichever is further) */
                 if (!(c & 1)) _mm_prefetch((const char *)wr[r] + 32 * cc + pf, _MM_HINT_T0);
                 v[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + 32 * cc));
+                if (H) v[r] = fp4_bytes_f16(v[r]);
                 v4[r] = _mm256_slli_epi16(v[r], 4);
             }
             /* step t: elements t (low halves, moved up) and t + 4 (high halves) of every lane,
-             * see fp4_decode; two independent chains per row */
+             * see the FP4 note at the top; two independent chains per row */
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++) {
                 __m256 xl = _mm256_loadu_ps(xb + 8 * t), xh = _mm256_loadu_ps(xb + 8 * t + 32);
 #pragma GCC unroll 2
                 for (int r = 0; r < NR; r++) {
                     __m256i q = _mm256_maddubs_epi16(t & 2 ? c13 : c02, t & 1 ? v[r] : v4[r]);
-                    __m256 wl = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(q, 16), m));
-                    __m256 wh = _mm256_castsi256_ps(_mm256_and_si256(q, m));
+                    __m256 wl, wh;
+                    if (H) {
+                        q = _mm256_and_si256(q, m);
+                        wl = _mm256_cvtph_ps(_mm256_castsi256_si128(q));
+                        wh = _mm256_cvtph_ps(_mm256_extracti128_si256(q, 1));
+                    } else {
+                        wl = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(q, 16), m));
+                        wh = _mm256_castsi256_ps(_mm256_and_si256(q, m));
+                    }
                     /* (an FMA onto zero, not vmulps: see the FP4 note at the top) */
                     p[r][t & 1] = _mm256_fmadd_ps(
                         wh, xh, _mm256_fmadd_ps(wl, xl, t < 2 ? _mm256_setzero_ps() : p[r][t & 1]));
@@ -536,8 +544,14 @@ MK_AVX2 static inline __attribute__((always_inline)) void gemv_fp4_rows(const jo
 
 MK_AVX2 static void gemv_fp4(const job_t *J, int j0, int j1, int ar) {
     int j = j0;
-    for (; j + 2 <= j1; j += 2) gemv_fp4_rows(J, j, 2, ar);
-    if (j < j1) gemv_fp4_rows(J, j, 1, ar);
+    for (; j + 2 <= j1; j += 2) gemv_fp4_rows(J, j, 2, ar, 0);
+    if (j < j1) gemv_fp4_rows(J, j, 1, ar, 0);
+}
+
+MK_AVX2 static void gemv_fp4_h(const job_t *J, int j0, int j1, int ar) {
+    int j = j0;
+    for (; j + 2 <= j1; j += 2) gemv_fp4_rows(J, j, 2, ar, 1);
+    if (j < j1) gemv_fp4_rows(J, j, 1, ar, 1);
 }
 
 MK_AVX2 static void gemv_bf16(const job_t *J, int j0, int j1, int ar) {
@@ -666,7 +680,10 @@ static void linear_task(void *ctx, int t, int tid) {
         for (int r = 0; r < J->m; r++) switch (J->W->kind) {
             case MK_W_FP8: gemv_fp8(J, j0, j1, r); break;
             case MK_W_FP8_DQ: gemv_fp8_dq(J, j0, j1, r); break;
-            case MK_W_FP4: gemv_fp4(J, j0, j1, r); break;
+            case MK_W_FP4:
+                if (J->fp4h) gemv_fp4_h(J, j0, j1, r);
+                else gemv_fp4(J, j0, j1, r);
+                break;
             case MK_W_BF16: gemv_bf16(J, j0, j1, r); break;
             case MK_W_F32: gemv_f32(J, j0, j1, r); break;
             }
@@ -676,10 +693,42 @@ static void linear_task(void *ctx, int t, int tid) {
     scalar_rows(J, j0, j1);
 }
 
+/* Which FP4 decode the AVX2 path uses: mk_linear_fp4_decode's setting, else MINKE_CPU_FP4
+ * (f16 | bits), else f16 on Intel (where an FMA on an f32 subnormal takes a microcode assist,
+ * ~30x slower) and the bit placement elsewhere (Zen runs subnormals at full speed, and the
+ * placement needs fewer instructions). Both give the same bits. */
+static int fp4_forced = MK_FP4_AUTO;
+
+int mk_linear_fp4_decode(int mode) {
+    int old = fp4_forced;
+    if (mode == MK_FP4_AUTO || mode == MK_FP4_BITS || mode == MK_FP4_F16) fp4_forced = mode;
+    return old;
+}
+
+static int fp4_f16(void) {
+    if (fp4_forced != MK_FP4_AUTO) return fp4_forced == MK_FP4_F16;
+    static int chosen = -1; /* racing first calls compute the same value */
+    if (chosen < 0) {
+        const char *e = getenv("MINKE_CPU_FP4");
+        if (e && !strcmp(e, "f16")) chosen = 1;
+        else if (e && !strcmp(e, "bits")) chosen = 0;
+        else {
+#if MK_HAVE_X86
+            __builtin_cpu_init();
+            chosen = __builtin_cpu_is("intel") ? 1 : 0;
+#else
+            chosen = 0;
+#endif
+        }
+    }
+    return chosen;
+}
+
 static int have_simd(void) {
 #if MK_HAVE_X86
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        return 0;
     /* the FP8 / FP4 decodes pass e4m3 / e2m1 subnormals as f32 subnormals: not with DAZ */
     if (_mm_getcsr() & 0x0040) return 0;
     return 1;
@@ -712,6 +761,10 @@ void mk_linear(mk_pool *pool, const mk_wmat *W, const float *x, int m, float *y,
     }
     if (!J.simd) J.kv = 0;
     if (W->kind == MK_W_FP8 || W->kind == MK_W_FP4) J.pre = 0x1p118f;
+    if (W->kind == MK_W_FP4 && J.simd && fp4_f16()) {
+        J.fp4h = 1;
+        J.pre = 0x1p6f; /* weights times 2^-14 instead of 2^-126: the same products */
+    }
     if (W->kind == MK_W_F32) {
         J.xp = (float *)x; /* used in place, never written */
     } else {
