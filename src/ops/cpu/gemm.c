@@ -72,6 +72,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MK_HAVE_X86 1
 #define MK_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -727,8 +728,9 @@ static int fp4_f16(void) {
 static int have_simd(void) {
 #if MK_HAVE_X86
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
-        return 0;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    unsigned a, b, c, d; /* F16C (vcvtph2ps): clang's __builtin_cpu_supports has no name for it */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) return 0;
     /* the FP8 / FP4 decodes pass e4m3 / e2m1 subnormals as f32 subnormals: not with DAZ */
     if (_mm_getcsr() & 0x0040) return 0;
     return 1;
