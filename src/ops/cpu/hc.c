@@ -12,8 +12,81 @@
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* mix[k] = (xf . fn[k]) * rsqrt(mean(xf^2) + eps) over the flattened hc*d values. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HC_AVX2 __attribute__((target("avx2,fma")))
+
+static int hc_simd(void) {
+    static int s = -1; /* racing first calls agree */
+    if (s < 0) {
+        __builtin_cpu_init();
+        s = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return s;
+}
+
+HC_AVX2 static double hsum4d(__m256d v) {
+    __m128d a = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(a, _mm_unpackhi_pd(a, a)));
+}
+
+/* The sums of hc_mix in double, 8 lanes (two vectors) per sum and four of the nmix sums per pass
+ * over xf: each product is exact in double and each add rounds once, as in the scalar loop; only
+ * the order of the adds differs. n is a multiple of 8. */
+HC_AVX2 static void hc_mix_avx2(const float *xf, int n, const float *fn, int nmix, double *ss, double *dot) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    for (int i = 0; i < n; i += 8) {
+        __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(xf + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(xf + i + 4));
+        s0 = _mm256_fmadd_pd(a, a, s0);
+        s1 = _mm256_fmadd_pd(b, b, s1);
+    }
+    *ss = hsum4d(_mm256_add_pd(s0, s1));
+    int k = 0;
+    for (; k + 4 <= nmix; k += 4) {
+        const float *f0 = fn + (size_t)k * n, *f1 = f0 + n, *f2 = f1 + n, *f3 = f2 + n;
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+        for (int i = 0; i < n; i += 8) {
+            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(xf + i)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(xf + i + 4));
+            a0 = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm_loadu_ps(f0 + i)), a0);
+            a1 = _mm256_fmadd_pd(x1, _mm256_cvtps_pd(_mm_loadu_ps(f0 + i + 4)), a1);
+            b0 = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm_loadu_ps(f1 + i)), b0);
+            b1 = _mm256_fmadd_pd(x1, _mm256_cvtps_pd(_mm_loadu_ps(f1 + i + 4)), b1);
+            c0 = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm_loadu_ps(f2 + i)), c0);
+            c1 = _mm256_fmadd_pd(x1, _mm256_cvtps_pd(_mm_loadu_ps(f2 + i + 4)), c1);
+            d0 = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm_loadu_ps(f3 + i)), d0);
+            d1 = _mm256_fmadd_pd(x1, _mm256_cvtps_pd(_mm_loadu_ps(f3 + i + 4)), d1);
+        }
+        dot[k] = hsum4d(_mm256_add_pd(a0, a1));
+        dot[k + 1] = hsum4d(_mm256_add_pd(b0, b1));
+        dot[k + 2] = hsum4d(_mm256_add_pd(c0, c1));
+        dot[k + 3] = hsum4d(_mm256_add_pd(d0, d1));
+    }
+    for (; k < nmix; k++) {
+        const float *f = fn + (size_t)k * n;
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0;
+        for (int i = 0; i < n; i += 8) {
+            a0 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(xf + i)), _mm256_cvtps_pd(_mm_loadu_ps(f + i)), a0);
+            a1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(xf + i + 4)), _mm256_cvtps_pd(_mm_loadu_ps(f + i + 4)),
+                                 a1);
+        }
+        dot[k] = hsum4d(_mm256_add_pd(a0, a1));
+    }
+}
+#endif
+
+/* mix[k] = (xf . fn[k]) * rsqrt(mean(xf^2) + eps) over the flattened hc*d values, the sums in
+ * double (products exact, one rounding per add: the float result is all but independent of the
+ * order, so the AVX2 path's is the scalar one's). */
 static void hc_mix(const float *xf, int n, const float *fn, int nmix, float norm_eps, float *mix) {
+#if defined(__x86_64__)
+    if (n % 8 == 0 && nmix <= 64 && hc_simd()) {
+        double ss, dot[64];
+        hc_mix_avx2(xf, n, fn, nmix, &ss, dot);
+        float r = 1.0f / sqrtf((float)(ss / n) + norm_eps);
+        for (int k = 0; k < nmix; k++) mix[k] = (float)dot[k] * r;
+        return;
+    }
+#endif
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)xf[i] * xf[i];
     float r = 1.0f / sqrtf((float)(ss / n) + norm_eps);
