@@ -142,32 +142,6 @@ static void compare(const char *op, const char *shape, const float *ref, const f
     fflush(stdout);
 }
 
-/* |got - ref| <= eps * bound[i] + 1e-6 |ref[i]| for every output, bound[i] being the output's sum of
- * |products|: the stated tolerance of a kernel whose accumulation keeps fewer bits than fp32 (Hopper's
- * FP8 wgmma: the wgmma probe measured 4.6e-4 of the sum of |products| on random e4m3 operands, so
- * eps = 2^-10 leaves 2x). Prints the worst |got - ref| / bound[i] (the measured eps). */
-static void compare_bound(const char *op, const char *shape, const float *ref, const float *got, const float *bound,
-                          size_t n, double eps) {
-    double worst = 0.0, maxabs = 0.0;
-    int bad = 0, pass = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i]) || !isfinite(ref[i])) {
-            bad = 1;
-            continue;
-        }
-        const double d = fabs((double)got[i] - ref[i]);
-        if (d > maxabs) maxabs = d;
-        if (bound[i] > 0 && d / bound[i] > worst) worst = d / bound[i];
-        if (d > eps * bound[i] + 1e-6 * fabs(ref[i])) pass = 0;
-    }
-    pass = pass && !bad;
-    n_checks++;
-    if (!pass) n_fail++;
-    printf("| %-40s | %-26s | %10.3g | %10.3g (worst err / sum|p|) | bound %-7.2g | %s%s |\n", op, shape, maxabs, worst,
-           eps, pass ? "PASS" : "FAIL", bad ? " (nan/inf/unwritten)" : "");
-    fflush(stdout);
-}
-
 /* ---- act_quant -------------------------------------------------------------------------------- */
 
 static void test_act_quant(int m, int k, int perm) {
@@ -309,74 +283,6 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     mk_cuda_free(ctx, dy);
     mk_cuda_free(ctx, ds);
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(scr);
-}
-
-/* The wgmma decode FP8 GEMV (tuning fp8_wg, an experiment; sm_90 only): each output within 2^-10 of
- * its sum of |products| of the CPU's (compare_bound), the same bits when run again, and a pair (one
- * launch over W and W2) = each matrix alone, bit for bit. */
-static void test_fp8_wg(int n, int k, int m, int n2) {
-    mk_wmat Wh, W2h, Ah, Wd, W2d;
-    make_weights(&Wh, MK_W_FP8, n, k);
-    make_weights(&W2h, MK_W_FP8, n2, k);
-    Ah = Wh;
-    uint8_t *aw = xmalloc((size_t)n * k);
-    for (size_t i = 0; i < (size_t)n * k; i++) aw[i] = ((const uint8_t *)Wh.w)[i] & 0x7f; /* |W| */
-    Ah.w = aw;
-    float *x = xmalloc(sizeof(float) * m * k), *xa = xmalloc(sizeof(float) * m * k);
-    fill_act(x, (size_t)m * k, 1.0f);
-    for (size_t i = 0; i < (size_t)m * k; i++) xa[i] = fabsf(x[i]); /* quantizes to |q(x)|: the same scales */
-    float *yref = xmalloc(sizeof(float) * m * n), *bnd = xmalloc(sizeof(float) * m * n);
-    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(m, k));
-    mk_linear(NULL, &Wh, x, m, yref, 0, scr);
-    mk_linear(NULL, &Ah, xa, m, bnd, 0, scr);
-    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
-    CK(mk_cuda_wmat_upload(ctx, &W2h, &W2d, &err_));
-    mk_cuda_tuning def, t;
-    mk_cuda_ctx_get_tuning(ctx, &def);
-    t = def;
-    t.fp8_wg = 1;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    float *dx = dup_dev(x, sizeof(float) * m * k);
-    float *dy = poisoned_dev(sizeof(float) * m * n), *dy2 = poisoned_dev(sizeof(float) * m * n2);
-    float *dp = poisoned_dev(sizeof(float) * m * n), *dp2 = poisoned_dev(sizeof(float) * m * n2);
-    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Wd, &W2d, m), sb1 = mk_cuda_linear_scratch(ctx, &Wd, m);
-    if (sb1 > sb) sb = sb1;
-    void *ds = poisoned_dev(sb);
-    float *y = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
-    float *z = xmalloc(sizeof(float) * m * n2), *z1 = xmalloc(sizeof(float) * m * n2);
-    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, &Wd, dx, m, dy, 0, ds, sb, &err_));
-    fetch(y, dy, sizeof(float) * m * n);
-    CK(mk_cuda_memset(ctx, dy, 0xff, sizeof(float) * m * n, &err_));
-    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, &Wd, dx, m, dy, 0, ds, sb, &err_));
-    fetch(y1, dy, sizeof(float) * m * n);
-    int same = !memcmp(y, y1, sizeof(float) * m * n);
-    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, &W2d, dx, m, dy2, 0, ds, sb, &err_));
-    CK(mk_cuda_linear_pair(ctx, 0, &Wd, &W2d, dx, m, dp, dp2, 0, ds, sb, &err_));
-    fetch(y1, dp, sizeof(float) * m * n);
-    fetch(z, dy2, sizeof(float) * m * n2);
-    fetch(z1, dp2, sizeof(float) * m * n2);
-    const int one = mk_cuda_linear_pair_one_launch(ctx, 0, &Wd, &W2d, m);
-    const int pair_same = !memcmp(y, y1, sizeof(float) * m * n) && !memcmp(z, z1, sizeof(float) * m * n2);
-    t.fp8_wg = 0;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, &Wd, dx, m, dy, 0, ds, sb, &err_)); /* mma.sync (fp8_wg off) */
-    mk_cuda_ctx_set_tuning(ctx, &def);
-    fetch(y1, dy, sizeof(float) * m * n);
-    size_t ndiff = 0;
-    for (size_t i = 0; i < (size_t)m * n; i++) ndiff += memcmp(&y[i], &y1[i], sizeof(float)) != 0;
-    char shape[64];
-    snprintf(shape, sizeof shape, "n%d k%d m%d (+ n%d)", n, k, m, n2);
-    compare_bound("linear fp8 wgmma", shape, yref, y, bnd, (size_t)m * n, 1.0 / 1024);
-    n_checks++;
-    if (!same || !pair_same || !one || !ndiff) n_fail++;
-    printf("| %-40s | %-26s | run twice: %s; the pair call (%s) = each alone: %s; outputs that differ "
-           "from mma.sync's: %zu of %zu (0: the wgmma kernel did not run) |\n", "linear fp8 wgmma", shape,
-           same ? "same" : "FAIL", one ? "yes" : "FAIL: two", pair_same ? "ok" : "FAIL", ndiff, (size_t)m * n);
-    mk_cuda_wmat_free(ctx, &Wd), mk_cuda_wmat_free(ctx, &W2d);
-    void *dv[] = {dx, dy, dy2, dp, dp2, ds};
-    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
-    free((void *)Wh.w), free((void *)Wh.scale), free((void *)W2h.w), free((void *)W2h.scale), free(aw);
-    free(x), free(xa), free(yref), free(bnd), free(scr), free(y), free(y1), free(z), free(z1);
 }
 
 /* The L2 lane (mk_cuda_lane_prefetch): inside a capture, prefetches forked between two GEMVs (the
@@ -2110,17 +2016,6 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
  * overflows from 249 on: the decode kernels' one-column step then takes its general path) and checks
  * only the kernels against each other, bit for bit (NaN and inf included), not against the CPU. */
 static int moe_extreme_scales = 0;
-/* 1: test_moe_fp4 checks w1 / w3 against the CPU by compare_bound (the wgmma path, tuning moe_wg) */
-static int moe_wg_test = 0;
-
-/* |W|: the FP4 matrix with every sign bit cleared (the same scales), for sums of |products| */
-static void fp4_abs_copy(const mk_wmat *W, mk_wmat *A) {
-    *A = *W;
-    const size_t nb = (size_t)W->n * W->k / 2;
-    uint8_t *w = xmalloc(nb);
-    for (size_t i = 0; i < nb; i++) w[i] = ((const uint8_t *)W->w)[i] & 0x77;
-    A->w = w;
-}
 
 static void moe_poke_scales(mk_wmat *W) {
     const int nsb = W->k / 32, rows[3] = {1 % W->n, 9 % W->n, 17 % W->n}, blocks[3] = {2 % nsb, 5 % nsb, 0};
@@ -2289,43 +2184,6 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     if (moe_extreme_scales) {
         printf("| %-40s | %-26s | scale bytes 0 / 249 / 255 in some rows: the kernels only, against each other |\n",
                "moe fp4 mma extreme scales", shape);
-    } else if (moe_wg_test) { /* wgmma: within 2^-10 of each output's sum of |products| */
-        float *b1 = xmalloc(sizeof(float) * TK * I), *b3 = xmalloc(sizeof(float) * TK * I);
-        float *xa = xmalloc(sizeof(float) * T * d);
-        for (size_t i = 0; i < (size_t)T * d; i++) xa[i] = fabsf(x[i]); /* quantizes to |q(x)|: same scale */
-        for (int s = 0; s < TK; s++) {
-            mk_wmat A1, A3;
-            fp4_abs_copy(&W1[sexp[s]], &A1), fp4_abs_copy(&W3[sexp[s]], &A3);
-            mk_linear(NULL, &A1, xa + (size_t)stok[s] * d, 1, b1 + (size_t)s * I, 0, scr);
-            mk_linear(NULL, &A3, xa + (size_t)stok[s] * d, 1, b3 + (size_t)s * I, 0, scr);
-            free((void *)A1.w), free((void *)A3.w);
-        }
-        compare_bound("moe fp4 wgmma w1 (by token)", shape, r1, v1, b1, (size_t)TK * I, 1.0 / 1024);
-        compare_bound("moe fp4 wgmma w3 (by token)", shape, r3, v3, b3, (size_t)TK * I, 1.0 / 1024);
-        { /* the wgmma kernel ran: w1 by mma.sync (moe_wg off) differs somewhere */
-            mk_cuda_tuning tw, t0;
-            mk_cuda_ctx_get_tuning(ctx, &tw);
-            t0 = tw;
-            t0.moe_wg = 0;
-            mk_cuda_ctx_set_tuning(ctx, &t0);
-            float *dm = poisoned_dev(sizeof(float) * TK * I), *hm = xmalloc(sizeof(float) * TK * I);
-            CK(mk_cuda_act_quant(ctx, dx, T, d, 1, dq, dsa, &err_));
-            CK(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)dtw[0], (const uint8_t *const *)dts[0], NULL, NULL, I, d,
-                                    dq, dsa, 1, dplan, T, K, E, dm, NULL, 0, &err_));
-            mk_cuda_ctx_set_tuning(ctx, &tw);
-            fetch(hm, dm, sizeof(float) * TK * I);
-            size_t ndiff = 0;
-            for (size_t i = 0; i < (size_t)TK * I; i++) ndiff += memcmp(&hm[i], &v1[i], sizeof(float)) != 0;
-            n_checks++;
-            if (!ndiff) n_fail++;
-            printf("| %-40s | %-26s | w1 outputs that differ from mma.sync's: %zu of %zu (0: the wgmma kernel did not "
-                   "run): %s |\n", "moe fp4 wgmma ran", shape, ndiff, (size_t)TK * I, ndiff ? "ok" : "FAIL");
-            mk_cuda_free(ctx, dm);
-            free(hm);
-        }
-        compare("moe swiglu epilogue", shape, ract, act, (size_t)TK * I, REL, 1.0 / 128);
-        compare("moe fp4 mma w2 (by slot, bf16out)", shape, reo, eo, (size_t)TK * d, NORM, 1e-2);
-        free(b1), free(b3), free(xa);
     } else {
         compare("moe fp4 mma w1 (by token)", shape, r1, v1, (size_t)TK * I, NORM, 1e-4);
         compare("moe fp4 mma w3 (by token)", shape, r3, v3, (size_t)TK * I, NORM, 1e-4);
@@ -3179,38 +3037,6 @@ int main(int argc, char **argv) {
         if (v >= 3) {
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
-        }
-        mk_cuda_ctx_set_tuning(ctx, &def);
-    }
-
-    { /* the wgmma decode expert GEMV (tuning moe_wg, an experiment; sm_90 only): against the CPU at the
-       * same tolerances, and riding along with the FP8 GEMVs = alone, bit for bit */
-        mk_cuda_tuning def, t;
-        mk_cuda_ctx_get_tuning(ctx, &def);
-        t = def;
-        t.moe_wg = 1;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        if (mk_cuda_ctx_caps(ctx)->cc_major != 9)
-            printf("| (moe_wg, fp8_wg: skipped, not an sm_90 device) | | | | | | |\n");
-        else {
-            printf("| (tuning: moe_wg = 1: the decode experts on wgmma) | | | | | | |\n");
-            moe_wg_test = 1;
-            test_moe_fp4(1, 6, 8, 4096, 2048);
-            test_moe_fp4(1, 8, 16, 1024, 512);
-            test_moe_fp4(1, 6, 16, 2048, 1024);
-            test_moe_fp4(1, 2, 64, 1280, 384); /* w1 / w3: 10 128-blocks, w2: 3 (partial steps, uneven halves) */
-            test_moe_fp4(1, 2, 8, 128, 128);   /* one 128-block: warpgroup 1 idle */
-            moe_wg_test = 0;
-            test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
-            test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
-            printf("| (tuning: fp8_wg = 1: the decode FP8 GEMVs on wgmma) | | | | | | |\n");
-            /* a pair partner of the same shape (the pair's plans agree: one launch) */
-            test_fp8_wg(32768, 1024, 1, 32768); /* wq_b */
-            test_fp8_wg(4096, 8192, 1, 4096);   /* wo_b: k splits in clusters */
-            test_fp8_wg(4096, 8192, 1, 8192);   /* splits differ (132 SMs: 5 and 4): the pair in two launches */
-            test_fp8_wg(1024, 4096, 3, 1024);
-            test_fp8_wg(512, 16384, 8, 512);    /* 8 splits of 16 128-blocks, the cluster's largest */
-            test_fp8_wg(128, 384, 2, 128);      /* 3 128-blocks: one a split, an idle warpgroup */
         }
         mk_cuda_ctx_set_tuning(ctx, &def);
     }

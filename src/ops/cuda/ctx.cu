@@ -154,8 +154,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
      * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
-    ctx->tune.moe_wg = env_switch("MINKE_CUDA_MOE_WG", 0); /* an experiment: other bits than mma.sync */
-    ctx->tune.fp8_wg = env_switch("MINKE_CUDA_FP8_WG", 0); /* an experiment: other bits than mma.sync */
     ctx->tune.hc_fin_split = env_switch("MINKE_CUDA_HC_FIN_SPLIT", 1);
     ctx->tune.ri_wdepth = getenv("MINKE_CUDA_RI_WDEPTH") ? atoi(getenv("MINKE_CUDA_RI_WDEPTH")) : 1; /* not yet run */
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
@@ -210,7 +208,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
                      ctx->caps.name, ctx->caps.cc_major, ctx->caps.cc_minor);
         goto fail;
     }
-    if (ctx->caps.cc_major != 9) ctx->tune.moe_wg = 0, ctx->tune.fp8_wg = 0; /* Hopper's paths */
     e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         st = mk_cuda_fail(err, e, "cudaStreamCreate");
@@ -333,8 +330,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
-    ctx->tune.moe_wg = ctx->tune.moe_wg != 0 && ctx->caps.cc_major == 9;
-    ctx->tune.fp8_wg = ctx->tune.fp8_wg != 0 && ctx->caps.cc_major == 9;
     ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;
     ctx->tune.rows_ring = ctx->tune.rows_ring != 0;

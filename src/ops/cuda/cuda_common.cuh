@@ -281,16 +281,11 @@ __device__ __forceinline__ void mk_d_mma_f16(float (&d)[4], uint32_t a0, uint32_
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* A wgmma shared-memory matrix descriptor for the layout the wgmma probes and experiments use: no
+/* A wgmma shared-memory matrix descriptor for the layout the wgmma probes use: no
  * swizzle, 8-row x 16-byte core matrices, the K-adjacent one 128 bytes on, the M/N-adjacent one 256. */
 __device__ __forceinline__ uint64_t mk_d_wgmma_desc(const void *p) {
     return (uint64_t)((__cvta_generic_to_shared(p) & 0x3ffff) >> 4) | ((uint64_t)(128 >> 4) << 16) |
            ((uint64_t)(256 >> 4) << 32);
-}
-/* mk_d_wgmma_desc(p + 16 * u16) from d = mk_d_wgmma_desc(p): a 32-bit add to the address field (shared
- * addresses / 16 stay below 2^14, so nothing carries into the fields above it). */
-__device__ __forceinline__ uint64_t mk_d_wgmma_desc_add(uint64_t d, uint32_t u16) {
-    return (d & 0xffffffff00000000ull) | (uint32_t)((uint32_t)d + u16);
 }
 
 /* Two e4m3 bytes (low byte = first element) -> f16x2 (low half = first), exactly: every e4m3

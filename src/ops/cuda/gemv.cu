@@ -58,10 +58,6 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
-#include <cooperative_groups.h>
-
-namespace cg = cooperative_groups;
-
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
 
@@ -387,197 +383,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
     }
 }
 
-/* ---- The decode FP8 GEMV on Hopper's FP8 tensor cores (tuning fp8_wg; default off) ---------------
- * The experiment of k_moe_fp4_wg for the dense FP8 linears of a decode (at most 8 rows): the
- * weights go from registers straight into wgmma.m64n8k32 (A: the mma.sync A fragment, from the same
- * 16-byte loads k_gemv_fp8 makes), the 8 activation columns sit in shared memory (K-major, no
- * swizzle; the staging puts stored word 4t + j of a 64-byte step at MMA 2s + (j >> 1), semantic word
- * t or 4 + t, which is how k_gemv_fp8 pairs a lane's .x / .y / .z / .w with B), and a 128-block is four
- * chained k32 MMAs from zero, then fmaf(c, sa * sb, acc), as k_gemv_fp8 does with mma.sync.
- * A block is two warpgroups over 64 rows and a range of at most FP8WG_MAXB 128-blocks (each
- * warpgroup half of it); the k splits of a tile are a cluster (grid x = split = cluster rank), and
- * rank 0 adds the blocks' partials in rank order from their shared memory: no workspace. Bits are
- * NOT mma.sync's (a decode under it differs from a prefill); a measurement, sm_90a builds only. */
-#define FP8WG_MAXB 16
-#define FP8WG_U 2
-
-__global__ void __launch_bounds__(256, 2) k_gemv_fp8_wg(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
-                                                        const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                                        int m, int n, int k, int nbs, float *__restrict__ y, int round,
-                                                        const uint8_t *__restrict__ W2, const uint8_t *__restrict__ S2,
-                                                        int n2, float *__restrict__ y2) {
-    mk_d_pdl_launch_dependents();
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __shared__ __align__(128) uint8_t bsm[FP8WG_MAXB * 1024];
-    __shared__ float red[4][32][4]; /* warpgroup 1's partials */
-    __shared__ float bp[4][32][4];  /* the block's partials, read by rank 0 of the cluster */
-    cg::cluster_group cl = cg::this_cluster();
-    const int z = (int)cl.block_rank(), nz = (int)cl.num_blocks();
-    int tile = blockIdx.y;
-    if (tile >= (n >> 6)) tile -= n >> 6, W = W2, S = S2, y = y2, n = n2; /* the second matrix */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wl = warp & 3;
-    const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, zb0 = min(nb, z * nbs), zb1 = min(nb, zb0 + nbs), nzb = zb1 - zb0, h = (nzb + 1) >> 1;
-    const int kb0 = zb0 + wg * h, kb1 = min(zb1, kb0 + h);
-    const int row = tile * 64 + wl * 16 + g;
-    const uint8_t *w0 = W + (size_t)row * k + t * 16, *w1 = w0 + (size_t)8 * k;
-    const uint8_t *sbr = S + (size_t)((tile * 64) >> 7) * nb;
-    auto load = [&](uint4 (&a)[FP8WG_U][2][2], int kb) {
-#pragma unroll
-        for (int u = 0; u < FP8WG_U; u++)
-#pragma unroll
-            for (int s = 0; s < 2; s++) {
-                a[u][s][0] = a[u][s][1] = make_uint4(0, 0, 0, 0); /* past kb1: a zero product, not used */
-                if (kb + u < kb1) {
-                    const size_t off = (size_t)(kb + u) * 128 + s * 64;
-                    a[u][s][0] = mk_d_ld_stream(w0 + off);
-                    a[u][s][1] = mk_d_ld_stream(w1 + off);
-                }
-            }
-    };
-    uint4 A0[FP8WG_U][2][2], A1[FP8WG_U][2][2];
-    if (kb0 < kb1) load(A0, kb0); /* the weights do not depend on the previous kernel */
-    mk_d_pdl_wait(); /* no zeros for absent columns: their outputs are not stored, and no other depends on them */
-    for (int i = tid; i < m * nzb * 32; i += 256) { /* column j, 128-block b, stored word wd */
-        const int j = i / (nzb * 32), r = i - j * nzb * 32, b = r >> 5, wd = r & 31;
-        const int s = wd >> 4, tq = (wd >> 2) & 3, jj = wd & 3, p = (jj & 1) ? 4 + tq : tq;
-        *(uint32_t *)(bsm + (b * 4 + 2 * s + (jj >> 1)) * 256 + (p >> 2) * 128 + j * 16 + (p & 3) * 4) =
-            *(const uint32_t *)(xq + (size_t)j * k + (size_t)(zb0 + b) * 128 + wd * 4);
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    const int c0 = 2 * t, c1 = 2 * t + 1;
-    const bool v0 = c0 < m, v1 = c1 < m;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint64_t d0 = mk_d_wgmma_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
-    auto comp = [&](const uint4 (&a)[FP8WG_U][2][2], int kb) {
-        float c[FP8WG_U][4];
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int u = 0; u < FP8WG_U; u++) { /* unconditional (a branch serializes wgmma); past kb1 on block kb */
-            const uint32_t db = (uint32_t)(((kb + u < kb1 ? kb + u : kb) - zb0) * 64);
-#pragma unroll
-            for (int mi = 0; mi < 4; mi++) {
-                const uint4 &r0 = a[u][mi >> 1][0], &r1 = a[u][mi >> 1][1];
-                const uint32_t x0 = (mi & 1) ? r0.z : r0.x, x1 = (mi & 1) ? r1.z : r1.x;
-                const uint32_t x2 = (mi & 1) ? r0.w : r0.y, x3 = (mi & 1) ? r1.w : r1.y;
-                const uint64_t desc = mk_d_wgmma_desc_add(d0, db + (uint32_t)(mi * 16));
-                if (mi == 0)
-                    asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
-                                 "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
-                                 : "=f"(c[u][0]), "=f"(c[u][1]), "=f"(c[u][2]), "=f"(c[u][3])
-                                 : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(desc)
-                                 : "memory");
-                else
-                    asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
-                                 "{%4,%5,%6,%7}, %8, 1, 1, 1;\n"
-                                 : "+f"(c[u][0]), "+f"(c[u][1]), "+f"(c[u][2]), "+f"(c[u][3])
-                                 : "r"(x0), "r"(x1), "r"(x2), "r"(x3), "l"(desc)
-                                 : "memory");
-            }
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        float f0[FP8WG_U], f1[FP8WG_U]; /* the scales, loaded while the MMAs run */
-#pragma unroll
-        for (int u = 0; u < FP8WG_U; u++) {
-            const float sb = kb + u < kb1 ? mk_d_e8m0(sbr[kb + u]) : 0.0f;
-            f0[u] = v0 && kb + u < kb1 ? sa[(size_t)c0 * nb + kb + u] * sb : 0.0f;
-            f1[u] = v1 && kb + u < kb1 ? sa[(size_t)c1 * nb + kb + u] * sb : 0.0f;
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-        for (int u = 0; u < FP8WG_U; u++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) asm volatile("" : "+f"(c[u][i])::"memory"); /* after the wait */
-            if (kb + u < kb1) {
-                acc[0] = fmaf(c[u][0], f0[u], acc[0]);
-                acc[1] = fmaf(c[u][1], f1[u], acc[1]);
-                acc[2] = fmaf(c[u][2], f0[u], acc[2]);
-                acc[3] = fmaf(c[u][3], f1[u], acc[3]);
-            }
-        }
-    };
-    for (int kb = kb0; kb < kb1; kb += 2 * FP8WG_U) { /* two register buffers: the next loads fly during the MMAs */
-        if (kb + FP8WG_U < kb1) load(A1, kb + FP8WG_U);
-        comp(A0, kb);
-        if (kb + FP8WG_U >= kb1) break;
-        if (kb + 2 * FP8WG_U < kb1) load(A0, kb + 2 * FP8WG_U);
-        comp(A1, kb + FP8WG_U);
-    }
-    if (wg == 1)
-#pragma unroll
-        for (int i = 0; i < 4; i++) red[wl][lane][i] = acc[i];
-    __syncthreads();
-    if (wg == 0)
-#pragma unroll
-        for (int i = 0; i < 4; i++) bp[wl][lane][i] = acc[i] + red[wl][lane][i]; /* the halves in order */
-    cl.sync(); /* every block's partials are in its shared memory */
-    if (z == 0 && wg == 0) { /* the splits in rank order; C fragment: rows row / row + 8, columns 2t / 2t + 1 */
-        float v[4] = {bp[wl][lane][0], bp[wl][lane][1], bp[wl][lane][2], bp[wl][lane][3]};
-        for (int r = 1; r < nz; r++) {
-            const float *o = cl.map_shared_rank(&bp[wl][lane][0], r);
-#pragma unroll
-            for (int i = 0; i < 4; i++) v[i] += o[i];
-        }
-        if (v0) y[(size_t)c0 * n + row] = gemv_out(v[0], round), y[(size_t)c0 * n + row + 8] = gemv_out(v[2], round);
-        if (v1) y[(size_t)c1 * n + row] = gemv_out(v[1], round), y[(size_t)c1 * n + row + 8] = gemv_out(v[3], round);
-    }
-    cl.sync(); /* the other blocks' shared memory stays until rank 0 has read it */
-#else
-    __trap(); /* launched only on sm_90 (fp8_wg_ok); a build without sm_90a code (not the Makefile's) traps here */
-#endif
-}
-
-/* Whether the FP8 GEMV of m rows over W (and W2) runs on k_gemv_fp8_wg (tuning fp8_wg, an sm_90 device). */
-static int fp8_wg_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, int m) {
-    return ctx->tune.fp8_wg && ctx->caps.cc_major == 9 && m >= 1 && m <= 8 && W->kind == MK_W_FP8 && W->n % 64 == 0 &&
-           W->k % 128 == 0 && W->k / 128 <= 8 * FP8WG_MAXB && (W->n + (W2 ? W2->n : 0)) / 64 <= 65535 &&
-           (!W2 || (W2->kind == MK_W_FP8 && W2->n % 64 == 0 && W2->k == W->k));
-}
-
-/* k_gemv_fp8_wg's k splits for a matrix of n rows and nb 128-blocks: enough for ~2 blocks per SM, at
- * least ceil(nb / FP8WG_MAXB), at most 8 (the portable cluster size) and nb; *nbs its 128-blocks per
- * split. A matrix's own shape decides, so it gets the same bits alone and in a pair. */
-static int fp8_wg_splits(const mk_cuda_ctx *ctx, int n, int nb, int *nbs) {
-    const int tiles = n / 64, want = 2 * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
-    int S = (want + tiles - 1) / tiles;
-    if (S < (nb + FP8WG_MAXB - 1) / FP8WG_MAXB) S = (nb + FP8WG_MAXB - 1) / FP8WG_MAXB;
-    if (S > 8) S = 8;
-    if (S > nb) S = nb;
-    *nbs = (nb + S - 1) / S;
-    return (nb + *nbs - 1) / *nbs;
-}
-
-/* Launches k_gemv_fp8_wg over W (and W2 in the same launch when both get the same splits; else one
- * launch each): a cluster of S blocks per 64-row tile. */
-static cudaError_t fp8_wg_launch(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq,
-                                 const float *sa, int m, float *y, float *y2, int round) {
-    const int n = W->n, k = W->k, nb = k / 128;
-    int nbs, nbs2 = 0;
-    const int S = fp8_wg_splits(ctx, n, nb, &nbs), S2 = W2 ? fp8_wg_splits(ctx, W2->n, nb, &nbs2) : S;
-    if (W2 && S2 != S) {
-        cudaError_t e = fp8_wg_launch(ctx, W, NULL, xq, sa, m, y, NULL, round);
-        return e != cudaSuccess ? e : fp8_wg_launch(ctx, W2, NULL, xq, sa, m, y2, NULL, round);
-    }
-    const int n2 = W2 ? W2->n : 0;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)S, (unsigned)((n + n2) / 64), 1);
-    cfg.blockDim = dim3(256);
-    cfg.stream = ctx->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)S;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = ctx->tune.gemv_pdl ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, k_gemv_fp8_wg, (const uint8_t *)W->w, (const uint8_t *)W->scale, xq, sa, m, n, k,
-                              nbs, y, round, W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? (const uint8_t *)W2->scale : (const uint8_t *)NULL, n2, y2);
-}
-
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
 
 /* The chunks-of-8 launch re-streams W for every 8 activation rows and gives each warp a k range,
@@ -795,11 +600,6 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
     if (W2 && !mk_cuda_gemv_fp8_pair_ok(ctx, W, W2))
         return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv pair: [%d, %d] and [%d, %d] do not share a launch plan", n, k,
                        W2->n, W2->k);
-    if (fp8_wg_ok(ctx, W, W2, m)) { /* a decode on wgmma (tuning fp8_wg: an experiment, other bits) */
-        MK_CU_TRY(fp8_wg_launch(ctx, W, W2, xq, sa, m, y, y2, round), err, "cuda: fp8 gemv (wgmma) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (wgmma) launch");
-        return MK_OK;
-    }
     gemv_plan p = plan_for(ctx, n / 16, k / 128);
     const int J = p.splits == 1 ? ri_tiles_for(ctx, m, (n + n2) / 16) : 1;
     if (J > 1) { /* the row-invariant GEMM: the same bits */
@@ -1286,251 +1086,6 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
-/* Expert group grp of a launch over the MoE plan (written two kernels before: read before the PDL
- * wait): its expert's matrix and scales, its slots [c_lo, c_hi) and the slots' token rows (stok);
- * false for a group past the plan's count (the block then only waits and returns). */
-struct moe_grp {
-    const uint8_t *W, *S;
-    const int32_t *stok;
-    int c_lo, c_hi;
-};
-__device__ __forceinline__ bool moe_group(const int32_t *__restrict__ plan, int TK, int E, int grp,
-                                          const void *const *__restrict__ Wt, const uint8_t *const *__restrict__ St,
-                                          moe_grp &r) {
-    const int G = TK < E ? TK : E;
-    if (grp >= plan[0]) return false;
-    const int32_t *gexp = plan + 1, *goff = gexp + G;
-    const int ex = gexp[grp];
-    r.stok = goff + G + 1, r.c_lo = goff[grp], r.c_hi = goff[grp + 1];
-    r.W = (const uint8_t *)Wt[ex], r.S = St[ex];
-    return true;
-}
-
-/* ---- The decode expert GEMV on Hopper's FP8 tensor cores (tuning moe_wg; default off) -----------
- * An experiment for issue 8. sm_90 has no FP8 mma.sync: ptxas emulates each m16n8k32 e4m3 MMA with
- * 12 e4m3 -> f16 conversions, two f16 MMAs and an add per accumulator (the f16 mma probe), so the
- * decode expert GEMVs spend ~50 instructions per warp and 32-block and run at ~45% of the DRAM's
- * rate (bench/gpu/results-2026-12-05-ring.md). wgmma is native FP8: the widened nibbles go straight
- * into its A registers (the mma.sync A fragment; the wgmma shape probe showed the RS form takes it),
- * and the chunk's 8 token columns (B) sit in shared memory, K-major without swizzle: per 32-block
- * 256 bytes, the two 16-byte k halves of the 8 columns as core matrices 128 bytes apart. The
- * quantizer's permuted order puts semantic k 0..15 of a 32-block in its 4-byte words 0, 2, 4, 6 and
- * k 16..31 in words 1, 3, 5, 7 (what the A fragment's even / odd nibbles pair with), so the staging
- * moves words. A block is two warpgroups over 64 rows of one expert; warpgroup w takes half of the
- * 128-blocks; each 32-block is one m64n8k32 from zero, scaled and accumulated as fp4l_step does
- * (acc = fmaf(c, sa * 64 e8m0, acc) in k order), and the halves are added in order.
- * Its bits are NOT mma.sync's (Hopper's FP8 accumulation keeps fewer bits: the wgmma probe), so a
- * decode under it differs from a prefill: it measures speed and accuracy; sm_90a builds only. */
-#define MOE_WG_MAXK 4096
-#define MOE_WG_U 2
-
-
-/* 64 * e8m0(b), as fp4l_step computes it (b <= 248 by the shift, as fp4l_step_fast does) */
-__device__ __forceinline__ float moe_wg_scale(uint32_t b) {
-    return b <= 248u ? __uint_as_float((b << 23) + (6u << 23)) : 64.0f * mk_d_e8m0(b);
-}
-
-__device__ __forceinline__ void moe_wg_body(const uint3 bid, const void *const *__restrict__ Wt,
-                                            const uint8_t *const *__restrict__ St, const void *const *__restrict__ Wt3,
-                                            const uint8_t *const *__restrict__ St3, const uint8_t *__restrict__ xq,
-                                            const float *__restrict__ sa, int n, int k,
-                                            const int32_t *__restrict__ plan, int TK, int E, int by_token,
-                                            float *__restrict__ y, float *__restrict__ y3, int round) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __shared__ __align__(128) uint8_t bsm[MOE_WG_MAXK / 32 * 256];
-    __shared__ float red[4][32][4];
-    if (bid.z) Wt = Wt3, St = St3, y = y3;
-    moe_grp gr;
-    if (!moe_group(plan, TK, E, (int)bid.y, Wt, St, gr)) {
-        mk_d_pdl_wait();
-        return;
-    }
-    const int32_t *stok = gr.stok;
-    const int c_lo = gr.c_lo, c_hi = gr.c_hi;
-    const uint8_t *W = gr.W, *S = gr.S;
-    const int tid = threadIdx.x, nthr = blockDim.x, n0 = bid.x * 64;
-    const size_t rowb = (size_t)k >> 1;
-    { /* the block's 64 weight rows into L2 while the previous kernel finishes */
-        const int lines = (int)(rowb / 128);
-        for (int i = tid; i < 64 * lines; i += nthr)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(n0 + i / lines) * rowb + (size_t)(i % lines) * 128));
-    }
-    /* no zeros for the absent columns: a column's outputs depend on that column only, and those are
-     * not stored */
-    mk_d_pdl_wait();
-    const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5, half = (nb + 1) >> 1;
-    const int kb0 = wg * half, kb1 = min(nb, kb0 + half);
-    const int row = n0 + wl * 16 + g;
-    const uint8_t *w0 = W + (size_t)row * rowb + t * 16, *w1 = w0 + 8 * rowb;
-    const uint8_t *s0p = S + (size_t)row * nsb, *s1p = s0p + (size_t)8 * nsb;
-    const int wpr = k >> 2; /* 4-byte words per activation row */
-    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
-        const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
-        const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
-        __syncthreads(); /* the previous chunk is done with bsm and red */
-        for (int i = tid; i < m * wpr; i += nthr) {
-            const int j = i / wpr, w = i - j * wpr, rj = by_token ? stok[c0 + j] : c0 + j, wd = w & 7;
-            *(uint32_t *)(bsm + (w >> 3) * 256 + (wd & 1) * 128 + j * 16 + (wd >> 1) * 4) =
-                *(const uint32_t *)(xq + (size_t)rj * k + 4 * (size_t)w);
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        struct wg_item { /* MOE_WG_U 128-blocks: the lane's weights (rows g, g + 8), their scales */
-            uint4 a[MOE_WG_U][2];
-            uint32_t sw[MOE_WG_U][2];
-        };
-        auto load = [&](wg_item &it, int kb) {
-#pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++) {
-                it.a[u][0] = it.a[u][1] = make_uint4(0, 0, 0, 0); /* past kb1: a zero product, not used */
-                it.sw[u][0] = it.sw[u][1] = 0;
-                if (kb + u < kb1) {
-                    it.a[u][0] = mk_d_ld_stream(w0 + (size_t)(kb + u) * 64);
-                    it.a[u][1] = mk_d_ld_stream(w1 + (size_t)(kb + u) * 64);
-                    it.sw[u][0] = *(const uint32_t *)(s0p + 4 * (kb + u));
-                    it.sw[u][1] = *(const uint32_t *)(s1p + 4 * (kb + u));
-                }
-            }
-        };
-        const uint64_t d0 = mk_d_wgmma_desc(bsm); /* + 16 per 256 bytes (the address field counts 16-byte units) */
-        auto comp = [&](const wg_item &it, int kb) {
-            float s0[MOE_WG_U], s1[MOE_WG_U]; /* activation block scales, first: in flight during the MMAs (the
-                                               * operand fences below are memory clobbers: nothing sinks them) */
-#pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++) {
-                s0[u] = r0 >= 0 && kb + u < kb1 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
-                s1[u] = r1 >= 0 && kb + u < kb1 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
-            }
-            uint32_t A[MOE_WG_U][4][4];
-#pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const uint4 &x0 = it.a[u][0], &x1 = it.a[u][1];
-                    mk_d_fp4x8_to_e4m3(q == 0 ? x0.x : q == 1 ? x0.y : q == 2 ? x0.z : x0.w, A[u][q][0], A[u][q][2]);
-                    mk_d_fp4x8_to_e4m3(q == 0 ? x1.x : q == 1 ? x1.y : q == 2 ? x1.z : x1.w, A[u][q][1], A[u][q][3]);
-#pragma unroll
-                    for (int i = 0; i < 4; i++) asm volatile("" : "+r"(A[u][q][i])::"memory"); /* written before the fence */
-                }
-            float c[MOE_WG_U][4][4];
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++) { /* unconditional (a branch serializes wgmma); past kb1 on block kb */
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
-                                 "{%4,%5,%6,%7}, %8, 0, 1, 1;\n"
-                                 : "=f"(c[u][q][0]), "=f"(c[u][q][1]), "=f"(c[u][q][2]), "=f"(c[u][q][3])
-                                 : "r"(A[u][q][0]), "r"(A[u][q][1]), "r"(A[u][q][2]), "r"(A[u][q][3]),
-                                   "l"(mk_d_wgmma_desc_add(d0, (uint32_t)(((kb + u < kb1 ? kb + u : kb) * 4 + q) * 16)))
-                                 : "memory");
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            bool plain = true; /* no scale byte >= 249 in the warp's rows: 64 e8m0 by a shift (fp4l_step_fast) */
-#pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++) plain = plain && fp4l_scales_plain(it.sw[u][0]) && fp4l_scales_plain(it.sw[u][1]);
-            plain = __all_sync(0xffffffffu, plain);
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-            for (int u = 0; u < MOE_WG_U; u++)
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) asm volatile("" : "+f"(c[u][q][i])::"memory"); /* after the wait */
-            /* the scales: one branch for the whole step (a warp-uniform one), not one per 32-block */
-            auto scale_all = [&](auto e8) {
-#pragma unroll
-                for (int u = 0; u < MOE_WG_U; u++) {
-                    if (kb + u < kb1) {
-#pragma unroll
-                        for (int q = 0; q < 4; q++) {
-                            const float e0 = e8((it.sw[u][0] >> (8 * q)) & 0xffu);
-                            const float e1 = e8((it.sw[u][1] >> (8 * q)) & 0xffu);
-                            acc[0] = fmaf(c[u][q][0], s0[u] * e0, acc[0]);
-                            acc[2] = fmaf(c[u][q][2], s0[u] * e1, acc[2]);
-                            if (m > 1) {
-                                acc[1] = fmaf(c[u][q][1], s1[u] * e0, acc[1]);
-                                acc[3] = fmaf(c[u][q][3], s1[u] * e1, acc[3]);
-                            }
-                        }
-                    }
-                }
-            };
-            if (plain)
-                scale_all([](uint32_t b) { return __uint_as_float((b << 23) + (6u << 23)); });
-            else
-                scale_all([](uint32_t b) { return moe_wg_scale(b); });
-        };
-        wg_item I0, I1; /* two register buffers: the next loads fly during the MMAs */
-        if (kb0 < kb1) load(I0, kb0);
-        for (int kb = kb0; kb < kb1; kb += 2 * MOE_WG_U) {
-            if (kb + MOE_WG_U < kb1) load(I1, kb + MOE_WG_U);
-            comp(I0, kb);
-            if (kb + MOE_WG_U >= kb1) break;
-            if (kb + 2 * MOE_WG_U < kb1) load(I0, kb + 2 * MOE_WG_U);
-            comp(I1, kb + MOE_WG_U);
-        }
-        if (wg == 1) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) red[wl][lane][i] = acc[i];
-        }
-        __syncthreads();
-        if (wg == 0) { /* the halves in order; C fragment: rows row / row + 8, columns 2t / 2t + 1 */
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[i] += red[wl][lane][i];
-            if (2 * t < m) {
-                y[(size_t)(c0 + 2 * t) * n + row] = gemv_out(acc[0], round);
-                y[(size_t)(c0 + 2 * t) * n + row + 8] = gemv_out(acc[2], round);
-            }
-            if (2 * t + 1 < m) {
-                y[(size_t)(c0 + 2 * t + 1) * n + row] = gemv_out(acc[1], round);
-                y[(size_t)(c0 + 2 * t + 1) * n + row + 8] = gemv_out(acc[3], round);
-            }
-        }
-    }
-#else
-    __trap(); /* launched only on sm_90 (moe_wg_ok); a build without sm_90a code (not the Makefile's) traps here */
-#endif
-}
-
-__global__ void __launch_bounds__(256, 2) k_moe_fp4_wg(const void *const *__restrict__ Wt,
-                                                       const uint8_t *const *__restrict__ St,
-                                                       const void *const *__restrict__ Wt3,
-                                                       const uint8_t *const *__restrict__ St3,
-                                                       const uint8_t *__restrict__ xq, const float *__restrict__ sa,
-                                                       int n, int k, const int32_t *__restrict__ plan, int TK, int E,
-                                                       int by_token, float *__restrict__ y, float *__restrict__ y3,
-                                                       int round) {
-    mk_d_pdl_launch_dependents();
-    moe_wg_body(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, plan, TK, E, by_token, y, y3, round);
-}
-
-/* k_moe_fp4_wg and an FP8 GEMV in one launch, as k_moe_fp4_with_fp8 (mx = n / 64). */
-__global__ void __launch_bounds__(256, 2) k_moe_fp4_wg_with_fp8(const void *const *__restrict__ Wt,
-        const uint8_t *const *__restrict__ St, const void *const *__restrict__ Wt3,
-        const uint8_t *const *__restrict__ St3, const uint8_t *__restrict__ xq, const float *__restrict__ sa, int n,
-        int k, const int32_t *__restrict__ plan, int TK, int E, int by_token, float *__restrict__ y,
-        float *__restrict__ y3, int round, int mx, int my, int mz, const uint8_t *__restrict__ FW,
-        const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq, const float *__restrict__ fsa, int fm, int fn,
-        int fk, int fper, float *__restrict__ fy, int fround, const uint8_t *__restrict__ FW2,
-        const uint8_t *__restrict__ FS2, int fn2, float *__restrict__ fy2) {
-    mk_d_pdl_launch_dependents();
-    const int b = blockIdx.x, nm = mx * my * mz;
-    if (b < nm)
-        moe_wg_body(make_uint3(b % mx, (b / mx) % my, b / (mx * my)), Wt, St, Wt3, St3, xq, sa, n, k, plan, TK, E,
-                    by_token, y, y3, round);
-    else
-        gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
-                         (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
-}
-
-/* Whether a decode expert GEMV of this shape runs on k_moe_fp4_wg (tuning moe_wg, an sm_90 device). */
-static int moe_wg_ok(const mk_cuda_ctx *ctx, int T, int n, int k) {
-    return ctx->tune.moe_wg && ctx->caps.cc_major == 9 && T == 1 && n % 64 == 0 && k % 128 == 0 && k <= MOE_WG_MAXK;
-}
-
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
  * the slab's weights (16 rows, lane order) are copied into shared memory once per block instead of
  * being loaded once per chunk of 8 slots, and each chunk's activation rows and block scales are
@@ -1554,14 +1109,14 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
     __shared__ float red2[2][GEMV_MAXW][32][4]; /* [chunk parity][warp][lane][C fragment] */
     mk_d_pdl_launch_dependents();
     if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
-    moe_grp gr;
-    if (!moe_group(plan, TK, E, (int)blockIdx.y, Wt, St, gr)) { /* the plan is two kernels old */
+    const int G = TK < E ? TK : E, grp = blockIdx.y;
+    if (grp >= plan[0]) { /* the plan is two kernels old, as for k_moe_gemv_fp4 */
         mk_d_pdl_wait();
         return;
     }
-    const int32_t *stok = gr.stok;
-    const int c_lo = gr.c_lo, c_hi = gr.c_hi;
-    const uint8_t *W = gr.W, *S = gr.S;
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
+    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x, nthr = blockDim.x;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, nsb = k >> 5;
@@ -1774,10 +1329,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step;
-    if (moe_wg_ok(ctx, T, n, k)) { /* decode on wgmma (tuning moe_wg: an experiment, other bits) */
-        grid.x = (unsigned)(n / 64);
-        e = gemv_launch(ctx, grid, 256, k_moe_fp4_wg, W, S, W3, S3, xq, sa, n, k, plan, TK, E, by_token, y, y3, round);
-    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round, fast);
@@ -1820,8 +1372,6 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
         const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
         one = p.splits == 1 && p.nw == GEMV_MAXW;
     }
-    if (one && fp8_wg_ok(ctx, f->W, f->W2, f->m)) /* the FP8 GEMVs run on wgmma (tuning fp8_wg): on their own */
-        one = 0;
     if (!one) return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: the fp8 gemv cannot share its launch");
     const int TK = T * K, G = TK < E ? TK : E, my = G, mz = W3 ? 2 : 1;
     const int mx = n / 32;
@@ -1830,17 +1380,6 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
-    if (moe_wg_ok(ctx, T, n, k)) { /* the routed experts on wgmma (tuning moe_wg) */
-        cudaError_t e = gemv_launch(ctx, dim3((unsigned)(n / 64 * my * mz + fslabs)), GEMV_MAXW * 32,
-                                    k_moe_fp4_wg_with_fp8, W, S, W3, S3, xq, sa, n, k, plan, TK, E, by_token, y, y3,
-                                    round, n / 64, my, mz, (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m,
-                                    f->W->n, f->W->k, p.per, f->y, f->round,
-                                    f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
-                                    f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2);
-        MK_CU_TRY(e, err, "cuda: moe fp4 gemv (wgmma, with fp8) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (wgmma, with fp8) launch");
-        return MK_OK;
-    }
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
                                 k_moe_fp4_with_fp8, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,

@@ -139,13 +139,6 @@ typedef struct {
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
                             * only the column it stores (the kernels are issue-bound; same bits);
                             * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0 */
-    int fp8_wg;            /* 1: the dense FP8 GEMVs of at most 8 rows on wgmma (k_gemv_fp8_wg; sm_90a builds
-                            * on an sm_90 device). An experiment like moe_wg (other bits than mma.sync);
-                            * default 0, MINKE_CUDA_FP8_WG=1 */
-    int moe_wg;            /* 1: the decode expert GEMVs (one token) on wgmma, Hopper's native FP8 MMA
-                            * (k_moe_fp4_wg; sm_90a builds on an sm_90 device). An experiment: its bits
-                            * are not mma.sync's (a decode then differs from a prefill), so default 0,
-                            * MINKE_CUDA_MOE_WG=1 */
     int hc_fin_split;      /* 1: hc_pre's finishing kernel gives a token two blocks: pre / post and the
                             * collapse (what the next kernel waits for) in one, the Sinkhorn's comb
                             * (read only by the hc_post after the sub-layer) in the other, beside it
