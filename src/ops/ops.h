@@ -56,6 +56,9 @@ void mk_linear(mk_pool *pool, const mk_wmat *W, const float *x, int m, float *y,
  * (f16 | bits) if set, else f16 on Intel CPUs. Returns the previous setting. */
 enum { MK_FP4_AUTO = 0, MK_FP4_BITS = 1, MK_FP4_F16 = 2 };
 int mk_linear_fp4_decode(int mode);
+/* 1: mk_linear runs its AVX2 kernels on this thread now (AVX2, FMA and F16C, MXCSR.DAZ clear);
+ * 0: the scalar code. */
+int mk_linear_simd(void);
 /* The scalar reference of the same (src/ops/cpu/gemm_ref.c); mk_linear must match it within
  * fp32 reassociation. */
 void mk_linear_ref(const mk_wmat *W, const float *x, int m, float *y, int round_bf16,

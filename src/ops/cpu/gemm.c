@@ -68,6 +68,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -438,7 +439,8 @@ MK_AVX2 static void gemv_fp8(const job_t *J, int j0, int j1, int ar) { gemv_fp8_
 MK_AVX2 static void gemv_fp8_dq(const job_t *J, int j0, int j1, int ar) { gemv_fp8_impl(J, j0, j1, 1, ar); }
 
 /* sf[i] = sa[block of group g0+i] * 256 * e8m0(sr[i]) for i < gn (g0 a multiple of 8): the
- * per-32 scales of one FP4 row segment, 8 at a time (256 = 2^126 / 2^118). */
+ * per-32 scales of one FP4 row segment, 8 at a time (256 = 2^126 / 2^118, or 2^14 / 2^6 for the f16
+ * decode). */
 #define FP4_SEG 256
 MK_AVX2 static void fp4_row_scales(const uint8_t *sr, const float *sa, int g0, int gn, float *sf) {
     const __m256i idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
@@ -703,43 +705,50 @@ static void linear_task(void *ctx, int t, int tid) {
  * (f16 | bits), else f16 on Intel (where an FMA on an f32 subnormal takes a microcode assist,
  * ~30x slower) and the bit placement elsewhere (Zen runs subnormals at full speed, and the
  * placement needs fewer instructions). Both give the same bits. */
-static int fp4_forced = MK_FP4_AUTO;
+static _Atomic int fp4_forced = MK_FP4_AUTO;
 
 int mk_linear_fp4_decode(int mode) {
-    int old = fp4_forced;
-    if (mode == MK_FP4_AUTO || mode == MK_FP4_BITS || mode == MK_FP4_F16) fp4_forced = mode;
+    int old = atomic_load_explicit(&fp4_forced, memory_order_relaxed);
+    if (mode == MK_FP4_AUTO || mode == MK_FP4_BITS || mode == MK_FP4_F16)
+        atomic_store_explicit(&fp4_forced, mode, memory_order_relaxed);
     return old;
 }
 
 static int fp4_f16(void) {
-    if (fp4_forced != MK_FP4_AUTO) return fp4_forced == MK_FP4_F16;
-    static int chosen = -1; /* racing first calls compute the same value */
-    if (chosen < 0) {
+    int forced = atomic_load_explicit(&fp4_forced, memory_order_relaxed);
+    if (forced != MK_FP4_AUTO) return forced == MK_FP4_F16;
+    static _Atomic int chosen = -1; /* racing first calls compute the same value */
+    int c = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (c < 0) {
         const char *e = getenv("MINKE_CPU_FP4");
-        if (e && !strcmp(e, "f16")) chosen = 1;
-        else if (e && !strcmp(e, "bits")) chosen = 0;
+        if (e && !strcmp(e, "f16")) c = 1;
+        else if (e && !strcmp(e, "bits")) c = 0;
         else {
 #if MK_HAVE_X86
             __builtin_cpu_init();
-            chosen = __builtin_cpu_is("intel") ? 1 : 0;
+            c = __builtin_cpu_is("intel") ? 1 : 0;
 #else
-            chosen = 0;
+            c = 0;
 #endif
         }
+        atomic_store_explicit(&chosen, c, memory_order_relaxed);
     }
-    return chosen;
+    return c;
 }
 
 static int have_simd(void) {
 #if MK_HAVE_X86
-    static int cpu = -1; /* once: CPUID traps to the hypervisor in a VM (racing first calls agree) */
-    if (cpu < 0) {
+    /* once: CPUID traps to the hypervisor in a VM (racing first calls compute the same value) */
+    static _Atomic int cpu = -1;
+    int ok = atomic_load_explicit(&cpu, memory_order_relaxed);
+    if (ok < 0) {
         __builtin_cpu_init();
         unsigned a, b, c, d; /* F16C (vcvtph2ps): clang's __builtin_cpu_supports has no name for it */
-        cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-              (c & bit_F16C);
+        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+             (c & bit_F16C);
+        atomic_store_explicit(&cpu, ok, memory_order_relaxed);
     }
-    if (!cpu) return 0;
+    if (!ok) return 0;
     /* the FP8 / FP4 decodes pass e4m3 / e2m1 subnormals as f32 subnormals: not with DAZ */
     if (_mm_getcsr() & 0x0040) return 0;
     return 1;
@@ -747,6 +756,8 @@ static int have_simd(void) {
     return 0;
 #endif
 }
+
+int mk_linear_simd(void) { return have_simd(); }
 
 void mk_linear(mk_pool *pool, const mk_wmat *W, const float *x, int m, float *y, int round_bf16,
                float *scratch) {
