@@ -48,6 +48,7 @@
  */
 #include "num/ggml_quant.h"
 
+#include "base/cpu.h"
 #include "num/formats.h"
 
 #include <float.h>
@@ -55,7 +56,6 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define MK_HAVE_X86 1
 #define MK_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -1598,26 +1598,8 @@ static const type_info *find_type(uint32_t type) {
     return NULL;
 }
 
-static int detect_simd(void) {
-#if MK_HAVE_X86
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
-    /* F16C (CPUID.1:ECX bit 29) by hand: not every compiler's __builtin_cpu_supports knows it.
-     * (Every AVX2 CPU so far has it; OS support for the YMM state is implied by "avx2".) */
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-#else
-    return 0;
-#endif
-}
-
-/* 1 when the AVX2 kernels can run here (AVX2, FMA and F16C). Detected once: CPUID is slow (in a
- * virtual machine it traps to the hypervisor), and this is asked on every matmul. */
-static int use_simd(void) {
-    static volatile int simd = -1; /* benign race: every thread computes the same value */
-    if (simd < 0) simd = detect_simd();
-    return simd;
-}
+/* 1 when the AVX2 kernels can run here (AVX2, FMA and F16C; base/cpu.h, detected once). */
+static int use_simd(void) { return mk_cpu_avx2(); }
 
 /* 1 when the AVX-512 VNNI multi-row kernels can run here (AVX-512 F, BW, DQ, VL and VNNI, plus
  * the AVX2 set). Detected once, as use_simd. */
@@ -1625,7 +1607,7 @@ static int use_vnni(void) {
     static volatile int vnni = -1;
     if (vnni < 0) {
 #if MK_HAVE_X86
-        vnni = detect_simd() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        vnni = use_simd() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512vnni");
 #else

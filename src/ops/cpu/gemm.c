@@ -63,17 +63,18 @@
  * (whose ulp is the e4m3 subnormal step 2^-9) below 2^-6. Blocks with inf/NaN fall back to
  * mk_act_quant_block so even their odd semantics match.
  */
+#include "base/cpu.h"
 #include "num/formats.h"
 #include "ops/ops.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define MK_HAVE_X86 1
 #define MK_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -721,16 +722,12 @@ static int fp4_f16(void) {
     int c = atomic_load_explicit(&chosen, memory_order_relaxed);
     if (c < 0) {
         const char *e = getenv("MINKE_CPU_FP4");
+        c = mk_cpu_intel();
         if (e && !strcmp(e, "f16")) c = 1;
         else if (e && !strcmp(e, "bits")) c = 0;
-        else {
-#if MK_HAVE_X86
-            __builtin_cpu_init();
-            c = __builtin_cpu_is("intel") ? 1 : 0;
-#else
-            c = 0;
-#endif
-        }
+        else if (e && *e) /* once per process (racing first calls may both print it) */
+            fprintf(stderr, "minke: MINKE_CPU_FP4=%s: expected f16 or bits; using %s (this CPU's default)\n", e,
+                    c ? "f16" : "bits");
         atomic_store_explicit(&chosen, c, memory_order_relaxed);
     }
     return c;
@@ -738,17 +735,7 @@ static int fp4_f16(void) {
 
 static int have_simd(void) {
 #if MK_HAVE_X86
-    /* once: CPUID traps to the hypervisor in a VM (racing first calls compute the same value) */
-    static _Atomic int cpu = -1;
-    int ok = atomic_load_explicit(&cpu, memory_order_relaxed);
-    if (ok < 0) {
-        __builtin_cpu_init();
-        unsigned a, b, c, d; /* F16C (vcvtph2ps): clang's __builtin_cpu_supports has no name for it */
-        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-             (c & bit_F16C);
-        atomic_store_explicit(&cpu, ok, memory_order_relaxed);
-    }
-    if (!ok) return 0;
+    if (!mk_cpu_avx2()) return 0;
     /* the FP8 / FP4 decodes pass e4m3 / e2m1 subnormals as f32 subnormals: not with DAZ */
     if (_mm_getcsr() & 0x0040) return 0;
     return 1;

@@ -5,28 +5,17 @@
  * back) and a doubly-stochastic-ish `comb` (how the old streams are remixed) by a Sinkhorn
  * normalisation that ends on a column step. All of this runs in fp32; the mixed input and the
  * new streams are rounded to bf16, as in the reference. */
+#include "base/cpu.h"
 #include "num/formats.h"
 #include "ops/ops.h"
 
 #include <math.h>
-#include <stdatomic.h>
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define HC_AVX2 __attribute__((target("avx2,fma")))
-
-static int hc_simd(void) {
-    static _Atomic int simd = -1; /* racing first calls compute the same value */
-    int s = atomic_load_explicit(&simd, memory_order_relaxed);
-    if (s < 0) {
-        __builtin_cpu_init();
-        s = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        atomic_store_explicit(&simd, s, memory_order_relaxed);
-    }
-    return s;
-}
 
 HC_AVX2 static double hsum4d(__m256d v) {
     __m128d a = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
@@ -83,7 +72,7 @@ HC_AVX2 static void hc_mix_avx2(const float *xf, int n, const float *fn, int nmi
  * cancellation or a double sum on a float rounding boundary; 2000 random cases: all equal). */
 static void hc_mix(const float *xf, int n, const float *fn, int nmix, float norm_eps, float *mix) {
 #if defined(__x86_64__)
-    if (n % 8 == 0 && nmix <= 64 && hc_simd()) {
+    if (n % 8 == 0 && nmix <= 64 && mk_cpu_avx2()) {
         double ss, dot[64];
         hc_mix_avx2(xf, n, fn, nmix, &ss, dot);
         float r = 1.0f / sqrtf((float)(ss / n) + norm_eps);
