@@ -120,7 +120,7 @@ NVCC_WARN    ?= -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror -Werror a
 NVCCFLAGS    ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Iinclude -Isrc -DMK_HAVE_CUBLAS=$(CUBLAS) $(NVCC_WARN)
 CUDA_CU      := $(sort $(wildcard src/ops/cuda/*.cu))
 CUDA_OBJ     := $(CUDA_CU:%.cu=$(CUDA_BUILD)/%.o)
-CUDA_HOST_SRC:= $(sort $(wildcard src/ops/cpu/*.c)) src/num/formats.c src/base/status.c src/base/threads.c
+CUDA_HOST_SRC:= $(sort $(wildcard src/ops/cpu/*.c)) src/num/formats.c src/base/status.c src/base/threads.c src/base/cpu.c
 CUDA_HOST_OBJ:= $(CUDA_HOST_SRC:%.c=$(CUDA_BUILD)/%.o)
 CUDA_LIBS    := -L$(CUDA)/lib64 -Xlinker -rpath -Xlinker $(CUDA)/lib64 $(if $(filter 1,$(CUBLAS)),-lcublas) -lpthread -lm
 CUDA_HDR     := src/ops/cuda/cuda_common.cuh src/ops/cuda/ops_cuda.h src/ops/ops.h src/base/status.h include/minke.h \
