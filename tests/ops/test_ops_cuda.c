@@ -1062,6 +1062,11 @@ static void test_argmax_rows(int n) {
     for (int i = 0; i < n; i++) r[i] = -INFINITY;
     r[n - 1] = -1e30f;
     r = x + 6 * (size_t)n, r[0] = NAN, r[1] = 100.0f;
+    /* the cluster kernel's slice bounds (4 floor(n/4 q / 8)): a tie across the boundary of slices 2 and
+     * 3, and the winner alone at the first element of slice 5 in row 8 (its other slices all lower) */
+    const int b3 = 4 * (int)((long long)(n / 4) * 3 / 8), b5 = 4 * (int)((long long)(n / 4) * 5 / 8);
+    r = x + 7 * (size_t)n, r[b3] = 60.0f, r[b3 > 0 ? b3 - 1 : 0] = 60.0f;
+    r = x + 8 * (size_t)n, r[b5] = 70.0f;
     int32_t want[R], got[R];
     for (int k = 0; k < R; k++) {
         const float *q = x + (size_t)k * n;
@@ -1075,13 +1080,24 @@ static void test_argmax_rows(int n) {
     }
     float *dx = dup_dev(x, sizeof(float) * R * (size_t)n);
     int32_t *dout = poisoned_dev(sizeof(int32_t) * R);
-    CK(mk_cuda_argmax_rows(ctx, dx, R, n, dout, &err_));
-    fetch(got, dout, sizeof got);
-    int ok = !memcmp(got, want, sizeof got);
-    n_checks++;
-    if (!ok) n_fail++;
-    printf("| %-40s | %-26d | %s (row 1: %d / %d, row 3: %d / %d) |\n", "argmax rows (greedy rule)", n,
-           ok ? "equal to the sampler's rule" : "FAIL", got[1], want[1], got[3], want[3]);
+    /* both kernels: one block per row, and (for rows long enough) the cluster of 8 blocks per row */
+    mk_cuda_tuning t0, t;
+    mk_cuda_ctx_get_tuning(ctx, &t0);
+    for (int mode = 0; mode < 2; mode++) {
+        t = t0;
+        t.argmax_cluster = mode ? R : 0;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        CK(mk_cuda_memset(ctx, dout, 0xff, sizeof(int32_t) * R, &err_));
+        CK(mk_cuda_argmax_rows(ctx, dx, R, n, dout, &err_));
+        fetch(got, dout, sizeof got);
+        int ok = !memcmp(got, want, sizeof got);
+        n_checks++;
+        if (!ok) n_fail++;
+        printf("| %-40s | %-26d | %s (row 1: %d / %d, row 3: %d / %d, row 7: %d / %d) |\n",
+               mode ? "argmax rows (greedy rule), cluster" : "argmax rows (greedy rule), a block per row", n,
+               ok ? "equal to the sampler's rule" : "FAIL", got[1], want[1], got[3], want[3], got[7], want[7]);
+    }
+    mk_cuda_ctx_set_tuning(ctx, &t0);
     mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dout);
     free(x);
 }
@@ -3059,6 +3075,8 @@ int main(int argc, char **argv) {
     test_argmax_rows(1000);
     test_argmax_rows(1001); /* rows not 16-byte aligned: the scalar path */
     test_argmax_rows(4102); /* a float4 body and a tail */
+    test_argmax_rows(40001); /* the cluster kernel with rows not 16-byte aligned (rows 1, 3, ...) and a tail */
+    test_argmax_rows(32768); /* the shortest rows the cluster kernel takes */
     test_sample_rows(129280, 0);
     test_sample_rows(1000, 1);
     test_sample_rows(13, 1); /* slices of 1 or 2 ids per block of a cluster */

@@ -9,8 +9,11 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <cooperative_groups.h>
 #include <float.h>
 #include <limits.h>
+
+namespace cg = cooperative_groups;
 
 /* One block per row. y may alias x: each thread reads its elements again before writing them. */
 __global__ void __launch_bounds__(1024) k_rmsnorm(const float *x, int d, const uint16_t *__restrict__ w,
@@ -165,21 +168,20 @@ __device__ __forceinline__ void am_take(float v, int i, float &bv, int &bi) {
     if (v > -INFINITY) am_better(v, i, bv, bi);
 }
 
-/* One block of 1024 threads per row. The rule is a total order, so any visiting order gives the
- * same winner: a 16-byte-aligned row is read as float4s, four per thread in flight (one SM streams
- * a 129280-entry row in a few us; a dependent load per element took ~55 us). */
-__global__ void __launch_bounds__(1024) k_argmax_rows(const float *__restrict__ x, int n, int32_t *__restrict__ out) {
-    MK_PDL_ENTER();
+/* The best candidate of elements [lo, hi) of row r (lo a multiple of 4) by the block's threads,
+ * to every thread of warp 0 (bv, bi; bi INT_MAX: none). The rule is a total order, so any visiting
+ * order gives the same winner: a 16-byte-aligned row is read as float4s, four per thread in flight
+ * (one SM streams a 129280-entry row in ~16 us; a dependent load per element took ~55 us). */
+__device__ __forceinline__ void am_slice(const float *__restrict__ r, int lo, int hi, float &bv, int &bi) {
     __shared__ float sv[32];
     __shared__ int si[32];
-    const float *r = x + (size_t)blockIdx.x * n;
-    float bv = -INFINITY;
-    int bi = INT_MAX;
-    int lo = 0; /* elements [0, lo) were read as float4s */
+    bv = -INFINITY;
+    bi = INT_MAX;
+    int tail = lo; /* elements [lo, tail) were read as float4s */
     if (((uintptr_t)r & 15) == 0) {
         const float4 *r4 = (const float4 *)r;
-        const int n4 = n >> 2, nt = blockDim.x;
-        for (int b = 0; b < n4; b += 4 * nt) {
+        const int a4 = lo >> 2, n4 = hi >> 2, nt = blockDim.x;
+        for (int b = a4; b < n4; b += 4 * nt) {
             float4 v[4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
@@ -193,9 +195,9 @@ __global__ void __launch_bounds__(1024) k_argmax_rows(const float *__restrict__ 
                 am_take(v[u].z, i + 2, bv, bi), am_take(v[u].w, i + 3, bv, bi);
             }
         }
-        lo = n4 << 2;
+        tail = n4 > a4 ? n4 << 2 : lo;
     }
-    for (int i = lo + threadIdx.x; i < n; i += blockDim.x) am_take(r[i], i, bv, bi);
+    for (int i = tail + threadIdx.x; i < hi; i += blockDim.x) am_take(r[i], i, bv, bi);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -214,13 +216,65 @@ __global__ void __launch_bounds__(1024) k_argmax_rows(const float *__restrict__ 
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             am_better(ov, oi, bv, bi);
         }
-        if (lane == 0) out[blockIdx.x] = bi == INT_MAX ? -1 : bi;
     }
+}
+
+/* One block of 1024 threads per row (many rows: the blocks fill the GPU). */
+__global__ void __launch_bounds__(1024) k_argmax_rows(const float *__restrict__ x, int n, int32_t *__restrict__ out) {
+    MK_PDL_ENTER();
+    float bv;
+    int bi;
+    am_slice(x + (size_t)blockIdx.x * n, 0, n, bv, bi);
+    if (threadIdx.x == 0) out[blockIdx.x] = bi == INT_MAX ? -1 : bi;
+}
+
+/* A cluster of AM_NB blocks per row (few rows, a decode's: one SM streaming a whole 129280-entry row
+ * was 16 us of a step on the H100): block q scans slice q (float4-aligned bounds), and rank 0 takes
+ * the best of the blocks' winners through distributed shared memory. The rule is a total order, so
+ * the winner is the one-block kernel's. */
+#define AM_NB 8
+__global__ void __launch_bounds__(1024) k_argmax_cluster(const float *__restrict__ x, int n,
+                                                         int32_t *__restrict__ out) {
+    MK_PDL_ENTER();
+    cg::cluster_group cl = cg::this_cluster();
+    __shared__ float cv;
+    __shared__ int ci;
+    const int q = (int)cl.block_rank(), row = blockIdx.x / AM_NB;
+    const int n4 = n >> 2, lo = q == 0 ? 0 : 4 * (int)((long long)n4 * q / AM_NB);
+    const int hi = q == AM_NB - 1 ? n : 4 * (int)((long long)n4 * (q + 1) / AM_NB);
+    float bv;
+    int bi;
+    am_slice(x + (size_t)row * n, lo, hi, bv, bi);
+    if (threadIdx.x == 0) cv = bv, ci = bi;
+    cl.sync(); /* every block's winner is in its shared memory */
+    if (q == 0 && threadIdx.x == 0) {
+        for (int b = 1; b < AM_NB; b++) am_better(*cl.map_shared_rank(&cv, b), *cl.map_shared_rank(&ci, b), bv, bi);
+        out[row] = bi == INT_MAX ? -1 : bi;
+    }
+    cl.sync(); /* no block leaves while rank 0 reads its shared memory */
 }
 
 extern "C" int mk_cuda_argmax_rows(mk_cuda_ctx *ctx, const float *x, int rows, int n, int32_t *out, mk_err *err) {
     if (rows <= 0) return MK_OK;
     if (n <= 0) return mk_fail(err, MK_EINVAL, "cuda: argmax: rows of %d values", n);
+    if (ctx->tune.argmax_cluster && rows <= ctx->tune.argmax_cluster && n >= 4 * 1024 * AM_NB) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)rows * AM_NB);
+        cfg.blockDim = dim3(1024);
+        cfg.stream = ctx->stream;
+        cudaLaunchAttribute at[2];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = AM_NB;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = ctx->tune.gemv_pdl ? 2 : 1;
+        (void)cudaLaunchKernelEx(&cfg, k_argmax_cluster, x, n, out);
+        MK_CU_LAUNCHED(err, "cuda: argmax (cluster) launch");
+        return MK_OK;
+    }
     (void)mk_cuda_launch_pdl(ctx, rows, 1024, 0, k_argmax_rows, x, n, out);
     MK_CU_LAUNCHED(err, "cuda: argmax launch");
     return MK_OK;

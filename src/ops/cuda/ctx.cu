@@ -186,6 +186,9 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
     ctx->tune.l2_lane_hint = env_switch("MINKE_CUDA_L2_LANE_HINT", 0);
     ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 0); /* no gain beyond noise on the H200 (session 19): off */
+    /* one SM scanning a 129280-entry row took 16 us of a batch-1 step (H100, session 23's ncu) */
+    ctx->tune.argmax_cluster = getenv("MINKE_CUDA_ARGMAX_CLUSTER") ? atoi(getenv("MINKE_CUDA_ARGMAX_CLUSTER")) : 16;
+    if (ctx->tune.argmax_cluster < 0) ctx->tune.argmax_cluster = 0;
     if (getenv("MINKE_CUDA_GEMV_WPS")) { /* benchmarks: the GEMV plan's resident warps per SM */
         int v = atoi(getenv("MINKE_CUDA_GEMV_WPS"));
         ctx->tune.gemv_warps_per_sm = v < 1 ? 1 : v > 64 ? 64 : v;
@@ -322,6 +325,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.ri_min_blocks < 0) ctx->tune.ri_min_blocks = 0;
     if (ctx->tune.moe_ri < 0) ctx->tune.moe_ri = 0;
     if (ctx->tune.hc_ri < 0) ctx->tune.hc_ri = 0;
+    if (ctx->tune.argmax_cluster < 0) ctx->tune.argmax_cluster = 0;
     if (ctx->tune.gemv_max_splits > 16) ctx->tune.gemv_max_splits = 16;
     ctx->tune.gemv_pdl = ctx->tune.gemv_pdl != 0;
     ctx->tune.moe_slabs = ctx->tune.moe_slabs == 2 ? 2 : 1;

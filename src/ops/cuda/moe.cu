@@ -19,6 +19,7 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -38,6 +39,44 @@ __device__ __forceinline__ void moe_weights_tok(const float *__restrict__ s, int
 }
 
 __device__ void moe_plan1_tok(const int32_t *idx, const float *w, int K, int E, int32_t *plan, float *sw);
+
+/* moe_weights_tok then moe_plan1_tok of one token by the 32 lanes of a warp (K <= 32), lane k
+ * holding pick k (e: its expert before the clamp): the same outputs, bit for bit. The weights' sum
+ * adds the K scores in k order (gathered by shuffles, the serial loop's operations); a pick's group
+ * is the number of distinct smaller experts, duplicates keep their first k (the selection sort's
+ * result). One thread walked both loops over global memory, each step a dependent load: the routing
+ * launch was 7-9 us of a batch-1 step's layer (H100, session 23's ncu). */
+__device__ void moe_weights_plan_warp(const float *s, int E, int K, float route_scale, int e, int32_t *ix, float *w,
+                                      int32_t *plan, float *sw) {
+    const unsigned all = 0xffffffffu;
+    const int lane = threadIdx.x & 31, on = lane < K;
+    if (e < 0 || e >= E) e = 0;
+    if (!on) e = INT_MAX; /* never smaller than a pick's expert, never equal to one */
+    const float v = on ? s[e] : 0.0f;
+    float sum = 0.0f;
+    for (int k = 0; k < K; k++) sum += __shfl_sync(all, v, k);
+    const float wk = __fmul_rn(__fdiv_rn(v, sum), route_scale);
+    int first = on;
+    for (int j = 0; j < K; j++) {
+        const int ej = __shfl_sync(all, e, j);
+        if (j < lane && ej == e) first = 0;
+    }
+    const unsigned fm = __ballot_sync(all, first);
+    int g = 0;
+    for (int j = 0; j < K; j++) {
+        const int ej = __shfl_sync(all, e, j);
+        g += ((fm >> j) & 1u) && ej < e;
+    }
+    const int TK = K, G = TK < E ? TK : E, ng = __popc(fm);
+    int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1, *spos = stok + TK;
+    if (on) {
+        ix[lane] = e;
+        w[lane] = wk;
+        spos[lane] = first ? g : -1;
+    }
+    if (first) gexp[g] = e, goff[g] = g, stok[g] = 0, sw[g] = wk;
+    if (lane == 0) goff[ng] = ng, plan[0] = ng;
+}
 
 /* One block per token. With w, the routing weights too (k_moe_weights' arithmetic); with plan (one
  * token), the plan too (k_moe_plan1's). */
@@ -59,6 +98,16 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
     }
     __syncthreads();
     if (!bias) {
+        if (plan && w && K <= 32) { /* one token with its plan: warp 0 */
+            if (threadIdx.x < 32) {
+                int id = tok[t];
+                if (id < 0 || id >= vocab) id = 0;
+                const int e = threadIdx.x < K ? (int)tid2eid[(size_t)id * K + threadIdx.x] : 0;
+                if (threadIdx.x == 0) margin[t] = INFINITY;
+                moe_weights_plan_warp(s, E, K, route_scale, e, idx + (size_t)t * K, w + (size_t)t * K, plan, sw);
+            }
+            return;
+        }
         if (threadIdx.x == 0) {
             int id = tok[t];
             if (id < 0 || id >= vocab) id = 0;
@@ -89,6 +138,14 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
         if (rank < kk) top[rank] = j;
     }
     __syncthreads();
+    if (plan && w && K <= 32) { /* one token with its plan: warp 0 */
+        if (threadIdx.x < 32) {
+            if (threadIdx.x == 0) margin[t] = kk > K ? __fsub_rn(bsc[top[K - 1]], bsc[top[K]]) : INFINITY;
+            moe_weights_plan_warp(s, E, K, route_scale, threadIdx.x < K ? top[threadIdx.x] : 0, idx + (size_t)t * K,
+                                  w + (size_t)t * K, plan, sw);
+        }
+        return;
+    }
     if (threadIdx.x == 0) {
         for (int k = 0; k < K; k++) idx[(size_t)t * K + k] = top[k];
         margin[t] = kk > K ? __fsub_rn(bsc[top[K - 1]], bsc[top[K]]) : INFINITY;

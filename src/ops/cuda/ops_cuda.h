@@ -196,6 +196,10 @@ typedef struct {
                             * and every layer's shared expert beside the gate, the routing and the
                             * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 0
                             * (no gain beyond noise on the H200), MINKE_CUDA_BRANCH=1 */
+    int argmax_cluster;    /* mk_cuda_argmax_rows of at most this many rows (of >= 32768 values) runs a
+                            * cluster of 8 blocks per row, each scanning a slice (the same winner: the
+                            * greedy rule is a total order); more rows, or 0, one block per row; default
+                            * 16, MINKE_CUDA_ARGMAX_CLUSTER */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
