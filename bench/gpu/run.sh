@@ -21,6 +21,9 @@
 # an event after every launch: trace.txt in launch order, trace.md by launch name; the same for a 2048-token
 # prefill: trace_prefill.txt / .md), DSV4_TEST_VARIANTS="VAR=value ..." (the golden, paged and engine model
 # tests again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
+# DSV4_KTRACE=1 (CUPTI kernel timestamps inside the replayed decode graphs: bench/gpu/ktrace.c, summarised by
+# ktrace_summary.py -> ktrace_default.md, each kernel's share of the step inside the graph; DSV4_KTRACE_VARIANTS
+# "A=1,B=0 ..." the same under settings -> ktrace_<setting>.md),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
 # sets tuning variables for that run and DSV4_NCU_SOURCE's; DSV4_NCU_SKIP: matching launches skipped first, 8 unless
@@ -188,6 +191,27 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
             grep -E "decode step|achieved /|decode, batch|prefill, 1 prompt" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
         echo "$v: rc ${PIPESTATUS[0]}" | tee -a "$OUT/variants.txt"
     done
+    if [ "${DSV4_KTRACE:-0}" = 1 ]; then # kernel timestamps inside the replayed decode graphs (bench/gpu/ktrace.c)
+        stamp "kernel timestamps in graph replays (CUPTI, bench/gpu/ktrace.c)"
+        CUPTI_LIB=$(dirname "$(ls "$CUDA"/extras/CUPTI/lib64/libcupti.so "$CUDA"/lib64/libcupti.so "$CUDA"/lib/libcupti.so \
+            /usr/local/cuda*/targets/*/lib/libcupti.so 2>/dev/null | head -1)" 2>/dev/null)
+        CUPTI_INC=$(dirname "$(ls "$CUDA"/extras/CUPTI/include/cupti.h "$CUDA"/include/cupti.h \
+            /usr/local/cuda*/targets/*/include/cupti.h 2>/dev/null | head -1)" 2>/dev/null)
+        if gcc -O2 -shared -fPIC -I"$CUPTI_INC" -I"$CUDA/include" bench/gpu/ktrace.c -L"$CUPTI_LIB" -Wl,-rpath,"$CUPTI_LIB" \
+            -lcupti -o build-cuda/libktrace.so > "$OUT/ktrace_build.txt" 2>&1; then
+            for v in default ${DSV4_KTRACE_VARIANTS:-}; do
+                KV=""; [ "$v" != default ] && KV="${v//,/ }"
+                env $KV KTRACE_OUT=/tmp/ktrace.csv LD_PRELOAD="$PWD/build-cuda/libktrace.so" timeout -k 10 150 \
+                    ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
+                    grep -E "decode step|ktrace" | sed "s/^/ktrace $v: /" | tee -a "$OUT/ktrace.md"
+                python3 bench/gpu/ktrace_summary.py /tmp/ktrace.csv > "$OUT/ktrace_$v.md" 2>&1
+                head -3 "$OUT/ktrace_$v.md"; sed -n '/by kernel/,$p' "$OUT/ktrace_$v.md" | head -30
+                gzip -c /tmp/ktrace.csv > "$OUT/ktrace_$v.csv.gz"
+            done
+        else
+            echo "ktrace: build failed (cupti lib '$CUPTI_LIB', include '$CUPTI_INC')"; cat "$OUT/ktrace_build.txt"
+        fi
+    fi
     if [ "${DSV4_PROFILE:-0}" = 1 ]; then
         stamp "phase profile (MINKE_CUDA_PROFILE=1): batch 1, prefill 1024, batch 64 and 256"
         MINKE_CUDA_PROFILE=1 timeout 200 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 16 /dev/null 64,256 1024 > "$OUT/profile.txt" 2>&1

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Summarises a bench/gpu/ktrace.c CSV: the kernels of one replay of the busiest CUDA graph (the captured
+batch-1 decode step), in launch order, with what each adds to the step.
+
+Inside a graph with programmatic dependent launch a kernel starts before the previous one ends, so
+its own duration (end - start) counts waiting; what it adds to the chain is end(i) - end(i - 1), the
+"adds" column (the first kernel: its duration). Summed by kernel name, the adds are the step's time
+by kernel inside the graph, which ncu's serialized durations are not.
+
+Usage: ktrace_summary.py trace.csv [graph_id]. Without graph_id: the graph with the most kernels
+replayed at least 8 times. The replay shown is the one with the median span (first start to last
+end); the replays' span median / min are printed too."""
+import csv
+import sys
+
+
+def short(name):
+    n = name.split("(")[0]
+    n = n.replace("void ", "")
+    return n.split("<")[0]
+
+
+def main():
+    path = sys.argv[1]
+    want = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    recs = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                recs.append((int(r["start_ns"]), int(r["end_ns"]), int(r["graph_id"]), int(r["graph_node_id"]),
+                             int(r["grid_x"]), int(r["grid_y"]), int(r["grid_z"]), int(r["block_x"]), r["name"]))
+            except (KeyError, ValueError):
+                continue
+    if not recs:
+        print("ktrace: no kernel records in %s" % path)
+        return
+    recs.sort()
+    by_graph = {}
+    for rec in recs:
+        if rec[2]:
+            by_graph.setdefault(rec[2], []).append(rec)
+    # split each graph's records into replays: a replay holds each node once
+    replays = {}
+    for g, rs in by_graph.items():
+        cur, seen, out = [], set(), []
+        for rec in rs:
+            if rec[3] in seen:
+                out.append(cur)
+                cur, seen = [], set()
+            cur.append(rec)
+            seen.add(rec[3])
+        if cur:
+            out.append(cur)
+        replays[g] = out
+    print("kernel records: %d (%d in graphs); graphs: %s" % (
+        len(recs), sum(len(v) for v in by_graph.values()),
+        ", ".join("%d: %d replays of %d kernels" % (g, len(v), max(len(x) for x in v))
+                  for g, v in sorted(replays.items()))))
+    if want is None:
+        cands = [(max(len(x) for x in v), g) for g, v in replays.items() if len(v) >= 8]
+        if not cands:
+            cands = [(max(len(x) for x in v), g) for g, v in replays.items()]
+        if not cands:
+            print("ktrace: no graph replays")
+            return
+        want = max(cands)[1]
+    full = max(len(x) for x in replays[want])
+    reps = [x for x in replays[want] if len(x) == full]
+    spans = sorted((x[-1][1] - x[0][0], i) for i, x in enumerate(reps))
+    med = spans[len(spans) // 2]
+    rep = reps[med[1]]
+    print("\ngraph %d: %d complete replays of %d kernels; span (first start to last end) median %.1f us, "
+          "min %.1f us; the median replay below\n" % (want, len(reps), full, med[0] / 1e3, spans[0][0] / 1e3))
+    print("| # | kernel | grid | block | start us | duration us | adds us |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    t0 = rep[0][0]
+    prev_end = None
+    agg = {}
+    for i, (s, e, _, _, gx, gy, gz, bx, name) in enumerate(rep):
+        end_max = e if prev_end is None else max(e, prev_end)
+        adds = (e - s) if prev_end is None else max(0, e - prev_end)
+        prev_end = end_max
+        n = short(name)
+        c, t = agg.get(n, (0, 0))
+        agg[n] = (c + 1, t + adds)
+        print("| %d | %s | %d,%d,%d | %d | %.1f | %.1f | %.1f |" % (i, n, gx, gy, gz, bx, (s - t0) / 1e3,
+                                                                 (e - s) / 1e3, adds / 1e3))
+    tot = sum(t for _, t in agg.values())
+    print("\nby kernel (adds summed over the replay; total %.1f us):\n" % (tot / 1e3))
+    print("| kernel | launches | adds us | % |")
+    print("| --- | ---: | ---: | ---: |")
+    for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        print("| %s | %d | %.1f | %.1f |" % (n, c, t / 1e3, 100.0 * t / tot if tot else 0.0))
+
+
+if __name__ == "__main__":
+    main()
