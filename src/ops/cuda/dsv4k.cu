@@ -15,13 +15,13 @@
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 
-/* Block (c, t): elements [256 c, 256 c + 256) of token t's embedding row into its hc streams, a
+/* Block (t, c): elements [256 c, 256 c + 256) of token t's embedding row into its hc streams, a
  * thread per element (one block per token walked the row serially: 10.5 us of a batch-1 step). */
 #define EMBED_T 256
 __global__ void __launch_bounds__(EMBED_T) k_embed_hc(const uint16_t *__restrict__ emb, const int32_t *__restrict__ tok,
                                                       int hc, int d, int vocab, float *__restrict__ h) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
-    const int t = blockIdx.y, i = blockIdx.x * EMBED_T + threadIdx.x;
+    const int t = blockIdx.x, i = blockIdx.y * EMBED_T + threadIdx.x;
     if (i >= d) return;
     int id = tok[t];
     if (id < 0 || id >= vocab) id = 0;
@@ -32,8 +32,8 @@ __global__ void __launch_bounds__(EMBED_T) k_embed_hc(const uint16_t *__restrict
 extern "C" int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab,
                                 const int32_t *tok, int T, int hc, int d, float *h, mk_err *err) {
     if (T <= 0) return MK_OK;
-    if (T > 65535) return mk_fail(err, MK_EINVAL, "cuda: embed: %d tokens in one call (at most 65535)", T);
-    (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)((d + EMBED_T - 1) / EMBED_T), (unsigned)T), EMBED_T, 0, k_embed_hc,
+    if (d < 1 || (d + EMBED_T - 1) / EMBED_T > 65535) return mk_fail(err, MK_EINVAL, "cuda: embed: rows of %d values", d);
+    (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)T, (unsigned)((d + EMBED_T - 1) / EMBED_T)), EMBED_T, 0, k_embed_hc,
                              embed, tok, hc, d, vocab, h);
     MK_CU_LAUNCHED(err, "cuda: embed launch");
     return MK_OK;
