@@ -193,12 +193,15 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     done
     if [ "${DSV4_KTRACE:-0}" = 1 ]; then # kernel timestamps inside the replayed decode graphs (bench/gpu/ktrace.c)
         stamp "kernel timestamps in graph replays (CUPTI, bench/gpu/ktrace.c)"
-        CUPTI_LIB=$(dirname "$(ls "$CUDA"/extras/CUPTI/lib64/libcupti.so "$CUDA"/lib64/libcupti.so "$CUDA"/lib/libcupti.so \
-            /usr/local/cuda*/targets/*/lib/libcupti.so 2>/dev/null | head -1)" 2>/dev/null)
-        CUPTI_INC=$(dirname "$(ls "$CUDA"/extras/CUPTI/include/cupti.h "$CUDA"/include/cupti.h \
-            /usr/local/cuda*/targets/*/include/cupti.h 2>/dev/null | head -1)" 2>/dev/null)
-        if gcc -O2 -shared -fPIC -I"$CUPTI_INC" -I"$CUDA/include" bench/gpu/ktrace.c -L"$CUPTI_LIB" -Wl,-rpath,"$CUPTI_LIB" \
-            -lcupti -o build-cuda/libktrace.so > "$OUT/ktrace_build.txt" 2>&1; then
+        CUPTI_SO=$(ls "$CUDA"/extras/CUPTI/lib64/libcupti.so* "$CUDA"/lib64/libcupti.so* "$CUDA"/lib/libcupti.so* \
+            /usr/local/cuda*/targets/*/lib/libcupti.so* 2>/dev/null | head -1)
+        [ -n "$CUPTI_SO" ] || CUPTI_SO=$(find / -xdev -name 'libcupti.so*' 2>/dev/null | head -1)
+        CUPTI_H=$(ls "$CUDA"/extras/CUPTI/include/cupti.h "$CUDA"/include/cupti.h /usr/local/cuda*/targets/*/include/cupti.h \
+            2>/dev/null | head -1)
+        [ -n "$CUPTI_H" ] || CUPTI_H=$(find / -xdev -name cupti.h 2>/dev/null | head -1)
+        if [ -n "$CUPTI_SO" ] && [ -n "$CUPTI_H" ] && gcc -O2 -shared -fPIC -I"$(dirname "$CUPTI_H")" -I"$CUDA/include" \
+            bench/gpu/ktrace.c "$CUPTI_SO" -Wl,-rpath,"$(dirname "$CUPTI_SO")" -o build-cuda/libktrace.so \
+            > "$OUT/ktrace_build.txt" 2>&1; then
             for v in default ${DSV4_KTRACE_VARIANTS:-}; do
                 KV=""; [ "$v" != default ] && KV="${v//,/ }"
                 env $KV KTRACE_OUT=/tmp/ktrace.csv LD_PRELOAD="$PWD/build-cuda/libktrace.so" timeout -k 10 150 \
@@ -209,7 +212,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
                 gzip -c /tmp/ktrace.csv > "$OUT/ktrace_$v.csv.gz"
             done
         else
-            echo "ktrace: build failed (cupti lib '$CUPTI_LIB', include '$CUPTI_INC')"; cat "$OUT/ktrace_build.txt"
+            echo "ktrace: build failed (cupti '${CUPTI_SO:-none}', header '${CUPTI_H:-none}')"; cat "$OUT/ktrace_build.txt"
         fi
     fi
     if [ "${DSV4_PROFILE:-0}" = 1 ]; then
