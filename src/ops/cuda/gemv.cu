@@ -1086,6 +1086,226 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
+/* ---- the decode expert GEMV with its weights staged by the TMA (tuning moe_tma) --------------
+ * k_moe_gemv_fp4<2, 2>'s blocks (32 weight rows of one expert; warp w: 128-blocks [w per, w per +
+ * per)) with another way of getting the weights: before the programmatic-dependent-launch wait (the
+ * weights and scales are constant, the plan is two kernels old) each warp has the TMA unit copy its
+ * k range of the 32 rows into shared memory (lane r: row r, one cp.async.bulk completing on the
+ * warp's mbarrier) and copies its rows' scale words into shared memory by plain loads; after the wait
+ * it reads the activations, waits for its barrier and runs the same steps on the staged bytes, in the
+ * same order: the same bits.
+ * Why: the register kernel's warps hold 4 KB in flight and meet a memory latency per step of U
+ * 128-blocks (w2's k = 2048 is one step a warp), so its blocks mostly wait (1.1-1.5 TB/s for the
+ * experts on the H100, session 23's ncu); here a block's 64 KB are requested at once. Rows are padded
+ * by 64 bytes in shared memory, so a quarter-warp's 8 rows fall on different banks. */
+#define MOE_TMA_PAD 64
+#define MOE_TMA_PER 4 /* most 128-blocks per warp (k <= 4096): the scale words stay in registers */
+static size_t moe_tma_smem(int k) { return (size_t)32 * ((size_t)k / 2 + MOE_TMA_PAD); }
+
+__device__ __forceinline__ void tma_bar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mk_d_smem_addr(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void tma_bar_expect(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mk_d_smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     mk_d_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(mk_d_smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_bar_wait(uint64_t *bar) { /* phase 0: each barrier completes once */
+    asm volatile("{\n.reg .pred p;\nTMA_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+                 "@!p bra TMA_WAIT_%=;\n}\n" ::"r"(mk_d_smem_addr(bar))
+                 : "memory");
+}
+
+/* A warp's 128-blocks [kb0, kb0 + nk) of its chunk from the staged rows and scale words (ssw: row r's
+ * word of the warp's block i at [r][i]), in k_moe_gemv_fp4<2, 2>'s order (steps of 2, slab by slab);
+ * MODE 1: fp4l_step_fast<true>, 2: fp4l_step_fast<false>, 0: fp4l_step. */
+template <int MODE>
+__device__ __forceinline__ void moe_tma_steps(const uint8_t *__restrict__ wsm, size_t srow, int g, int t, int kb0,
+                                              int nk, const uint8_t *__restrict__ xp, int m, int r0, int r1,
+                                              const float *__restrict__ sa, int nb,
+                                              const uint32_t (*__restrict__ ssw)[MOE_TMA_PER], float (&acc)[2][4]) {
+    constexpr int SL = 2, U = 2;
+#pragma unroll
+    for (int q = 0; q < SL; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+#pragma unroll 1
+    for (int i = 0; i < nk; i += U) {
+        const int kb = kb0 + i;
+        uint4 a[SL][U][2];
+        uint32_t sw[SL][U][2];
+        uint2 x[U][4];
+        float s0[U], s1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i + u < nk) {
+#pragma unroll
+                for (int q = 0; q < SL; q++) {
+                    const uint8_t *r = wsm + (size_t)(q * 16 + g) * srow + t * 16 + (size_t)(kb + u) * 64;
+                    a[q][u][0] = *(const uint4 *)r;
+                    a[q][u][1] = *(const uint4 *)(r + 8 * srow);
+                    sw[q][u][0] = ssw[q * 16 + g][i + u];
+                    sw[q][u][1] = ssw[q * 16 + g + 8][i + u];
+                }
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    x[u][j] = g < m ? *(const uint2 *)(xp + (size_t)(kb + u) * 128 + 32 * j) : make_uint2(0, 0);
+                s0[u] = r0 >= 0 ? sa[(size_t)r0 * nb + kb + u] : 0.0f;
+                s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i + u < nk) {
+#pragma unroll
+                for (int q = 0; q < SL; q++) {
+                    if (MODE == 1)
+                        fp4l_step_fast<true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f, acc[q]);
+                    else if (MODE == 2)
+                        fp4l_step_fast<false>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u],
+                                              acc[q]);
+                    else
+                        fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], s1[u], acc[q]);
+                }
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void moe_fp4_body_tma(const uint3 bid, const void *const *__restrict__ Wt,
+                                                 const uint8_t *const *__restrict__ St,
+                                                 const void *const *__restrict__ Wt3,
+                                                 const uint8_t *const *__restrict__ St3,
+                                                 const uint8_t *__restrict__ xq, const float *__restrict__ sa,
+                                                 int n, int k, int per, const int32_t *__restrict__ plan, int TK,
+                                                 int E, int by_token, float *__restrict__ y, float *__restrict__ y3,
+                                                 int round, int fast, uint8_t *__restrict__ wsm) {
+    constexpr int SL = 2;
+    __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
+    __shared__ float tile[SL][8 * 16];
+    __shared__ __align__(8) uint64_t bar[GEMV_MAXW];
+    __shared__ uint32_t ssw[GEMV_MAXW][32][MOE_TMA_PER];
+    if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
+    const int G = TK < E ? TK : E, grp = bid.y;
+    if (grp >= plan[0]) { /* the plan is two kernels old (see moe_fp4_body) */
+        mk_d_pdl_wait();
+        return;
+    }
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
+    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, nsb = k >> 5;
+    const size_t rowb = (size_t)k >> 1, srow = rowb + MOE_TMA_PAD;
+    const int kb0 = warp * per, kb1 = min(nb, kb0 + per), nk = kb1 > kb0 ? kb1 - kb0 : 0;
+    if (nk) { /* the warp's k range of the block's 32 rows into shared memory */
+        if (lane == 0) tma_bar_init(&bar[warp]);
+        __syncwarp();
+        if (lane == 0) tma_bar_expect(&bar[warp], (unsigned)(32 * 64 * nk));
+        __syncwarp();
+        tma_copy(wsm + lane * srow + (size_t)kb0 * 64, W + (size_t)(bid.x * 32 + lane) * rowb + (size_t)kb0 * 64,
+                 (unsigned)(64 * nk), &bar[warp]);
+    }
+    { /* the 32 rows' scale words of the warp's 128-blocks (lane r: row r) */
+        const uint8_t *sp = S + (size_t)(bid.x * 32 + lane) * nsb + 4 * (size_t)kb0;
+        for (int i = 0; i < nk; i++) ssw[warp][lane][i] = *(const uint32_t *)(sp + 4 * i);
+    }
+    mk_d_pdl_wait();
+    __syncwarp(); /* the warp's scale words */
+    if (nk) tma_bar_wait(&bar[warp]);
+    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
+        const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
+        const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
+        const uint8_t *xp = xq + (size_t)mc.xr * k + 8 * t;
+        float acc[SL][4];
+        const int mode = !fast ? 0 : m == 1 ? 1 : 2; /* the register kernel's three steps */
+        if (mode == 1) moe_tma_steps<1>(wsm, srow, g, t, kb0, nk, xp, m, r0, r1, sa, nb, ssw[warp], acc);
+        else if (mode == 2) moe_tma_steps<2>(wsm, srow, g, t, kb0, nk, xp, m, r0, r1, sa, nb, ssw[warp], acc);
+        else moe_tma_steps<0>(wsm, srow, g, t, kb0, nk, xp, m, r0, r1, sa, nb, ssw[warp], acc);
+        float r[SL * 4];
+#pragma unroll
+        for (int q = 0; q < SL; q++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) r[q * 4 + i] = acc[q][i];
+        gemv_reduce<SL * 4>(r, red);
+        if (warp == 0) {
+#pragma unroll
+            for (int q = 0; q < SL; q++) {
+                const int c0c = 2 * t, c1c = 2 * t + 1;
+                if (c0c < m) tile[q][c0c * 16 + g] = r[q * 4 + 0], tile[q][c0c * 16 + g + 8] = r[q * 4 + 2];
+                if (c1c < m) tile[q][c1c * 16 + g] = r[q * 4 + 1], tile[q][c1c * 16 + g + 8] = r[q * 4 + 3];
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < SL * m * 16; i += nthr) {
+            const int q = i / (m * 16), j = i - q * m * 16;
+            y[(size_t)(c0 + (j >> 4)) * n + (bid.x * SL + q) * 16 + (j & 15)] = gemv_out(tile[q][j], round);
+        }
+        __syncthreads();
+    }
+}
+
+__global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4_tma(const void *const *__restrict__ Wt,
+                                                             const uint8_t *const *__restrict__ St,
+                                                             const void *const *__restrict__ Wt3,
+                                                             const uint8_t *const *__restrict__ St3,
+                                                             const uint8_t *__restrict__ xq,
+                                                             const float *__restrict__ sa, int n, int k, int per,
+                                                             const int32_t *__restrict__ plan, int TK, int E,
+                                                             int by_token, float *__restrict__ y,
+                                                             float *__restrict__ y3, int round, int fast) {
+    extern __shared__ __align__(128) uint8_t moe_tma_dsm[];
+    mk_d_pdl_launch_dependents();
+    moe_fp4_body_tma(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast,
+                     moe_tma_dsm);
+}
+
+/* k_moe_fp4_with_fp8 with the expert blocks of k_moe_gemv_fp4_tma. */
+__global__ void __launch_bounds__(256, 2) k_moe_fp4_tma_with_fp8(const void *const *__restrict__ Wt,
+                                                         const uint8_t *const *__restrict__ St,
+                                                         const void *const *__restrict__ Wt3,
+                                                         const uint8_t *const *__restrict__ St3,
+                                                         const uint8_t *__restrict__ xq,
+                                                         const float *__restrict__ sa, int n, int k, int per,
+                                                         const int32_t *__restrict__ plan, int TK, int E,
+                                                         int by_token, float *__restrict__ y,
+                                                         float *__restrict__ y3, int round, int fast, int mx, int my, int mz,
+        const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
+        const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
+        int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
+        float *__restrict__ fy2) {
+    extern __shared__ __align__(128) uint8_t moe_tma_dsm[];
+    mk_d_pdl_launch_dependents();
+    const int b = blockIdx.x, nm = mx * my * mz;
+    const uint3 eb = make_uint3(b % mx, (b / mx) % my, b / (mx * my));
+    if (b < nm)
+        moe_fp4_body_tma(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast,
+                         moe_tma_dsm);
+    else
+        gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
+                         (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
+}
+
+/* Whether the decode expert GEMV of k runs k_moe_gemv_fp4_tma (the tuning, and k's warp range and
+ * staged rows in bounds), opted in to its shared memory once per kernel (at the most any k taking
+ * it needs: MOE_TMA_PER 128-blocks per warp). */
+static int moe_tma_ok(mk_cuda_ctx *ctx, int k, int with_fp8) {
+    const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
+    if (!ctx->tune.moe_tma || per > MOE_TMA_PER) return 0;
+    const size_t most = moe_tma_smem(GEMV_MAXW * MOE_TMA_PER * 128);
+    if (most + 16 * 1024 > ctx->caps.smem_optin) return 0; /* with the kernels' static shared memory */
+    mk_err oe = {0, {0}};
+    return mk_cuda_smem_optin(ctx, with_fp8 ? MK_OPTIN_MOE_TMA_FP8 : MK_OPTIN_MOE_TMA,
+                              with_fp8 ? (const void *)k_moe_fp4_tma_with_fp8 : (const void *)k_moe_gemv_fp4_tma, most,
+                              &oe) == MK_OK;
+}
+
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
  * the slab's weights (16 rows, lane order) are copied into shared memory once per block instead of
  * being loaded once per chunk of 8 slots, and each chunk's activation rows and block scales are
@@ -1329,7 +1549,11 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step;
-    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0 && moe_tma_ok(ctx, k, 0)) { /* decode, weights by the TMA (tuning) */
+        grid.x = (unsigned)(n / 32);
+        e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), moe_tma_smem(k), k_moe_gemv_fp4_tma, W, S, W3, S3, xq, sa, n,
+                               k, per, plan, TK, E, by_token, y, y3, round, fast);
+    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
                         by_token, y, y3, round, fast);
@@ -1380,8 +1604,9 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
-    cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
-                                k_moe_fp4_with_fp8, W, S,
+    const int tma = moe_tma_ok(ctx, k, 1);
+    cudaError_t e = mk_cuda_launch_pdl(ctx, dim3((unsigned)(mx * my * mz + fslabs)), dim3(GEMV_MAXW * 32),
+                                tma ? moe_tma_smem(k) : 0, tma ? k_moe_fp4_tma_with_fp8 : k_moe_fp4_with_fp8, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,

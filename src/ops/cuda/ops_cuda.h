@@ -196,6 +196,10 @@ typedef struct {
                             * and every layer's shared expert beside the gate, the routing and the
                             * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 0
                             * (no gain beyond noise on the H200), MINKE_CUDA_BRANCH=1 */
+    int moe_tma;           /* 1: the decode expert GEMVs (k <= 4096) have the TMA unit stage each block's
+                            * weight rows in shared memory, requested before the programmatic-dependent-
+                            * launch wait (k_moe_gemv_fp4_tma; the register kernel's steps on the staged
+                            * bytes: same bits); default 0 until measured, MINKE_CUDA_MOE_TMA=1 */
     int argmax_cluster;    /* mk_cuda_argmax_rows of at most this many rows (of >= 32768 values) runs a
                             * cluster of 8 blocks per row, each scanning a slice (the same winner: the
                             * greedy rule is a total order); more rows, or 0, one block per row; default
