@@ -2337,7 +2337,13 @@ static void test_moe_route(int T, int E, int K, int hash) {
     n_fail += !same + !rule;
     printf("| %-40s | %-26s | = route then weights: %s; picks / weights by the host's rule: %s |\n",
            "moe_route_weights", shape, same ? "PASS" : "FAIL", rule ? "PASS" : "FAIL");
-    { /* route_plan (one launch for one token) = route_weights then plan: every output, bit for bit */
+    for (int rw = 0; rw < 2; rw++) { /* route_plan (one launch for one token) = route_weights then plan: every
+                                      * output, bit for bit; by one thread and by a warp (tuning route_warp) */
+        mk_cuda_tuning rt0, rt;
+        mk_cuda_ctx_get_tuning(ctx, &rt0);
+        rt = rt0;
+        rt.route_warp = rw;
+        mk_cuda_ctx_set_tuning(ctx, &rt);
         const size_t pn = mk_cuda_moe_plan_ints(T, K, E);
         float *s3 = dup_dev(sc, sizeof(float) * T * E), *m3 = poisoned_dev(sizeof(float) * T);
         float *w3 = poisoned_dev(sizeof(float) * T * K), *sw2 = poisoned_dev(sizeof(float) * T * K),
@@ -2347,6 +2353,7 @@ static void test_moe_route(int T, int E, int K, int hash) {
         CK(mk_cuda_moe_plan(ctx, i2, w2, T, K, E, p2, sw2, &err_));
         CK(mk_cuda_moe_route_plan(ctx, s3, T, E, K, hash ? NULL : db, dt2e, dtok, vocab, rs, i3, m3, w3, p3, sw3,
                                   &err_));
+        mk_cuda_ctx_set_tuning(ctx, &rt0);
         int32_t *hp2 = xmalloc(sizeof(int32_t) * pn), *hp3 = xmalloc(sizeof(int32_t) * pn);
         int32_t *hi3 = xmalloc(sizeof(int32_t) * T * K);
         float *hw3 = xmalloc(sizeof(float) * T * K), *hsw2 = xmalloc(sizeof(float) * T * K),
@@ -2367,7 +2374,7 @@ static void test_moe_route(int T, int E, int K, int hash) {
         n_checks++;
         n_fail += !psame;
         printf("| %-40s | %-26s | = route_weights then plan (picks, weights, margin, plan, slot weights), bit for bit: %s |\n",
-               "moe_route_plan", shape, psame ? "PASS" : "FAIL");
+               rw ? "moe_route_plan (a warp)" : "moe_route_plan (one thread)", shape, psame ? "PASS" : "FAIL");
         void *dv[] = {s3, m3, w3, sw2, sw3, i3, p2, p3};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
         free(hp2), free(hp3), free(hi3), free(hw3), free(hsw2), free(hsw3), free(hm3);

@@ -83,7 +83,8 @@ __device__ void moe_weights_plan_warp(const float *s, int E, int K, float route_
 __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *__restrict__ bias,
                             const int64_t *__restrict__ tid2eid, const int32_t *__restrict__ tok,
                             int vocab, int32_t *__restrict__ idx, float *__restrict__ margin, float route_scale,
-                            float *__restrict__ w, int32_t *__restrict__ plan, float *__restrict__ sw) {
+                            float *__restrict__ w, int32_t *__restrict__ plan, float *__restrict__ sw,
+                            int warp_plan) {
     if (!plan) mk_d_pdl_launch_dependents(); /* with the plan: no early start (MOE_PLAN_NOTE) */
     mk_d_l2_prefetch_block(bias, sizeof(float) * (size_t)E); /* constant: requested before the wait */
     mk_d_pdl_wait();
@@ -98,7 +99,7 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
     }
     __syncthreads();
     if (!bias) {
-        if (plan && w && K <= 32) { /* one token with its plan: warp 0 */
+        if (warp_plan) { /* one token with its plan: warp 0 (tuning route_warp) */
             if (threadIdx.x < 32) {
                 int id = tok[t];
                 if (id < 0 || id >= vocab) id = 0;
@@ -138,7 +139,7 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
         if (rank < kk) top[rank] = j;
     }
     __syncthreads();
-    if (plan && w && K <= 32) { /* one token with its plan: warp 0 */
+    if (warp_plan) { /* one token with its plan: warp 0 (tuning route_warp) */
         if (threadIdx.x < 32) {
             if (threadIdx.x == 0) margin[t] = kk > K ? __fsub_rn(bsc[top[K - 1]], bsc[top[K]]) : INFINITY;
             moe_weights_plan_warp(s, E, K, route_scale, threadIdx.x < K ? top[threadIdx.x] : 0, idx + (size_t)t * K,
@@ -162,8 +163,9 @@ static int moe_route_launch(mk_cuda_ctx *ctx, float *scores, int T, int E, int K
     if (K < 1 || K > 64 || E < K || E > 8192)
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
+    const int warp_plan = ctx->tune.route_warp && plan && w && K <= 32;
     (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab, idx,
-                             margin, route_scale, w, plan, sw);
+                             margin, route_scale, w, plan, sw, warp_plan);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
 }

@@ -200,6 +200,9 @@ typedef struct {
                             * weight rows in shared memory, requested before the programmatic-dependent-
                             * launch wait (k_moe_gemv_fp4_tma; the register kernel's steps on the staged
                             * bytes: same bits); default 0 until measured, MINKE_CUDA_MOE_TMA=1 */
+    int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
+                            * the 32 lanes of a warp instead of one thread's loops over global memory (the
+                            * same outputs); MINKE_CUDA_ROUTE_WARP */
     int argmax_cluster;    /* mk_cuda_argmax_rows of at most this many rows (of >= 32768 values) runs a
                             * cluster of 8 blocks per row, each scanning a slice (the same winner: the
                             * greedy rule is a total order); more rows, or 0, one block per row; default
