@@ -1895,6 +1895,40 @@ static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
     int l = snprintf(shape, sizeof shape, "H%d D%d n=", H, D);
     for (int t = 0; t < T && l < 60; t++) l += snprintf(shape + l, sizeof shape - l, "%s%d", t ? "," : "", ns[t]);
     compare("sparse_attn", shape, oref, o, (size_t)T * H * D, NORM, 8e-3);
+    { /* the kernel with its operands loaded ahead (tuning attn_mlp) = without, bit for bit */
+        mk_cuda_tuning t0, t1;
+        mk_cuda_ctx_get_tuning(ctx, &t0);
+        t1 = t0;
+        t1.attn_mlp = !t0.attn_mlp;
+        mk_cuda_ctx_set_tuning(ctx, &t1);
+        float *o2 = xmalloc(sizeof(float) * T * H * D);
+        CK(mk_cuda_sparse_attn(ctx, dq, T, H, D, (const float *const *)drows, dstart, dsink, scale, dout, &err_));
+        fetch(o2, dout, sizeof(float) * T * H * D);
+        mk_cuda_ctx_set_tuning(ctx, &t0);
+        int same = 1;
+        /* each token alone too (a decode's launch: the fewest heads per block) */
+        for (int t = 0; t < T && same; t++) {
+            int32_t st1[2] = {0, ns[t]};
+            int32_t *dst1 = dup_dev(st1, sizeof st1);
+            float *a = xmalloc(sizeof(float) * H * D), *b = xmalloc(sizeof(float) * H * D);
+            for (int m = 0; m < 2; m++) {
+                mk_cuda_ctx_set_tuning(ctx, m ? &t1 : &t0);
+                CK(mk_cuda_sparse_attn(ctx, dq + (size_t)t * H * D, 1, H, D, (const float *const *)drows + start[t],
+                                       dst1, dsink, scale, dout, &err_));
+                fetch(m ? b : a, dout, sizeof(float) * H * D);
+            }
+            mk_cuda_ctx_set_tuning(ctx, &t0);
+            same = !memcmp(a, b, sizeof(float) * H * D);
+            free(a), free(b);
+            mk_cuda_free(ctx, dst1);
+        }
+        same = same && !memcmp(o2, o, sizeof(float) * T * H * D);
+        free(o2);
+        n_checks++;
+        if (!same) n_fail++;
+        printf("| %-40s | %-26s | attn_mlp %d = %d, the call and each token alone, bit for bit: %s |\n",
+               "sparse_attn operands ahead", shape, t1.attn_mlp, t0.attn_mlp, same ? "PASS" : "FAIL");
+    }
     if (T > 1) { /* a token alone (few heads per block) = in the call (up to 16 per block), bit for bit */
         int same = 1;
         float *o1 = xmalloc(sizeof(float) * H * D);

@@ -52,7 +52,14 @@ __device__ __forceinline__ float score_reduce(float (&v)[NP], int lane, int *idx
 /* HG heads per block; RW rows per warp in the scores (RW x HG values per lane for score_reduce:
  * 4 x HG up to 8 heads, 2 x 16 for 16 heads: the same tree per (row, head)); DJ output elements per
  * thread (D <= DJ x ATT_THREADS). */
-template <int HG, int RW = (HG > 8 ? 2 : 4), int DJ = (HG > 8 ? 2 : ATT_MAXD / ATT_THREADS)>
+/* MLP (tuning attn_mlp): the score loop loads 4 of a lane's D steps of its RW rows before their fmafs,
+ * and the PV loop PB rows of a thread's outputs before theirs (16 with few heads per block, 8 else),
+ * instead of what the compiler hoists from an unrolled loop. The fmaf chains keep their order (d
+ * ascending per score, rows ascending per output): the same bits. Why: at batch 1 the kernel runs 64
+ * blocks of one head, latency-bound on L2 reads of the gathered rows, and in a captured step the next
+ * GEMV's early blocks stream their weights meanwhile, which lengthens every round trip (ktrace, session
+ * 24: 22-48 us a launch in the graph against ncu's 11-15 us alone). */
+template <int HG, bool MLP = false, int RW = (HG > 8 ? 2 : 4), int DJ = (HG > 8 ? 2 : ATT_MAXD / ATT_THREADS)>
 __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__restrict__ q, int H,
                                                              int D,
                                                              const float *const *__restrict__ rows,
@@ -93,15 +100,38 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
             float s[RW * HG];
 #pragma unroll
             for (int i = 0; i < RW * HG; i++) s[i] = 0.0f;
-            for (int d = lane; d < D; d += 32) {
-                float v[RW];
+            if (MLP) {
+                constexpr int AU = 4; /* D steps loaded ahead */
+                for (int d0 = lane; d0 < D; d0 += 32 * AU) {
+                    float v[AU][RW];
 #pragma unroll
-                for (int r = 0; r < RW; r++) v[r] = kv[r][d];
+                    for (int a = 0; a < AU; a++)
 #pragma unroll
-                for (int h = 0; h < HG; h++) {
-                    const float qv = qs[h * D + d];
+                        for (int r = 0; r < RW; r++) v[a][r] = d0 + 32 * a < D ? kv[r][d0 + 32 * a] : 0.0f;
 #pragma unroll
-                    for (int r = 0; r < RW; r++) s[r * HG + h] = fmaf(qv, v[r], s[r * HG + h]);
+                    for (int a = 0; a < AU; a++) {
+                        const int d = d0 + 32 * a;
+                        if (d < D) {
+#pragma unroll
+                            for (int h = 0; h < HG; h++) {
+                                const float qv = qs[h * D + d];
+#pragma unroll
+                                for (int r = 0; r < RW; r++) s[r * HG + h] = fmaf(qv, v[a][r], s[r * HG + h]);
+                            }
+                        }
+                    }
+                }
+            } else {
+                for (int d = lane; d < D; d += 32) {
+                    float v[RW];
+#pragma unroll
+                    for (int r = 0; r < RW; r++) v[r] = kv[r][d];
+#pragma unroll
+                    for (int h = 0; h < HG; h++) {
+                        const float qv = qs[h * D + d];
+#pragma unroll
+                        for (int r = 0; r < RW; r++) s[r * HG + h] = fmaf(qv, v[r], s[r * HG + h]);
+                    }
                 }
             }
             int pi;
@@ -138,16 +168,44 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
 #pragma unroll
                 for (int j = 0; j < DJ; j++) oacc[h][j] *= corr;
         }
+        if (MLP) {
+            constexpr int PB = HG <= 2 ? 16 : 8; /* rows loaded ahead */
+            for (int j0 = 0; j0 < nb; j0 += PB) {
+                float v[PB][DJ];
+#pragma unroll
+                for (int b = 0; b < PB; b++) {
+                    const float *kv = rp[j0 + b < nb ? j0 + b : j0];
+#pragma unroll
+                    for (int jj = 0; jj < DJ; jj++) {
+                        const int d = tid + jj * ATT_THREADS;
+                        v[b][jj] = j0 + b < nb && d < D ? kv[d] : 0.0f;
+                    }
+                }
+#pragma unroll
+                for (int b = 0; b < PB; b++) {
+                    if (j0 + b < nb) {
+#pragma unroll
+                        for (int jj = 0; jj < DJ; jj++) {
+                            if (tid + jj * ATT_THREADS < D) {
+#pragma unroll
+                                for (int h = 0; h < HG; h++) oacc[h][jj] = fmaf(sc[h][j0 + b], v[b][jj], oacc[h][jj]);
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
 #pragma unroll 8 /* the rows' loads in flight together (the fmaf chain per output stays in row order) */
-        for (int j = 0; j < nb; j++) {
-            const float *kv = rp[j];
+            for (int j = 0; j < nb; j++) {
+                const float *kv = rp[j];
 #pragma unroll
-            for (int jj = 0; jj < DJ; jj++) {
-                int d = tid + jj * ATT_THREADS;
-                if (d < D) {
-                    float v = kv[d];
+                for (int jj = 0; jj < DJ; jj++) {
+                    int d = tid + jj * ATT_THREADS;
+                    if (d < D) {
+                        float v = kv[d];
 #pragma unroll
-                    for (int h = 0; h < HG; h++) oacc[h][jj] = fmaf(sc[h][j], v, oacc[h][jj]);
+                        for (int h = 0; h < HG; h++) oacc[h][jj] = fmaf(sc[h][j], v, oacc[h][jj]);
+                    }
                 }
             }
         }
@@ -174,10 +232,18 @@ static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
     unsigned bit = HG == 16 ? MK_OPTIN_ATTN16 : HG == 8 ? MK_OPTIN_ATTN8 : HG == 4 ? MK_OPTIN_ATTN4
                  : HG == 2  ? MK_OPTIN_ATTN2 : MK_OPTIN_ATTN1;
     /* (HG = 16 takes D <= 512, but its static arrays and 32 KB of queries also need the opt-in) */
-    int st = mk_cuda_smem_optin(ctx, bit, (const void *)k_sparse_attn<HG>, sizeof(float) * HG * ATT_MAXD, err);
+    const bool mlp = ctx->tune.attn_mlp && HG <= 4; /* few heads per block: a decode's latency-bound launches */
+    const void *fn = mlp ? (const void *)k_sparse_attn<HG, true> : (const void *)k_sparse_attn<HG>;
+    if (mlp) bit = HG == 4 ? MK_OPTIN_ATTN4_MLP : HG == 2 ? MK_OPTIN_ATTN2_MLP : MK_OPTIN_ATTN1_MLP;
+    int st = mk_cuda_smem_optin(ctx, bit, fn, sizeof(float) * HG * ATT_MAXD, err);
     if (st) return st;
     dim3 grid(H / HG, T);
-    (void)mk_cuda_launch_pdl(ctx, grid, ATT_THREADS, smem, k_sparse_attn<HG>, q, H, D, rows, row_start, sink, scale, o);
+    if (mlp)
+        (void)mk_cuda_launch_pdl(ctx, grid, ATT_THREADS, smem, k_sparse_attn<HG, true>, q, H, D, rows, row_start, sink,
+                                 scale, o);
+    else
+        (void)mk_cuda_launch_pdl(ctx, grid, ATT_THREADS, smem, k_sparse_attn<HG>, q, H, D, rows, row_start, sink, scale,
+                                 o);
     MK_CU_LAUNCHED(err, "cuda: sparse attention launch");
     return MK_OK;
 }

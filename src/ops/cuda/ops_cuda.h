@@ -203,6 +203,9 @@ typedef struct {
     int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
                             * the 32 lanes of a warp instead of one thread's loops over global memory (the
                             * same outputs); MINKE_CUDA_ROUTE_WARP */
+    int attn_mlp;          /* 1: the sparse attention with at most 4 heads per block (a decode's) loads its
+                            * score and PV operands several steps ahead (k_sparse_attn's MLP; the same fmaf
+                            * chains: same bits); MINKE_CUDA_ATTN_MLP */
     int argmax_cluster;    /* mk_cuda_argmax_rows of at most this many rows (of >= 32768 values) runs a
                             * cluster of 8 blocks per row, each scanning a slice (the same winner: the
                             * greedy rule is a total order); more rows, or 0, one block per row; default
