@@ -188,7 +188,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 0); /* no gain beyond noise on the H200 (session 19): off */
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
-    ctx->tune.moe_tma = env_switch("MINKE_CUDA_MOE_TMA", 0); /* written in session 24, not yet measured */
     /* one SM scanning a 129280-entry row took 16 us of a batch-1 step (H100, session 23's ncu) */
     ctx->tune.argmax_cluster = getenv("MINKE_CUDA_ARGMAX_CLUSTER") ? atoi(getenv("MINKE_CUDA_ARGMAX_CLUSTER")) : 16;
     if (ctx->tune.argmax_cluster < 0) ctx->tune.argmax_cluster = 0;
@@ -337,7 +336,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
-    ctx->tune.moe_tma = ctx->tune.moe_tma != 0;
     ctx->tune.route_warp = ctx->tune.route_warp != 0;
     ctx->tune.attn_mlp = ctx->tune.attn_mlp != 0;
     ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;

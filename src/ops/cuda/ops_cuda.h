@@ -196,10 +196,6 @@ typedef struct {
                             * and every layer's shared expert beside the gate, the routing and the
                             * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 0
                             * (no gain beyond noise on the H200), MINKE_CUDA_BRANCH=1 */
-    int moe_tma;           /* 1: the decode expert GEMVs (k <= 4096) have the TMA unit stage each block's
-                            * weight rows in shared memory, requested before the programmatic-dependent-
-                            * launch wait (k_moe_gemv_fp4_tma; the register kernel's steps on the staged
-                            * bytes: same bits); default 0 until measured, MINKE_CUDA_MOE_TMA=1 */
     int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
                             * the 32 lanes of a warp instead of one thread's loops over global memory (the
                             * same outputs); MINKE_CUDA_ROUTE_WARP */
