@@ -258,20 +258,8 @@ extern "C" int mk_cuda_argmax_rows(mk_cuda_ctx *ctx, const float *x, int rows, i
     if (rows <= 0) return MK_OK;
     if (n <= 0) return mk_fail(err, MK_EINVAL, "cuda: argmax: rows of %d values", n);
     if (ctx->tune.argmax_cluster && rows <= ctx->tune.argmax_cluster && n >= 4 * 1024 * AM_NB) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)rows * AM_NB);
-        cfg.blockDim = dim3(1024);
-        cfg.stream = ctx->stream;
-        cudaLaunchAttribute at[2];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = AM_NB;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
-        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = ctx->tune.gemv_pdl ? 2 : 1;
-        (void)cudaLaunchKernelEx(&cfg, k_argmax_cluster, x, n, out);
+        (void)mk_cuda_launch_cluster(ctx, dim3((unsigned)rows * AM_NB), dim3(1024), 0, AM_NB, 1, k_argmax_cluster, x, n,
+                                     out);
         MK_CU_LAUNCHED(err, "cuda: argmax (cluster) launch");
         return MK_OK;
     }

@@ -85,6 +85,28 @@ static inline cudaError_t mk_cuda_launch_pdl(mk_cuda_ctx *ctx, dim3 grid, dim3 b
     return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
+/* A launch over clusters of cx blocks along x (thread block clusters, sm_90), with programmatic
+ * dependent launch when pdl and the tuning allow it. */
+template <typename... P, typename... A>
+static inline cudaError_t mk_cuda_launch_cluster(mk_cuda_ctx *ctx, dim3 grid, dim3 block, size_t smem, int cx, int pdl,
+                                                 void (*kern)(P...), A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)cx;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl && ctx->tune.gemv_pdl ? 2 : 1;
+    return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
 /* Maps a CUDA error to an mk_status and writes "what: cuda error text" into err. */
 int mk_cuda_fail(mk_err *err, cudaError_t e, const char *what);
 

@@ -634,21 +634,14 @@ static int sample_cluster(mk_cuda_ctx *ctx, const float *logits, int rows, int V
         mk_cuda_note(ctx, NOTE_SAMPLE_CLUSTER, msg);
         return SMC_REFUSED;
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)rows * SMC_NB);
-    cfg.blockDim = dim3(SMP_T);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = ctx->stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = SMC_NB;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
     const int bins = ctx->tune.sample_bins;
-    if (agg) (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<true>, logits, V, draws, out, bins);
-    else (void)cudaLaunchKernelEx(&cfg, k_sample_cluster<false>, logits, V, draws, out, bins);
+    const dim3 grid((unsigned)rows * SMC_NB), block(SMP_T);
+    if (agg)
+        (void)mk_cuda_launch_cluster(ctx, grid, block, smem, SMC_NB, 0, k_sample_cluster<true>, logits, V, draws, out,
+                                     bins);
+    else
+        (void)mk_cuda_launch_cluster(ctx, grid, block, smem, SMC_NB, 0, k_sample_cluster<false>, logits, V, draws, out,
+                                     bins);
     MK_CU_LAUNCHED(err, "cuda: sample (cluster) launch");
     return MK_OK;
 }
