@@ -64,29 +64,12 @@ void mk_cuda_lane_free(mk_cuda_ctx *ctx);
 #define MK_CUDA_HC_SPLIT_TOK 1024 /* tokens per split-path launch pair (the partials buffer's size) */
 #define MK_CUDA_COUNTERS 65536
 
-/* Launches kern on the context's stream with programmatic dependent launch (unless the tuning's
- * gemv_pdl is 0): its blocks are scheduled while the previous kernel finishes, which hides the
- * launch latency of a chain of small kernels. kern must start with MK_PDL_ENTER() (or, like the
- * GEMVs, touch only constant data before mk_d_pdl_wait). Errors are left for cudaGetLastError
+/* Launches kern on the context's stream over clusters of cx blocks along x (thread block clusters,
+ * sm_90; cx <= 1: none) and, with pdl (unless the tuning's gemv_pdl is 0), with programmatic
+ * dependent launch: its blocks are scheduled while the previous kernel finishes, which hides the
+ * launch latency of a chain of small kernels. Such a kern must start with MK_PDL_ENTER() (or, like
+ * the GEMVs, touch only constant data before mk_d_pdl_wait). Errors are left for cudaGetLastError
  * (MK_CU_LAUNCHED). */
-template <typename... P, typename... A>
-static inline cudaError_t mk_cuda_launch_pdl(mk_cuda_ctx *ctx, dim3 grid, dim3 block, size_t smem, void (*kern)(P...),
-                                             A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = ctx->stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = ctx->tune.gemv_pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kern, args...);
-}
-
-/* A launch over clusters of cx blocks along x (thread block clusters, sm_90), with programmatic
- * dependent launch when pdl and the tuning allow it. */
 template <typename... P, typename... A>
 static inline cudaError_t mk_cuda_launch_cluster(mk_cuda_ctx *ctx, dim3 grid, dim3 block, size_t smem, int cx, int pdl,
                                                  void (*kern)(P...), A... args) {
@@ -96,15 +79,29 @@ static inline cudaError_t mk_cuda_launch_cluster(mk_cuda_ctx *ctx, dim3 grid, di
     cfg.dynamicSmemBytes = smem;
     cfg.stream = ctx->stream;
     cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)cx;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
+    unsigned n = 0;
+    if (cx > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = (unsigned)cx;
+        at[n].val.clusterDim.y = 1;
+        at[n].val.clusterDim.z = 1;
+        n++;
+    }
+    if (pdl && ctx->tune.gemv_pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
     cfg.attrs = at;
-    cfg.numAttrs = pdl && ctx->tune.gemv_pdl ? 2 : 1;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
+/* mk_cuda_launch_cluster without clusters, with programmatic dependent launch. */
+template <typename... P, typename... A>
+static inline cudaError_t mk_cuda_launch_pdl(mk_cuda_ctx *ctx, dim3 grid, dim3 block, size_t smem, void (*kern)(P...),
+                                             A... args) {
+    return mk_cuda_launch_cluster(ctx, grid, block, smem, 0, 1, kern, args...);
 }
 
 /* Maps a CUDA error to an mk_status and writes "what: cuda error text" into err. */
