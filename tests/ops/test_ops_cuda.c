@@ -1896,11 +1896,18 @@ static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
     int l = snprintf(shape, sizeof shape, "H%d D%d n=", H, D);
     for (int t = 0; t < T && l < 60; t++) l += snprintf(shape + l, sizeof shape - l, "%s%d", t ? "," : "", ns[t]);
     compare("sparse_attn", shape, oref, o, (size_t)T * H * D, NORM, 8e-3);
-    { /* the kernel with its operands loaded ahead (tuning attn_mlp) = without, bit for bit */
+    for (int var = 0; var < 2; var++) { /* the decode kernels: operands loaded ahead (tuning attn_mlp, with
+                                           * attn_cluster off) and the cluster kernel (attn_cluster)
+                                           * = the plain kernel / the default, bit for bit */
         mk_cuda_tuning t0, t1;
         mk_cuda_ctx_get_tuning(ctx, &t0);
         t1 = t0;
-        t1.attn_mlp = !t0.attn_mlp;
+        if (var == 0) {
+            t1.attn_mlp = !t0.attn_mlp;
+            t1.attn_cluster = 0;
+        } else {
+            t1.attn_cluster = !t0.attn_cluster;
+        }
         mk_cuda_ctx_set_tuning(ctx, &t1);
         float *o2 = xmalloc(sizeof(float) * T * H * D);
         CK(mk_cuda_sparse_attn(ctx, dq, T, H, D, (const float *const *)drows, dstart, dsink, scale, dout, &err_));
@@ -1927,8 +1934,9 @@ static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
         free(o2);
         n_checks++;
         if (!same) n_fail++;
-        printf("| %-40s | %-26s | attn_mlp %d = %d, the call and each token alone, bit for bit: %s |\n",
-               "sparse_attn operands ahead", shape, t1.attn_mlp, t0.attn_mlp, same ? "PASS" : "FAIL");
+        printf("| %-40s | %-26s | attn_mlp %d cluster %d = %d %d, the call and each token alone, bit for bit: %s |\n",
+               var ? "sparse_attn on a cluster" : "sparse_attn operands ahead", shape, t1.attn_mlp, t1.attn_cluster,
+               t0.attn_mlp, t0.attn_cluster, same ? "PASS" : "FAIL");
     }
     if (T > 1) { /* a token alone (few heads per block) = in the call (up to 16 per block), bit for bit */
         int same = 1;
@@ -3157,6 +3165,8 @@ int main(int argc, char **argv) {
     {
         int ns[3] = {0, 300, 640};
         test_attn(64, 512, 3, ns, 1000);
+        int ns1[4] = {80, 129, 200, 33}; /* the cluster kernel: two PV buffers, a third and a fourth streamed */
+        test_attn(64, 512, 4, ns1, 1000);
         int ns2[2] = {1, 129};
         test_attn(8, 128, 2, ns2, 200);
         int ns3[24]; /* enough tokens for 8 heads per block (the decode shapes above take 1) */

@@ -13,6 +13,9 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
 #define ATT_CHUNK 256
 #define ATT_THREADS 256
 #define ATT_MAXD 1024
@@ -47,6 +50,58 @@ __device__ __forceinline__ float score_reduce(float (&v)[NP], int lane, int *idx
     for (int o = 16 >> LG; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
     *idx = (lane & ((32 >> LG) - 1)) ? -1 : lane >> (5 - LG);
     return t;
+}
+
+/* The chunk's softmax step, per head (a warp each): chunk max, new running max, probabilities
+ * (rounded to bf16 in place), denominator, and the factor the running output is rescaled by. */
+template <int HG>
+__device__ __forceinline__ void att_softmax_chunk(float (*sc)[ATT_CHUNK], int nb, float *s_m, float *s_den,
+                                                  float *s_corr, int warp, int lane) {
+    for (int h = warp; h < HG; h += ATT_THREADS / 32) {
+        float bm = -INFINITY;
+        for (int j = lane; j < nb; j += 32) bm = fmaxf(bm, sc[h][j]);
+        bm = mk_d_warp_max(bm);
+        float m = s_m[h], nm = bm > m ? bm : m;
+        float corr = (m != -INFINITY && nm != m) ? expf(m - nm) : 1.0f;
+        float psum = 0.0f;
+        for (int j = lane; j < nb; j += 32) {
+            float p = expf(sc[h][j] - nm);
+            psum += p;
+            sc[h][j] = mk_d_bf16r(p);
+        }
+        psum = mk_d_warp_sum(psum);
+        if (lane == 0) {
+            s_den[h] = s_den[h] * corr + psum;
+            s_m[h] = nm;
+            s_corr[h] = corr;
+        }
+    }
+}
+
+template <int HG, int DJ>
+__device__ __forceinline__ void att_rescale(float (&oacc)[HG][DJ], const float *s_corr) {
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        float corr = s_corr[h];
+        if (corr != 1.0f)
+#pragma unroll
+            for (int j = 0; j < DJ; j++) oacc[h][j] *= corr;
+    }
+}
+
+/* The output of the block's HG heads (oh: head h0's row): the sink only in the denominator. */
+template <int HG, int DJ>
+__device__ __forceinline__ void att_store(const float (&oacc)[HG][DJ], const float *s_den, const float *s_m,
+                                          const float *sink, int n, float *oh, int D, int h0, int tid) {
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        float den = n > 0 ? s_den[h] + expf(sink[h0 + h] - s_m[h]) : 1.0f;
+#pragma unroll
+        for (int jj = 0; jj < DJ; jj++) {
+            int d = tid + jj * ATT_THREADS;
+            if (d < D) oh[(size_t)h * D + d] = n > 0 ? mk_d_bf16r(oacc[h][jj] / den) : 0.0f;
+        }
+    }
 }
 
 /* HG heads per block; RW rows per warp in the scores (RW x HG values per lane for score_reduce:
@@ -139,35 +194,10 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
             if (pi >= 0 && j0 + pi / HG < nb) sc[pi % HG][j0 + pi / HG] = __fmul_rn(tot, scale);
         }
         __syncthreads();
-        /* per head (a warp each): chunk max, new running max, probabilities, denominator */
-        for (int h = warp; h < HG; h += ATT_THREADS / 32) {
-            float bm = -INFINITY;
-            for (int j = lane; j < nb; j += 32) bm = fmaxf(bm, sc[h][j]);
-            bm = mk_d_warp_max(bm);
-            float m = s_m[h], nm = bm > m ? bm : m;
-            float corr = (m != -INFINITY && nm != m) ? expf(m - nm) : 1.0f;
-            float psum = 0.0f;
-            for (int j = lane; j < nb; j += 32) {
-                float p = expf(sc[h][j] - nm);
-                psum += p;
-                sc[h][j] = mk_d_bf16r(p);
-            }
-            psum = mk_d_warp_sum(psum);
-            if (lane == 0) {
-                s_den[h] = s_den[h] * corr + psum;
-                s_m[h] = nm;
-                s_corr[h] = corr;
-            }
-        }
+        att_softmax_chunk<HG>(sc, nb, s_m, s_den, s_corr, warp, lane);
         __syncthreads();
         /* PV */
-#pragma unroll
-        for (int h = 0; h < HG; h++) {
-            float corr = s_corr[h];
-            if (corr != 1.0f)
-#pragma unroll
-                for (int j = 0; j < DJ; j++) oacc[h][j] *= corr;
-        }
+        att_rescale<HG, DJ>(oacc, s_corr);
         if (MLP) {
             constexpr int PB = HG <= 2 ? 16 : 8; /* rows loaded ahead */
             for (int j0 = 0; j0 < nb; j0 += PB) {
@@ -211,14 +241,151 @@ __global__ void __launch_bounds__(ATT_THREADS) k_sparse_attn(const float *__rest
         }
         __syncthreads(); /* sc and rp are rewritten by the next chunk */
     }
+    att_store<HG, DJ>(oacc, s_den, s_m, sink, n, o + ((size_t)t * H + h0) * D, D, h0, tid);
+}
+
+
+/* Cluster (tuning attn_cluster; at most 4 heads per block and D a multiple of 16 up to 512: a decode's
+ * launches): ATC_C blocks, a thread-block cluster, share what one k_sparse_attn block does, with the
+ * same arithmetic in the same order (same bits). Why: at batch 1 a block of one head reads ~130-230
+ * rows (2 KB each) twice, scores then PV, from L2 / HBM, one latency round per few rows: 22-33 us a
+ * launch in a captured H100 step (ktrace, session 25; with PDL on or off, and with the rows staged in
+ * shared memory by one block it was still 19-33 us: one SM's share of the L2 bandwidth). In the cluster
+ * block `cr` computes the scores of the chunk's 32-row passes cr, cr + ATC_C, ... (a pass as in
+ * k_sparse_attn: 8 warps x 4 rows, a lane's 16 D steps loaded before their fmafs); the blocks then read
+ * the chunk's scores from each other's shared memory and each computes the softmax step (the same code on
+ * the same values); the PV product of output elements [cr * D / ATC_C, ...) reads those columns of the
+ * rows, copied into shared memory by cp.async from the chunk's start (ATC_PVR rows per buffer, two
+ * buffers), and runs the same fmaf chain in row order. */
+#define ATC_C 4                     /* blocks per cluster */
+#define ATC_PVR 64                  /* rows per PV buffer */
+#define ATC_DSMAX (512 / ATC_C)     /* columns per block: D <= 512 */
+#define ATC_BUF_FLOATS (ATC_PVR * ATC_DSMAX)
+
+/* Columns [d0, d0 + DS) of the chunk's rows [j0, j0 + ATC_PVR) (those below nb) into a PV buffer. */
+__device__ __forceinline__ void atc_stage(float *buf, const float *const *rp, int j0, int nb, int d0, int DS, int tid) {
+    const int c4 = DS >> 2, nr = min(ATC_PVR, nb - j0);
+    for (int i = tid; i < nr * c4; i += ATT_THREADS) {
+        const int r = i / c4, c = i - r * c4;
+        const float *src = rp[j0 + r] + d0 + 4 * c;
+        float *dst = buf + r * ATC_DSMAX + 4 * c;
+        if (((uintptr_t)src & 15) == 0) {
+            mk_d_cp_async16(dst, src, 16);
+        } else {
 #pragma unroll
-    for (int h = 0; h < HG; h++) {
-        float den = n > 0 ? s_den[h] + expf(sink[h0 + h] - s_m[h]) : 1.0f;
-        float *oh = o + ((size_t)t * H + h0 + h) * D;
+            for (int e = 0; e < 4; e++) mk_d_cp_async4(dst + e, src + e, 4);
+        }
+    }
+}
+
+template <int HG>
+__global__ void __launch_bounds__(ATT_THREADS, 2) k_sparse_attn_cl(const float *__restrict__ q, int H, int D,
+                                                                   const float *const *__restrict__ rows,
+                                                                   const int32_t *__restrict__ row_start,
+                                                                   const float *__restrict__ sink, float scale,
+                                                                   float *__restrict__ o) {
+    constexpr int RW = 4, AU = 512 / 32; /* a lane's D steps of a row: all loaded before their fmafs */
+    cg::cluster_group cl = cg::this_cluster();
+    const int cr = (int)cl.block_rank();
+    const int h0 = (blockIdx.x / ATC_C) * HG;
+    mk_d_pdl_launch_dependents(); /* launched with programmatic dependent launch: only the sinks */
+    if (sink && cr == 0) mk_d_l2_prefetch_block(sink + h0, sizeof(float) * HG); /* before the wait */
+    mk_d_pdl_wait();
+    extern __shared__ __align__(16) float atc_smem[];
+    float *pvb = atc_smem;                     /* [2][ATC_PVR][ATC_DSMAX] */
+    float *qs = atc_smem + 2 * ATC_BUF_FLOATS; /* [HG][D] */
+    __shared__ float scl[HG][ATT_CHUNK];       /* the scores of this block's passes */
+    __shared__ float sc[HG][ATT_CHUNK];        /* the chunk's scores, then bf16 probabilities */
+    __shared__ const float *rp[ATT_CHUNK];
+    __shared__ float s_m[HG], s_den[HG], s_corr[HG];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t = blockIdx.y, DS = D / ATC_C, d0 = cr * DS;
+    const int r0 = row_start[t], n = row_start[t + 1] - r0;
+    for (int i = tid; i < HG * D; i += ATT_THREADS) qs[i] = q[((size_t)t * H + h0) * D + i];
+    if (tid < HG) {
+        s_m[tid] = -INFINITY;
+        s_den[tid] = 0.0f;
+    }
+    float oacc[HG][1];
 #pragma unroll
-        for (int jj = 0; jj < DJ; jj++) {
-            int d = tid + jj * ATT_THREADS;
-            if (d < D) oh[d] = n > 0 ? mk_d_bf16r(oacc[h][jj] / den) : 0.0f;
+    for (int h = 0; h < HG; h++) oacc[h][0] = 0.0f;
+    __syncthreads();
+    for (int b0 = 0; b0 < n; b0 += ATT_CHUNK) {
+        const int nb = min(ATT_CHUNK, n - b0);
+        for (int j = tid; j < nb; j += ATT_THREADS) rp[j] = rows[r0 + b0 + j];
+        __syncthreads();
+        /* the PV columns of the first two buffers: in flight during the scores (one commit group per
+         * buffer, empty ones too, so that wait<1> before buffer u means groups 0..u are done) */
+        const int nsub = (nb + ATC_PVR - 1) / ATC_PVR;
+        for (int u = 0; u < 2; u++) {
+            if (u < nsub) atc_stage(pvb + u * ATC_BUF_FLOATS, rp, u * ATC_PVR, nb, d0, DS, tid);
+            mk_d_cp_async_commit();
+        }
+        /* pass p to block (p + g) % ATC_C of head group g: the clusters do not all start on the same rows */
+        const int g = blockIdx.x / ATC_C, p0 = ((cr - g) % ATC_C + ATC_C) % ATC_C;
+        for (int j0 = p0 * ATT_THREADS / 32 * RW + warp * RW; j0 < nb; j0 += ATC_C * ATT_THREADS / 32 * RW) {
+            const float *kv[RW];
+#pragma unroll
+            for (int r = 0; r < RW; r++) kv[r] = rp[j0 + r < nb ? j0 + r : j0];
+            float s[RW * HG];
+#pragma unroll
+            for (int i = 0; i < RW * HG; i++) s[i] = 0.0f;
+            float v[AU][RW];
+#pragma unroll
+            for (int a = 0; a < AU; a++)
+#pragma unroll
+                for (int r = 0; r < RW; r++) v[a][r] = lane + 32 * a < D ? kv[r][lane + 32 * a] : 0.0f;
+#pragma unroll
+            for (int a = 0; a < AU; a++) {
+                const int d = lane + 32 * a;
+                if (d < D) {
+#pragma unroll
+                    for (int h = 0; h < HG; h++) {
+                        const float qv = qs[h * D + d];
+#pragma unroll
+                        for (int r = 0; r < RW; r++) s[r * HG + h] = fmaf(qv, v[a][r], s[r * HG + h]);
+                    }
+                }
+            }
+            int pi;
+            const float tot = score_reduce<RW * HG>(s, lane, &pi);
+            if (pi >= 0 && j0 + pi / HG < nb) scl[pi % HG][j0 + pi / HG] = __fmul_rn(tot, scale);
+        }
+        cl.sync(); /* every block's scores written */
+        for (int i = tid; i < HG * nb; i += ATT_THREADS) {
+            const int h = i / nb, j = i - h * nb;
+            const float *src = cl.map_shared_rank(&scl[0][0], (unsigned)(((j >> 5) + g) % ATC_C));
+            sc[h][j] = src[h * ATT_CHUNK + j];
+        }
+        cl.sync(); /* every block has read the others' scores (scl is rewritten by the next chunk) */
+        att_softmax_chunk<HG>(sc, nb, s_m, s_den, s_corr, warp, lane);
+        __syncthreads();
+        att_rescale<HG, 1>(oacc, s_corr);
+        for (int u = 0; u < nsub; u++) { /* PV: rows ascending, as k_sparse_attn */
+            mk_d_cp_async_wait<1>();
+            __syncthreads();
+            float *buf = pvb + (u & 1) * ATC_BUF_FLOATS;
+            const int nr = min(ATC_PVR, nb - u * ATC_PVR);
+            if (tid < DS) {
+#pragma unroll 8
+                for (int b = 0; b < nr; b++) {
+                    const int j = u * ATC_PVR + b;
+                    const float v = buf[b * ATC_DSMAX + tid];
+#pragma unroll
+                    for (int h = 0; h < HG; h++) oacc[h][0] = fmaf(sc[h][j], v, oacc[h][0]);
+                }
+            }
+            __syncthreads(); /* the buffer is read; refill it */
+            if (u + 2 < nsub) atc_stage(buf, rp, (u + 2) * ATC_PVR, nb, d0, DS, tid);
+            mk_d_cp_async_commit();
+        }
+        __syncthreads(); /* sc and rp are rewritten by the next chunk */
+    }
+    if (tid < DS) {
+#pragma unroll
+        for (int h = 0; h < HG; h++) {
+            const float den = n > 0 ? s_den[h] + expf(sink[h0 + h] - s_m[h]) : 1.0f;
+            o[((size_t)t * H + h0 + h) * D + d0 + tid] = n > 0 ? mk_d_bf16r(oacc[h][0] / den) : 0.0f;
         }
     }
 }
@@ -232,6 +399,21 @@ static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
     unsigned bit = HG == 16 ? MK_OPTIN_ATTN16 : HG == 8 ? MK_OPTIN_ATTN8 : HG == 4 ? MK_OPTIN_ATTN4
                  : HG == 2  ? MK_OPTIN_ATTN2 : MK_OPTIN_ATTN1;
     /* (HG = 16 takes D <= 512, but its static arrays and 32 KB of queries also need the opt-in) */
+    if (HG <= 4 && ctx->tune.attn_cluster && D <= 512 && D % (4 * ATC_C) == 0) {
+        constexpr int HC = HG <= 4 ? HG : 4; /* (instantiated for the small groups only) */
+        const size_t dyn = sizeof(float) * (2 * ATC_BUF_FLOATS + HC * 512);
+        const unsigned cbit = HC == 4 ? MK_OPTIN_ATTN4_CL : HC == 2 ? MK_OPTIN_ATTN2_CL : MK_OPTIN_ATTN1_CL;
+        const size_t stat = sizeof(float) * (2 * HC * ATT_CHUNK + 3 * HC) + sizeof(void *) * ATT_CHUNK;
+        mk_err oe;
+        if (dyn + stat <= ctx->caps.smem_optin && /* else the one-block kernels */
+            mk_cuda_smem_optin(ctx, cbit, (const void *)k_sparse_attn_cl<HC>, dyn, &oe) == MK_OK) {
+            (void)mk_cuda_launch_cluster(ctx, dim3(ATC_C * (H / HG), T), ATT_THREADS,
+                                         sizeof(float) * (2 * ATC_BUF_FLOATS + HC * D), ATC_C, 1, k_sparse_attn_cl<HC>,
+                                         q, H, D, rows, row_start, sink, scale, o);
+            MK_CU_LAUNCHED(err, "cuda: sparse attention (cluster) launch");
+            return MK_OK;
+        }
+    }
     const bool mlp = ctx->tune.attn_mlp && HG <= 4; /* few heads per block: a decode's latency-bound launches */
     const void *fn = mlp ? (const void *)k_sparse_attn<HG, true> : (const void *)k_sparse_attn<HG>;
     if (mlp) bit = HG == 4 ? MK_OPTIN_ATTN4_MLP : HG == 2 ? MK_OPTIN_ATTN2_MLP : MK_OPTIN_ATTN1_MLP;
@@ -257,6 +439,16 @@ extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int 
     /* 16 or 8 heads per block when the queries fit comfortably in shared memory and the grid still
      * fills the GPU; fewer for few tokens (a decode): a head's arithmetic does not depend on the group */
     const long fill = ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1;
+    if (ctx->tune.attn_cluster && D <= 512 && D % (4 * ATC_C) == 0 && (long)T * (H / 8) < fill && H % 4 == 0) {
+        /* the cluster kernel where the cascade below takes at most 4 heads a block: the fewest heads
+         * per block whose clusters all fit in one wave (a batch-1 step: 2 heads, 128 blocks; with 1,
+         * the 256 blocks' last ones started ~10 us after the previous kernel ended, session 25) */
+        int hg = 1;
+        while (hg < 4 && (long)ATC_C * T * (H / hg) > fill) hg *= 2;
+        if (hg == 1) return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+        if (hg == 2) return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+        return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+    }
     if (ctx->tune.attn16 && H % 16 == 0 && D <= 512 && (long)T * (H / 16) >= fill) /* rows read half as often */
         return attn_launch<16>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
     if (H % 8 == 0 && D <= 512 && (long)T * (H / 8) >= fill)

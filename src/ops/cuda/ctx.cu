@@ -188,6 +188,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 0); /* no gain beyond noise on the H200 (session 19): off */
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
+    ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     /* one SM scanning a 129280-entry row took 16 us of a batch-1 step (H100, session 23's ncu) */
     ctx->tune.argmax_cluster = getenv("MINKE_CUDA_ARGMAX_CLUSTER") ? atoi(getenv("MINKE_CUDA_ARGMAX_CLUSTER")) : 16;
     if (ctx->tune.argmax_cluster < 0) ctx->tune.argmax_cluster = 0;

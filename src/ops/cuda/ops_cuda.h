@@ -206,6 +206,10 @@ typedef struct {
                             * cluster of 8 blocks per row, each scanning a slice (the same winner: the
                             * greedy rule is a total order); more rows, or 0, one block per row; default
                             * 16, MINKE_CUDA_ARGMAX_CLUSTER */
+    int attn_cluster;      /* 1: the sparse attention with at most 4 heads per block and D <= 512 (a decode's)
+                            * runs on a cluster of 4 blocks per head group, each scoring a quarter of the
+                            * rows and computing a quarter of the outputs (k_sparse_attn_cl; the same
+                            * arithmetic: same bits); default 1, MINKE_CUDA_ATTN_CLUSTER=0 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
