@@ -1896,17 +1896,20 @@ static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
     int l = snprintf(shape, sizeof shape, "H%d D%d n=", H, D);
     for (int t = 0; t < T && l < 60; t++) l += snprintf(shape + l, sizeof shape - l, "%s%d", t ? "," : "", ns[t]);
     compare("sparse_attn", shape, oref, o, (size_t)T * H * D, NORM, 8e-3);
-    for (int var = 0; var < 2; var++) { /* the decode kernels: operands loaded ahead (tuning attn_mlp, with
-                                           * attn_cluster off) and the cluster kernel (attn_cluster)
-                                           * = the plain kernel / the default, bit for bit */
+    for (int var = 0; var < 4; var++) { /* the decode kernels: operands loaded ahead (tuning attn_mlp, with
+                                           * attn_cluster off), the cluster kernel (attn_cluster) and its
+                                           * heads per block forced to 1 and 4 = the default, bit for bit */
         mk_cuda_tuning t0, t1;
         mk_cuda_ctx_get_tuning(ctx, &t0);
         t1 = t0;
         if (var == 0) {
             t1.attn_mlp = !t0.attn_mlp;
             t1.attn_cluster = 0;
-        } else {
+        } else if (var == 1) {
             t1.attn_cluster = !t0.attn_cluster;
+        } else {
+            t1.attn_cluster = 1;
+            t1.attn_cluster_hg = var == 2 ? 1 : 4;
         }
         mk_cuda_ctx_set_tuning(ctx, &t1);
         float *o2 = xmalloc(sizeof(float) * T * H * D);
@@ -1935,7 +1938,9 @@ static void test_attn(int H, int D, int T, const int *ns, int pool_rows) {
         n_checks++;
         if (!same) n_fail++;
         printf("| %-40s | %-26s | attn_mlp %d cluster %d = %d %d, the call and each token alone, bit for bit: %s |\n",
-               var ? "sparse_attn on a cluster" : "sparse_attn operands ahead", shape, t1.attn_mlp, t1.attn_cluster,
+               var == 0 ? "sparse_attn operands ahead" : var == 1 ? "sparse_attn on a cluster"
+               : var == 2 ? "sparse_attn on a cluster, 1 head a block" : "sparse_attn on a cluster, 4 heads a block",
+               shape, t1.attn_mlp, t1.attn_cluster,
                t0.attn_mlp, t0.attn_cluster, same ? "PASS" : "FAIL");
     }
     if (T > 1) { /* a token alone (few heads per block) = in the call (up to 16 per block), bit for bit */

@@ -10,6 +10,12 @@
  * PV product (the reference's acc_s_cast), the sink only in the denominator. The PV product runs
  * with a thread per output element and fmaf in row order, which is what the CPU's AVX2 axpy does,
  * so outside the score dot products (summed in another order) and expf the arithmetic matches.
+ *
+ * A decode (at most 4 heads per block) runs the same arithmetic on a thread-block cluster of 4
+ * blocks per head group (k_sparse_attn_cl, tuning attn_cluster): a batch-1 step's one-block
+ * launches were latency-bound on the rows' reads (28 us each inside a captured H100 step; 9 us on
+ * the cluster, bench/gpu/results-2026-12-06-attn.md). Every kernel here gives a head the same bits
+ * whatever its group, its kernel and the other tokens of the call.
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -445,6 +451,8 @@ extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int 
          * the 256 blocks' last ones started ~10 us after the previous kernel ended, session 25) */
         int hg = 1;
         while (hg < 4 && (long)ATC_C * T * (H / hg) > fill) hg *= 2;
+        const int force = ctx->tune.attn_cluster_hg; /* benchmarks: 1, 2 or 4 heads a block */
+        if ((force == 1 || force == 2 || force == 4) && H % force == 0) hg = force;
         if (hg == 1) return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
         if (hg == 2) return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
         return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);

@@ -210,6 +210,8 @@ typedef struct {
                             * runs on a cluster of 4 blocks per head group, each scoring a quarter of the
                             * rows and computing a quarter of the outputs (k_sparse_attn_cl; the same
                             * arithmetic: same bits); default 1, MINKE_CUDA_ATTN_CLUSTER=0 */
+    int attn_cluster_hg;   /* heads per block of the cluster attention: 0 = the fewest whose clusters fit in one
+                            * wave (default), 1, 2 or 4 (same bits); MINKE_CUDA_ATTN_CLUSTER_HG */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
