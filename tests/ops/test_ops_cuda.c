@@ -3079,6 +3079,7 @@ int main(int argc, char **argv) {
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
     test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048); /* V4-Flash: w1 / w3 with the shared expert's sh1 / sh3 */
     test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
+    test_moe_with_fp8(6, 8, 1024, 384, 256, 128); /* one 128-block a warp; 12 slab pairs */
     if (!quick) test_moe_fp4(13, 6, 16, 4096, 2048);
     if (!quick) test_moe_fp4(40, 6, 16, 4096, 2048); /* 15 slots per expert: two chunks, both buffers */
     test_moe_fp4(40, 6, 32, 512, 256); /* groups of more than one chunk of slots */
