@@ -23,7 +23,8 @@
 # tests again under each tuning variable: a path that is off by default checked end to end -> dsv4_variants.txt),
 # DSV4_KTRACE=1 (CUPTI kernel timestamps inside the replayed decode graphs: bench/gpu/ktrace.c, summarised by
 # ktrace_summary.py -> ktrace_default.md, each kernel's share of the step inside the graph; DSV4_KTRACE_VARIANTS
-# "A=1,B=0 ..." the same under settings -> ktrace_<setting>.md),
+# "A=1,B=0 ..." the same under settings -> ktrace_<setting>.md; DSV4_KTRACE_PROMPT: the prompt before the
+# traced decode steps, 16 unless set),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
 # sets tuning variables for that run and DSV4_NCU_SOURCE's; DSV4_NCU_SKIP: matching launches skipped first, 8 unless
@@ -205,7 +206,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
             for v in default ${DSV4_KTRACE_VARIANTS:-}; do
                 KV=""; [ "$v" != default ] && KV="${v//,/ }"
                 env $KV KTRACE_OUT=/tmp/ktrace.csv LD_PRELOAD="$PWD/build-cuda/libktrace.so" timeout -k 10 150 \
-                    ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
+                    ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_KTRACE_PROMPT:-16}" "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
                     grep -E "decode step|ktrace" | sed "s/^/ktrace $v: /" | tee -a "$OUT/ktrace.md"
                 python3 bench/gpu/ktrace_summary.py /tmp/ktrace.csv > "$OUT/ktrace_$v.md" 2>&1
                 head -3 "$OUT/ktrace_$v.md"; sed -n '/by kernel/,$p' "$OUT/ktrace_$v.md" | head -30

@@ -2712,6 +2712,75 @@ static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
     free(tbl_h), free(rings_h), free(kv_h), free(sel_h);
 }
 
+/* The indexer's top-k at a decode's long row (one piece of one row; vis entries, more than the block's
+ * threads several times over; the keys drawn from 5 rows, so many scores tie): the picks = the host's
+ * rank rule on the GPU's own scores (descending, ties to the lower entry), exactly, in the scores'
+ * launch (index_fuse) and in the separate top-k launch. */
+static void test_index_topk_long(int vis, int k_sel) {
+    const int IH = 2, ID = 32, bt = 64, epb = bt / 4;
+    const int start = 4 * vis - 1; /* the row at position start sees (start + 1) / 4 = vis entries */
+    const int nblk = (vis + epb - 1) / epb;
+    const size_t block_bytes = (size_t)epb * ID * 4, off = 0;
+    float *pool_h = xmalloc(block_bytes * nblk);
+    float base[5][32];
+    for (int b = 0; b < 5; b++)
+        for (int x = 0; x < ID; x++) base[b][x] = rnd_n();
+    for (int j = 0; j < nblk * epb; j++) memcpy(pool_h + (size_t)j * ID, base[rnd64() % 5], sizeof(float) * ID);
+    int32_t *tbl_h = xmalloc(sizeof(int32_t) * nblk);
+    for (int b = 0; b < nblk; b++) tbl_h[b] = b;
+    uint8_t *dpool = dup_dev(pool_h, block_bytes * nblk);
+    int32_t *dtbl = dup_dev(tbl_h, sizeof(int32_t) * nblk);
+    mk_cuda_apiece ap = {.tbl = dtbl, .row0 = 0, .T = 1, .start = start, .n_ckv = vis, .k_sel = k_sel};
+    mk_cuda_apiece *dap = dup_dev(&ap, sizeof ap);
+    float iq_h[2 * 32], iw_h[2];
+    fill_act(iq_h, (size_t)IH * ID, 1.0f);
+    iw_h[0] = 0.75f, iw_h[1] = -0.5f;
+    float *diq = dup_dev(iq_h, sizeof iq_h), *diw = dup_dev(iw_h, sizeof iw_h);
+    mk_cuda_paged ipg = {dpool, NULL, block_bytes, off, epb};
+    const int n_cap = vis;
+    float *dsc = poisoned_dev(sizeof(float) * n_cap);
+    int32_t *dsm = poisoned_dev(sizeof(int32_t) * k_sel), *dcnt = NULL;
+    CK(mk_cuda_alloc(ctx, sizeof(int32_t), (void **)&dcnt, &err_));
+    CK(mk_cuda_memset(ctx, dcnt, 0, sizeof(int32_t), &err_));
+    float *sc = xmalloc(sizeof(float) * n_cap);
+    int32_t *sl = xmalloc(sizeof(int32_t) * k_sel), *want = xmalloc(sizeof(int32_t) * k_sel);
+    int ok = 1, ties = 0;
+    mk_cuda_tuning tu0, tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu0);
+    for (int way = 0; way < 4; way++) { /* fused in the scores' launch, then the separate top-k launch; each
+                                          * with both loops (index_topk_wide) */
+        tu = tu0;
+        tu.index_fuse = (way & 1) == 0;
+        tu.index_topk_wide = way >> 1;
+        tu.index_block_pairs = 1 << 30; /* a block per (row, entry): the launch that can fuse */
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * k_sel, &err_));
+        CK(mk_cuda_index_multi(ctx, dap, 1, 1, diq, diw, 0.0f, ipg, 1, IH, ID, n_cap, dsc, (way & 1) == 0 ? dcnt : NULL,
+                               k_sel, dsm, &err_));
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+        fetch(sc, dsc, sizeof(float) * n_cap);
+        fetch(sl, dsm, sizeof(int32_t) * k_sel);
+        const int kk = k_sel < vis ? k_sel : vis;
+        for (int x = 0; x < k_sel; x++) want[x] = -1;
+        for (int j = 0; j < vis; j++) {
+            int rank = 0;
+            for (int x = 0; x < vis; x++) rank += sc[x] > sc[j] || (sc[x] == sc[j] && x < j);
+            if (rank < kk) want[rank] = j;
+        }
+        for (int j = 1; j < vis; j++) ties += sc[j] == sc[0];
+        ok = ok && !memcmp(sl, want, sizeof(int32_t) * k_sel);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "vis %d, k %d", vis, k_sel);
+    n_checks++;
+    if (!ok || !ties) n_fail++;
+    printf("| %-40s | %-26s | picks = the host's rank rule on the GPU's scores, fused and not, both loops (%d ties with entry 0): "
+           "%s |\n", "index top-k, a long row", shape, ties, ok && ties ? "PASS" : "FAIL");
+    void *dv[] = {dpool, dtbl, dap, diq, diw, dsc, dsm, dcnt};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+    free(pool_h), free(tbl_h), free(sc), free(sl), free(want);
+}
+
 /* ---- several pieces in one launch (the engine's batched steps) ----------------------------------
  * attn_rows_multi / ring_put_multi / index_multi over three pieces of different sequences (own
  * block tables and rings) against the host's rules (dsv4.c): each row's list of KV rows (its
@@ -3192,6 +3261,9 @@ int main(int argc, char **argv) {
     test_multi_pieces(4, 1); /* decode steps: the ring writes in the row-list launch */
     test_multi_pieces(128, 1);
     test_multi_pieces(0, 1);
+    test_index_topk_long(300, 512);  /* fewer entries than picks */
+    test_index_topk_long(1100, 512); /* more entries than 4 x 256 threads */
+    test_index_topk_long(4000, 512); /* near the fused launch's limit */
     test_rows_wide(4, 1, 1, 2048); /* a decode of one sequence at V4's widths */
     test_rows_wide(4, 1, 4, 2048);
     test_rows_wide(4, 0, 2, 512);

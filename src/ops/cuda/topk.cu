@@ -6,7 +6,8 @@
  * the CPU's mk_vdot). Top-k by rank: element j of a row goes to position
  *   #{i : v_i > v_j} + #{i < j : v_i == v_j}
  * which is the CPU's insertion order (descending, ties to the lower index), exactly, with no
- * sorting network; O(n^2 / threads) per row, fine for the row lengths of a decode.
+ * sorting network; O(n^2 / threads) per row: fine for a decode's rows up to a few thousand entries
+ * (a 4096-token context has 1024), not for long contexts (a radix select would be needed there).
  */
 #include "ops/cuda/cuda_common.cuh"
 
@@ -66,21 +67,50 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
 /* The top-k of row r of piece P from its scores v (n_all visible at most; by rank, ties to the lower
  * index, -1 padded) at sel + P.row0 * sel_cap + t * k_sel, by the whole block. */
 __device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, const float *v, int sel_cap,
-                                               int32_t *__restrict__ sel) {
+                                               int32_t *__restrict__ sel, int wide) {
     int t = r - P.row0, n_all = (P.start + P.T) / 4, k = P.k_sel;
     if (k <= 0) return;
     int vis = d_vis(t, P.start, n_all);
     int kk = min(k, vis);
     int32_t *o = sel + (size_t)P.row0 * sel_cap + (size_t)t * k;
     for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
-    for (int j = threadIdx.x; j < vis; j += blockDim.x) {
-        float x = v[j];
-        int rank = 0;
-        for (int i = 0; i < vis && rank < kk; i++) {
-            float y = v[i];
-            rank += (y > x) || (y == x && i < j);
+    if (!wide) { /* a scan per entry that stops once its rank reaches kk */
+        for (int j = threadIdx.x; j < vis; j += blockDim.x) {
+            float x = v[j];
+            int rank = 0;
+            for (int i = 0; i < vis && rank < kk; i++) {
+                float y = v[i];
+                rank += (y > x) || (y == x && i < j);
+            }
+            if (rank < kk) o[rank] = j;
         }
-        if (rank < kk) o[rank] = j;
+        return;
+    }
+    /* wide (tuning index_topk_wide): a thread ranks TK entries at once, every thread over all vis
+     * scores, so the loop's loads do not wait for a rank. The scan above runs one dependent compare
+     * per score, and the fused scores + top-k launch took 242 us of an H100 decode step at 1024
+     * entries (session 25, ktrace after a 4096-token prompt). An entry whose rank is kk or more is
+     * not stored either way: the same selection. Written in a session whose device time ran out:
+     * compiled, not yet run on a GPU, so off by default. */
+    constexpr int TK = 4;
+    for (int j0 = threadIdx.x; j0 < vis; j0 += TK * blockDim.x) {
+        float x[TK];
+        int jj[TK], rank[TK];
+#pragma unroll
+        for (int a = 0; a < TK; a++) {
+            jj[a] = j0 + a * (int)blockDim.x;
+            x[a] = jj[a] < vis ? v[jj[a]] : 0.0f;
+            rank[a] = 0;
+        }
+#pragma unroll 8
+        for (int i = 0; i < vis; i++) {
+            const float y = v[i];
+#pragma unroll
+            for (int a = 0; a < TK; a++) rank[a] += (y > x[a]) || (y == x[a] && i < jj[a]);
+        }
+#pragma unroll
+        for (int a = 0; a < TK; a++)
+            if (jj[a] < vis && rank[a] < kk) o[rank[a]] = jj[a];
     }
 }
 
@@ -96,7 +126,7 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
                                                                const float *__restrict__ iw, float iw_scale,
                                                                mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
                                                                float *__restrict__ sc, int32_t *cnt, int sel_cap,
-                                                               int32_t *__restrict__ sel) {
+                                                               int32_t *__restrict__ sel, int wide) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ float e[IDX_MAXH];
     __shared__ int last;
@@ -135,17 +165,17 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
     extern __shared__ float vs[];
     for (int i = threadIdx.x; i < n_cap; i += blockDim.x) vs[i] = __ldcg(sc + (size_t)r * n_cap + i);
     __syncthreads();
-    index_topk_row(P, r, vs, sel_cap, sel);
+    index_topk_row(P, r, vs, sel_cap, sel, wide);
     if (threadIdx.x == 0) cnt[r] = 0;
 }
 
 /* One block per row r: the top-k of its piece's k_sel by rank (sel at row0 * sel_cap + t * k_sel). */
 __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
                                    const float *__restrict__ sc, int n_cap, int sel_cap,
-                                   int32_t *__restrict__ sel) {
+                                   int32_t *__restrict__ sel, int wide) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int r = blockIdx.x;
-    index_topk_row(mk_d_apiece_of(pc, np, stride, r), r, sc + (size_t)r * n_cap, sel_cap, sel);
+    index_topk_row(mk_d_apiece_of(pc, np, stride, r), r, sc + (size_t)r * n_cap, sel_cap, sel, wide);
 }
 
 extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride,
@@ -161,7 +191,7 @@ extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *piece
         const int fuse = cnt && ctx->tune.index_fuse && n_cap <= IDX_FUSE_MAX;
         (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)n_cap, (unsigned)R), 256, fuse ? sizeof(float) * n_cap : 0,
                                  k_index_scores_multi_hb, pieces, np, stride, iq, iw, iw_scale, ikv, R, IH, ID, n_cap, sc,
-                                 fuse ? cnt : (int32_t *)NULL, sel_cap, sel);
+                                 fuse ? cnt : (int32_t *)NULL, sel_cap, sel, ctx->tune.index_topk_wide);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi (heads over warps) launch");
         if (fuse) return MK_OK; /* the top-k ran in the scores' last blocks */
     } else {
@@ -169,7 +199,8 @@ extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *piece
                                                                                          iw_scale, ikv, R, IH, ID, n_cap, sc);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi launch");
     }
-    (void)mk_cuda_launch_pdl(ctx, R, 256, 0, k_index_topk_multi, pieces, np, stride, sc, n_cap, sel_cap, sel);
+    (void)mk_cuda_launch_pdl(ctx, R, 256, 0, k_index_topk_multi, pieces, np, stride, sc, n_cap, sel_cap, sel,
+                             ctx->tune.index_topk_wide);
     MK_CU_LAUNCHED(err, "cuda: index_topk_multi launch");
     return MK_OK;
 }
