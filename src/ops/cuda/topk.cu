@@ -89,7 +89,7 @@ __device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, c
     /* wide (tuning index_topk_wide): a thread ranks TK entries at once, every thread over all vis
      * scores, so the loop's loads do not wait for a rank. The scan above runs one dependent compare
      * per score, and the fused scores + top-k launch took 242 us of an H100 decode step at 1024
-     * entries (session 25, ktrace after a 4096-token prompt). An entry whose rank is kk or more is
+     * entries (session 25, ktrace after a 4096-token prompt; the top-k's share not yet measured). An entry whose rank is kk or more is
      * not stored either way: the same selection. Written in a session whose device time ran out:
      * compiled, not yet run on a GPU, so off by default. */
     constexpr int TK = 4;
