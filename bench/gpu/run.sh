@@ -30,7 +30,8 @@
 # sets tuning variables for that run and DSV4_NCU_SOURCE's; DSV4_NCU_SKIP: matching launches skipped first, 8 unless
 # set: the sampled steps' draw launches only 4 times, so k_sample_rows needs 0-2), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
 # instruction of two launches of the matching kernels -> ncu_source.csv, summarised in ncu_source.md), DSV4_SASS="function-name regex" (cuobjdump's SASS of the matching kernels
-# -> sass.txt). A variant of DSV4_VARIANTS / _FULL / DSV4_LONG_VARIANTS / DSV4_TEST_VARIANTS may set several
+# -> sass.txt), DSV4_NCU_PROMPT: the prompt before the 4 profiled steps of every ncu run, 4 unless set (4096:
+# the indexer at ~1024 entries; the prefill's launches are then profiled too). A variant of DSV4_VARIANTS / _FULL / DSV4_LONG_VARIANTS / DSV4_TEST_VARIANTS may set several
 # variables: "A=1,B=0". Each variant run is bounded by a timeout; its exit status is logged as "rc N".
 # Without libjansson-dev there, a static copy carried in .kit/
 # (include/, lib/libjansson.a) is used.
@@ -235,7 +236,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$CUDA"/bin/ncu 2>/dev/null | head -1)
         stamp "ncu: kernel durations of one decode step ($NCU)"
         timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
-            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+            ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_NCU_PROMPT:-4}" 4 /dev/null none > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
         echo "ncu rc $?"; tail -2 "$OUT/ncu.err"
         python3 bench/gpu/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu.md" 2>&1; head -45 "$OUT/ncu.md"
         if [ -n "${DSV4_NCU_VARIANTS:-}" ]; then # the same step's kernel durations under each setting
@@ -244,7 +245,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
                 i=$((i + 1))
                 stamp "ncu: kernel durations of one decode step under $v"
                 timeout 240 env ${v//,/ } "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
-                    ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_v$i.csv" 2> "$OUT/ncu_v$i.err"
+                    ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_NCU_PROMPT:-4}" 4 /dev/null none > "$OUT/ncu_v$i.csv" 2> "$OUT/ncu_v$i.err"
                 echo "ncu ($v) rc $?"; NV+=("$v=$OUT/ncu_v$i.csv")
             done
             python3 bench/gpu/ncu_summary.py "${NV[@]}" > "$OUT/ncu_variants.md" 2>&1; head -60 "$OUT/ncu_variants.md"
@@ -259,7 +260,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
                 --launch-skip "${DSV4_NCU_SKIP:-8}" --launch-count 4 "$@" \
                 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
                 --section MemoryWorkloadAnalysis --section SchedulerStats --section SourceCounters \
-                ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_detail.txt" 2> "$OUT/ncu_detail.err"
+                ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_NCU_PROMPT:-4}" 4 /dev/null none > "$OUT/ncu_detail.txt" 2> "$OUT/ncu_detail.err"
         }
         # the sections' bodies in full (the warp stall reasons, the top stall locations); without, if refused
         ncu_detail --print-details all || ncu_detail
@@ -272,7 +273,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_SOURCE}" \
             --launch-skip "${DSV4_NCU_SKIP:-8}" --launch-count 2 --section SourceCounters --section WarpStateStats \
             --page source --print-source sass --csv \
-            ./build-cuda/bench_dsv4_cuda "$CKPT" 4 4 /dev/null none > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
+            ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_NCU_PROMPT:-4}" 4 /dev/null none > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
         echo "ncu source rc $?"; tail -2 "$OUT/ncu_source.err"
         python3 bench/gpu/ncu_source.py "$OUT/ncu_source.csv" 40 > "$OUT/ncu_source.md" 2>&1; head -60 "$OUT/ncu_source.md"
     fi
