@@ -2747,11 +2747,11 @@ static void test_index_topk_long(int vis, int k_sel) {
     int ok = 1, ties = 0;
     mk_cuda_tuning tu0, tu;
     mk_cuda_ctx_get_tuning(ctx, &tu0);
-    for (int way = 0; way < 4; way++) { /* fused in the scores' launch, then the separate top-k launch; each
-                                          * with both loops (index_topk_wide) */
+    for (int way = 0; way < 6; way++) { /* fused in the scores' launch, then the separate top-k launch; each
+                                          * with the three ways (index_topk 0, 1, 2) */
         tu = tu0;
         tu.index_fuse = (way & 1) == 0;
-        tu.index_topk_wide = way >> 1;
+        tu.index_topk = way >> 1;
         tu.index_block_pairs = 1 << 30; /* a block per (row, entry): the launch that can fuse */
         mk_cuda_ctx_set_tuning(ctx, &tu);
         CK(mk_cuda_memset(ctx, dsm, 0xff, sizeof(int32_t) * k_sel, &err_));
@@ -2774,7 +2774,7 @@ static void test_index_topk_long(int vis, int k_sel) {
     snprintf(shape, sizeof shape, "vis %d, k %d", vis, k_sel);
     n_checks++;
     if (!ok || !ties) n_fail++;
-    printf("| %-40s | %-26s | picks = the host's rank rule on the GPU's scores, fused and not, both loops (%d ties with entry 0): "
+    printf("| %-40s | %-26s | picks = the host's rank rule on the GPU's scores, fused and not, all three ways (%d ties with entry 0): "
            "%s |\n", "index top-k, a long row", shape, ties, ok && ties ? "PASS" : "FAIL");
     void *dv[] = {dpool, dtbl, dap, diq, diw, dsc, dsm, dcnt};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
@@ -3264,6 +3264,8 @@ int main(int argc, char **argv) {
     test_index_topk_long(300, 512);  /* fewer entries than picks */
     test_index_topk_long(1100, 512); /* more entries than 4 x 256 threads */
     test_index_topk_long(4000, 512); /* near the fused launch's limit */
+    test_index_topk_long(6000, 512); /* beyond it: the separate top-k launch */
+    test_index_topk_long(700, 700);  /* every entry picked, a pick count not a power of two */
     test_rows_wide(4, 1, 1, 2048); /* a decode of one sequence at V4's widths */
     test_rows_wide(4, 1, 4, 2048);
     test_rows_wide(4, 0, 2, 512);

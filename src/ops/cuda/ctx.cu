@@ -189,7 +189,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
-    ctx->tune.index_topk_wide = env_switch("MINKE_CUDA_INDEX_TOPK_WIDE", 0);
+    ctx->tune.index_topk = getenv("MINKE_CUDA_INDEX_TOPK") ? atoi(getenv("MINKE_CUDA_INDEX_TOPK")) : 0;
+    if (ctx->tune.index_topk < 0 || ctx->tune.index_topk > 2) ctx->tune.index_topk = 0;
     ctx->tune.attn_cluster_hg = getenv("MINKE_CUDA_ATTN_CLUSTER_HG") ? atoi(getenv("MINKE_CUDA_ATTN_CLUSTER_HG")) : 0;
     /* one SM scanning a 129280-entry row took 16 us of a batch-1 step (H100, session 23's ncu) */
     ctx->tune.argmax_cluster = getenv("MINKE_CUDA_ARGMAX_CLUSTER") ? atoi(getenv("MINKE_CUDA_ARGMAX_CLUSTER")) : 16;

@@ -210,10 +210,12 @@ typedef struct {
                             * runs on a cluster of 4 blocks per head group, each scoring a quarter of the
                             * rows and computing a quarter of the outputs (k_sparse_attn_cl; the same
                             * arithmetic: same bits); default 1, MINKE_CUDA_ATTN_CLUSTER=0 */
-    int index_topk_wide;   /* 1: the indexer's top-k ranks four entries a thread over every score instead of a
-                            * scan per entry that stops once its rank reaches k (the same picks); default 0
-                            * until it has run on a GPU (written in session 25, compiled only),
-                            * MINKE_CUDA_INDEX_TOPK_WIDE=1 */
+    int index_topk;        /* the indexer's top-k (the same picks each way): 0 (default) a scan per entry that
+                            * stops once its rank reaches k; 1 four entries a thread over every score; 2 a
+                            * radix select and a bitonic sort of the picks (index_topk_radix; at most 2048
+                            * picks, else 1). 1 and 2 were written in session 25 after the default was
+                            * measured at up to 242 us of a step after a 4096-token prompt, and are
+                            * compiled only, not yet run on a GPU; MINKE_CUDA_INDEX_TOPK */
     int attn_cluster_hg;   /* heads per block of the cluster attention: 0 = the fewest whose clusters fit in one
                             * wave (default), 1, 2 or 4 (same bits); MINKE_CUDA_ATTN_CLUSTER_HG */
 } mk_cuda_tuning;

@@ -64,17 +64,118 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
 #define IDX_MAXH 256
 #define IDX_FUSE_MAX 4096 /* the fused top-k stages a row of at most this many scores in shared memory */
 
+/* ---- the top-k by a radix select (tuning index_topk = 2) ------------------------------------------
+ * The rank rule's order is (score descending, entry ascending). A score maps to a 32-bit key with the
+ * same order (-0 taken as +0, which the rule counts as equal; NaN scores, which the rule cannot order
+ * either, land at one end). Four 8-bit histogram passes find the key T of the kk-th largest entry and
+ * how many of the entries equal to T it takes (`need`). The block then collects the entries above T
+ * (in any order) and the `need` lowest-indexed entries equal to T (a counted pass in index order),
+ * and sorts the kk candidates (key, ~entry) descending by a bitonic network in shared memory: the
+ * rank order, so the same picks as the rank loops, in O(vis) passes plus O(kk log^2 kk) instead of
+ * O(vis^2). At most IDX_RADIX_MAXK picks; the block's threads a multiple of 32, at most 1024.
+ * Written in session 25 when the device time had run out: compiled, not yet run on a GPU. */
+#define IDX_RADIX_MAXK 2048
+
+__device__ __forceinline__ uint32_t idx_key(float x) {
+    if (x == 0.0f) x = 0.0f; /* -0 == +0 for the rank rule */
+    const uint32_t u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ void index_topk_radix(const float *v, int vis, int kk, int32_t *__restrict__ o) {
+    __shared__ unsigned hist[256];
+    __shared__ unsigned long long cand[IDX_RADIX_MAXK];
+    __shared__ int wsum[32];
+    __shared__ uint32_t s_prefix;
+    __shared__ int s_need, s_cnt;
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarp = nt >> 5;
+    uint32_t prefix = 0, mask = 0;
+    int need = kk;
+    for (int shift = 24; shift >= 0; shift -= 8) { /* the next 8 bits of T */
+        for (int b = tid; b < 256; b += nt) hist[b] = 0;
+        __syncthreads();
+        for (int j = tid; j < vis; j += nt) {
+            const uint32_t kx = idx_key(v[j]);
+            if ((kx & mask) == prefix) atomicAdd(&hist[(kx >> shift) & 0xffu], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) { /* from the top bin down: the bin holding the need-th largest of the prefix's entries */
+            int cum = 0, b = 255;
+            for (; b > 0; b--) {
+                if (cum + (int)hist[b] >= need) break;
+                cum += (int)hist[b];
+            }
+            s_prefix = prefix | ((uint32_t)b << shift);
+            s_need = need - cum;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        mask |= 0xffu << shift;
+        __syncthreads(); /* s_prefix / s_need are rewritten by the next pass */
+    }
+    const uint32_t T = prefix;
+    const int ngt = kk - need; /* entries above T, all taken */
+    if (tid == 0) s_cnt = 0;
+    __syncthreads();
+    for (int j = tid; j < vis; j += nt) {
+        const uint32_t kx = idx_key(v[j]);
+        if (kx > T) cand[atomicAdd(&s_cnt, 1)] = ((unsigned long long)kx << 32) | (0xffffffffu - (uint32_t)j);
+    }
+    __syncthreads();
+    if (tid == 0) s_cnt = 0; /* now the ties taken so far */
+    __syncthreads();
+    for (int j0 = 0; j0 < vis; j0 += nt) { /* the ties in entry order, a chunk of nt entries at a time */
+        const int j = j0 + tid;
+        const bool tie = j < vis && idx_key(v[j]) == T;
+        const unsigned bal = __ballot_sync(0xffffffffu, tie);
+        if (lane == 0) wsum[warp] = __popc(bal);
+        __syncthreads();
+        int before = s_cnt + __popc(bal & ((1u << lane) - 1u));
+        for (int w = 0; w < warp; w++) before += wsum[w];
+        if (tie && before < need) cand[ngt + before] = ((unsigned long long)T << 32) | (0xffffffffu - (uint32_t)j);
+        __syncthreads();
+        if (tid == 0) {
+            int tot = 0;
+            for (int w = 0; w < nwarp; w++) tot += wsum[w];
+            s_cnt += tot;
+        }
+        __syncthreads();
+        if (s_cnt >= need) break; /* the same value in every thread */
+    }
+    int P = 1;
+    while (P < kk) P <<= 1;
+    for (int i = kk + tid; i < P; i += nt) cand[i] = 0ull; /* below every candidate */
+    __syncthreads();
+    for (int size = 2; size <= P; size <<= 1) { /* bitonic sort, descending */
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = tid; i < P / 2; i += nt) {
+                const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+                const bool desc = (lo & size) == 0;
+                const unsigned long long a = cand[lo], b = cand[hi];
+                if (desc ? a < b : a > b) cand[lo] = b, cand[hi] = a;
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = tid; i < kk; i += nt) o[i] = (int32_t)(0xffffffffu - (uint32_t)(cand[i] & 0xffffffffull));
+}
+
 /* The top-k of row r of piece P from its scores v (n_all visible at most; by rank, ties to the lower
  * index, -1 padded) at sel + P.row0 * sel_cap + t * k_sel, by the whole block. */
 __device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, const float *v, int sel_cap,
-                                               int32_t *__restrict__ sel, int wide) {
+                                               int32_t *__restrict__ sel, int mode) {
     int t = r - P.row0, n_all = (P.start + P.T) / 4, k = P.k_sel;
     if (k <= 0) return;
     int vis = d_vis(t, P.start, n_all);
     int kk = min(k, vis);
     int32_t *o = sel + (size_t)P.row0 * sel_cap + (size_t)t * k;
     for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
-    if (!wide) { /* a scan per entry that stops once its rank reaches kk */
+    if (mode == 2 && kk > 0 && kk <= IDX_RADIX_MAXK) {
+        index_topk_radix(v, vis, kk, o);
+        return;
+    }
+    if (mode == 0) { /* a scan per entry that stops once its rank reaches kk */
         for (int j = threadIdx.x; j < vis; j += blockDim.x) {
             float x = v[j];
             int rank = 0;
@@ -86,12 +187,12 @@ __device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, c
         }
         return;
     }
-    /* wide (tuning index_topk_wide): a thread ranks TK entries at once, every thread over all vis
-     * scores, so the loop's loads do not wait for a rank. The scan above runs one dependent compare
-     * per score, and the fused scores + top-k launch took 242 us of an H100 decode step at 1024
-     * entries (session 25, ktrace after a 4096-token prompt; the top-k's share not yet measured). An entry whose rank is kk or more is
-     * not stored either way: the same selection. Written in a session whose device time ran out:
-     * compiled, not yet run on a GPU, so off by default. */
+    /* wide (tuning index_topk = 1; 2 beyond IDX_RADIX_MAXK picks): a thread ranks TK entries at once,
+     * every thread over all vis scores, so the loop's loads do not wait for a rank. The scan above
+     * runs one dependent compare per score, and the fused scores + top-k launch took 242 us of an
+     * H100 decode step at 1024 entries (session 25, ktrace after a 4096-token prompt; the top-k's
+     * share not yet measured). An entry whose rank is kk or more is not stored either way: the same
+     * selection. Written when the session's device time had run out: compiled, not yet run. */
     constexpr int TK = 4;
     for (int j0 = threadIdx.x; j0 < vis; j0 += TK * blockDim.x) {
         float x[TK];
@@ -126,7 +227,7 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
                                                                const float *__restrict__ iw, float iw_scale,
                                                                mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
                                                                float *__restrict__ sc, int32_t *cnt, int sel_cap,
-                                                               int32_t *__restrict__ sel, int wide) {
+                                                               int32_t *__restrict__ sel, int mode) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     __shared__ float e[IDX_MAXH];
     __shared__ int last;
@@ -165,17 +266,17 @@ __global__ void __launch_bounds__(256) k_index_scores_multi_hb(const mk_cuda_api
     extern __shared__ float vs[];
     for (int i = threadIdx.x; i < n_cap; i += blockDim.x) vs[i] = __ldcg(sc + (size_t)r * n_cap + i);
     __syncthreads();
-    index_topk_row(P, r, vs, sel_cap, sel, wide);
+    index_topk_row(P, r, vs, sel_cap, sel, mode);
     if (threadIdx.x == 0) cnt[r] = 0;
 }
 
 /* One block per row r: the top-k of its piece's k_sel by rank (sel at row0 * sel_cap + t * k_sel). */
 __global__ void k_index_topk_multi(const mk_cuda_apiece *__restrict__ pc, int np, int stride,
                                    const float *__restrict__ sc, int n_cap, int sel_cap,
-                                   int32_t *__restrict__ sel, int wide) {
+                                   int32_t *__restrict__ sel, int mode) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int r = blockIdx.x;
-    index_topk_row(mk_d_apiece_of(pc, np, stride, r), r, sc + (size_t)r * n_cap, sel_cap, sel, wide);
+    index_topk_row(mk_d_apiece_of(pc, np, stride, r), r, sc + (size_t)r * n_cap, sel_cap, sel, mode);
 }
 
 extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, int stride,
@@ -191,7 +292,7 @@ extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *piece
         const int fuse = cnt && ctx->tune.index_fuse && n_cap <= IDX_FUSE_MAX;
         (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)n_cap, (unsigned)R), 256, fuse ? sizeof(float) * n_cap : 0,
                                  k_index_scores_multi_hb, pieces, np, stride, iq, iw, iw_scale, ikv, R, IH, ID, n_cap, sc,
-                                 fuse ? cnt : (int32_t *)NULL, sel_cap, sel, ctx->tune.index_topk_wide);
+                                 fuse ? cnt : (int32_t *)NULL, sel_cap, sel, ctx->tune.index_topk);
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi (heads over warps) launch");
         if (fuse) return MK_OK; /* the top-k ran in the scores' last blocks */
     } else {
@@ -200,7 +301,7 @@ extern "C" int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *piece
         MK_CU_LAUNCHED(err, "cuda: index_scores_multi launch");
     }
     (void)mk_cuda_launch_pdl(ctx, R, 256, 0, k_index_topk_multi, pieces, np, stride, sc, n_cap, sel_cap, sel,
-                             ctx->tune.index_topk_wide);
+                             ctx->tune.index_topk);
     MK_CU_LAUNCHED(err, "cuda: index_topk_multi launch");
     return MK_OK;
 }
