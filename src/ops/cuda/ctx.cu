@@ -342,6 +342,8 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
     ctx->tune.route_warp = ctx->tune.route_warp != 0;
     ctx->tune.attn_mlp = ctx->tune.attn_mlp != 0;
+    ctx->tune.attn_cluster = ctx->tune.attn_cluster != 0;
+    if (ctx->tune.index_topk < 0 || ctx->tune.index_topk > 2) ctx->tune.index_topk = 0;
     ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;
     ctx->tune.rows_ring = ctx->tune.rows_ring != 0;
