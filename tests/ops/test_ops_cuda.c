@@ -2024,12 +2024,23 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
     CK(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Ad, &Bd, dx, 1, za, zb, 1, ds, sb, &err_));
     CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Ad, dx, 1, za1, 1, ds, sb, &err_));
     int same = 1, ran = 0;
+    mk_cuda_tuning tu0, tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu0);
+    for (int var = 0; var < 5; var++) /* the default, then blocks an SM 2 / 3 x the L2 prefetch off / on */
     for (int pair = 1; pair >= 0; pair--) {
+        tu = tu0;
+        if (var) tu.moe_occ = 2 + (var - 1) / 2, tu.moe_pf = (var - 1) & 1;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        CK(mk_cuda_memset(ctx, w1, 0xff, sizeof(float) * vn, &err_)); /* each run writes every output anew */
+        CK(mk_cuda_memset(ctx, w3, 0xff, sizeof(float) * vn, &err_));
+        CK(mk_cuda_memset(ctx, ya, 0xff, sizeof(float) * nA, &err_));
+        CK(mk_cuda_memset(ctx, yb, 0xff, sizeof(float) * nB, &err_));
         const mk_cuda_fp8_job j = {&Ad, pair ? &Bd : NULL, dq8, dsa8, 1, ya, pair ? yb : NULL, 1};
         mk_err e1 = {0};
         int st = mk_cuda_moe_gemv_fp4_with(ctx, (const void *const *)dtw1, (const uint8_t *const *)dts1,
                                            (const void *const *)dtw3, (const uint8_t *const *)dts3, I, d, dq, dsa, 1,
                                            dplan, 1, K, E, w1, w3, 0, &j, &e1);
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
         if (st == MK_ENOTSUP) continue; /* the tuning (e.g. moe_slabs 1) keeps them apart */
         if (st) {
             fprintf(stderr, "FATAL moe fp4 with fp8: %d: %s\n", st, e1.msg);
@@ -2060,9 +2071,10 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
     char shape[80];
     snprintf(shape, sizeof shape, "K%d E%d d%d I%d, fp8 n%d + n%d", K, E, d, I, nA, nB);
     n_checks++;
-    if (!same || ran != 2 || st2 != MK_ENOTSUP) n_fail++; /* the default tuning shares the launch */
-    printf("| %-40s | %-26s | one launch (%d of 2 jobs) = the expert GEMV then the fp8 linears, bit for bit: %s; "
-           "two tokens refused: %s |\n", "moe fp4 with fp8", shape, ran, same && ran == 2 ? "PASS" : "FAIL",
+    if (!same || ran != 10 || st2 != MK_ENOTSUP) n_fail++; /* the default tuning shares the launch */
+    printf("| %-40s | %-26s | one launch (%d of 10 jobs: 2 x 5 settings of moe_occ / moe_pf) = the expert GEMV then "
+           "the fp8 linears, bit for bit: %s; two tokens refused: %s |\n", "moe fp4 with fp8", shape, ran,
+           same && ran == 10 ? "PASS" : "FAIL",
            st2 == MK_ENOTSUP ? "PASS" : "FAIL");
     for (int e = 0; e < E; e++) {
         mk_cuda_wmat_free(ctx, &D1[e]), mk_cuda_wmat_free(ctx, &D3[e]);
@@ -2747,8 +2759,8 @@ static void test_index_topk_long(int vis, int k_sel) {
     int ok = 1, ties = 0;
     mk_cuda_tuning tu0, tu;
     mk_cuda_ctx_get_tuning(ctx, &tu0);
-    for (int way = 0; way < 6; way++) { /* fused in the scores' launch, then the separate top-k launch; each
-                                          * with the three ways (index_topk 0, 1, 2) */
+    for (int way = 0; way < 4; way++) { /* fused in the scores' launch, then the separate top-k launch; each
+                                          * both ways (index_topk 0: the scan, 1: the radix select) */
         tu = tu0;
         tu.index_fuse = (way & 1) == 0;
         tu.index_topk = way >> 1;
@@ -2774,7 +2786,7 @@ static void test_index_topk_long(int vis, int k_sel) {
     snprintf(shape, sizeof shape, "vis %d, k %d", vis, k_sel);
     n_checks++;
     if (!ok || !ties) n_fail++;
-    printf("| %-40s | %-26s | picks = the host's rank rule on the GPU's scores, fused and not, all three ways (%d ties with entry 0): "
+    printf("| %-40s | %-26s | picks = the host's rank rule on the GPU's scores, fused and not, scan and radix (%d ties with entry 0): "
            "%s |\n", "index top-k, a long row", shape, ties, ok && ties ? "PASS" : "FAIL");
     void *dv[] = {dpool, dtbl, dap, diq, diw, dsc, dsm, dcnt};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);

@@ -154,6 +154,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
      * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
+    ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
+    ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.hc_fin_split = env_switch("MINKE_CUDA_HC_FIN_SPLIT", 1);
     ctx->tune.ri_wdepth = getenv("MINKE_CUDA_RI_WDEPTH") ? atoi(getenv("MINKE_CUDA_RI_WDEPTH")) : 1; /* not yet run */
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
@@ -189,8 +191,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
-    ctx->tune.index_topk = getenv("MINKE_CUDA_INDEX_TOPK") ? atoi(getenv("MINKE_CUDA_INDEX_TOPK")) : 0;
-    if (ctx->tune.index_topk < 0 || ctx->tune.index_topk > 2) ctx->tune.index_topk = 0;
+    ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
     ctx->tune.attn_cluster_hg = getenv("MINKE_CUDA_ATTN_CLUSTER_HG") ? atoi(getenv("MINKE_CUDA_ATTN_CLUSTER_HG")) : 0;
     /* one SM scanning a 129280-entry row took 16 us of a batch-1 step (H100, session 23's ncu) */
     ctx->tune.argmax_cluster = getenv("MINKE_CUDA_ARGMAX_CLUSTER") ? atoi(getenv("MINKE_CUDA_ARGMAX_CLUSTER")) : 16;
@@ -340,10 +341,12 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
+    ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
+    ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
     ctx->tune.route_warp = ctx->tune.route_warp != 0;
     ctx->tune.attn_mlp = ctx->tune.attn_mlp != 0;
     ctx->tune.attn_cluster = ctx->tune.attn_cluster != 0;
-    if (ctx->tune.index_topk < 0 || ctx->tune.index_topk > 2) ctx->tune.index_topk = 0;
+    ctx->tune.index_topk = ctx->tune.index_topk != 0;
     ctx->tune.hc_fin_split = ctx->tune.hc_fin_split != 0;
     ctx->tune.attn_prep = ctx->tune.attn_prep != 0;
     ctx->tune.rows_ring = ctx->tune.rows_ring != 0;

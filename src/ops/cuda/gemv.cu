@@ -915,11 +915,40 @@ __device__ __forceinline__ moe_cols moe_chunk_cols(const int32_t *__restrict__ s
     return c;
 }
 
+/* The end of an expert GEMV chunk: the warps' partial sums added in warp order, then the chunk's
+ * m slot rows of the block's SL slabs stored. */
+template <int SL>
+__device__ __forceinline__ void moe_chunk_store(const float (&acc)[SL][4], float *red, float (*tile)[8 * 16], int m,
+                                                int c0, int n, unsigned bx, float *__restrict__ y, int round) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
+    const int g = lane >> 2, t = lane & 3;
+    float r[SL * 4];
+#pragma unroll
+    for (int q = 0; q < SL; q++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) r[q * 4 + i] = acc[q][i];
+    gemv_reduce<SL * 4>(r, red);
+    if (warp == 0) {
+#pragma unroll
+        for (int q = 0; q < SL; q++) {
+            const int c0c = 2 * t, c1c = 2 * t + 1;
+            if (c0c < m) tile[q][c0c * 16 + g] = r[q * 4 + 0], tile[q][c0c * 16 + g + 8] = r[q * 4 + 2];
+            if (c1c < m) tile[q][c1c * 16 + g] = r[q * 4 + 1], tile[q][c1c * 16 + g + 8] = r[q * 4 + 3];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < SL * m * 16; i += nthr) {
+        const int q = i / (m * 16), j = i - q * m * 16;
+        y[(size_t)(c0 + (j >> 4)) * n + ((int)bx * SL + q) * 16 + (j & 15)] = gemv_out(tile[q][j], round);
+    }
+    __syncthreads();
+}
+
 /* Block (slab group, expert group, matrix): SL 16-row slabs of the group's expert for every slot of
  * the group, in chunks of up to 8 slots (token columns: the slot's token row, or the slot's own row).
  * With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2. Launched with programmatic dependent
  * launch: the plan is read at once (it was written two kernels before), the block's weight rows are
- * prefetched into L2, then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
+ * prefetched into L2 (pf), then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
 template <int U, int SL>
 __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
@@ -929,7 +958,8 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int fast) {
+                                                         float *__restrict__ y3, int round, int fast,
+                                                         bool pf = true) { /* pf: the L2 prefetch below */
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
     if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
@@ -942,14 +972,13 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
     const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
     const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
-    { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
+    if (pf) { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
         const int lines = (int)(((size_t)k >> 1) / 128);
         for (int i = threadIdx.x; i < 16 * SL * lines; i += blockDim.x)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(bid.x * 16 * SL + i / lines) * (k >> 1) +
                                                           (size_t)(i % lines) * 128));
     }
-    mk_d_pdl_wait();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nthr = blockDim.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, nsb = k >> 5;
     const size_t rowb = (size_t)k >> 1;
@@ -963,6 +992,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
         s0p[q] = S + (size_t)(nq + g) * nsb;
         s1p[q] = s0p[q] + (size_t)8 * nsb;
     }
+    mk_d_pdl_wait();
     for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
         const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
         const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
@@ -1020,26 +1050,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                 }
             }
         }
-        float r[SL * 4];
-#pragma unroll
-        for (int q = 0; q < SL; q++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) r[q * 4 + i] = acc[q][i];
-        gemv_reduce<SL * 4>(r, red);
-        if (warp == 0) {
-#pragma unroll
-            for (int q = 0; q < SL; q++) {
-                const int c0c = 2 * t, c1c = 2 * t + 1;
-                if (c0c < m) tile[q][c0c * 16 + g] = r[q * 4 + 0], tile[q][c0c * 16 + g + 8] = r[q * 4 + 2];
-                if (c1c < m) tile[q][c1c * 16 + g] = r[q * 4 + 1], tile[q][c1c * 16 + g + 8] = r[q * 4 + 3];
-            }
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < SL * m * 16; i += nthr) {
-            const int q = i / (m * 16), j = i - q * m * 16;
-            y[(size_t)(c0 + (j >> 4)) * n + (bid.x * SL + q) * 16 + (j & 15)] = gemv_out(tile[q][j], round);
-        }
-        __syncthreads();
+        moe_chunk_store<SL>(acc, red, tile, m, c0, n, bid.x, y, round);
     }
 }
 
@@ -1063,7 +1074,8 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
  * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
  * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
  * output has that kernel's bits. The shared expert's GEMVs ride along with the routed experts'. */
-__global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
+template <int UM, int UF, int MINB>
+__global__ void __launch_bounds__(256, MINB) k_moe_fp4_with_fp8(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
                                                          const uint8_t *const *__restrict__ St3,
@@ -1075,14 +1087,14 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_with_fp8(const void *const *
         const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
-        float *__restrict__ fy2) {
+        float *__restrict__ fy2, int pf) {
     mk_d_pdl_launch_dependents();
     const int b = blockIdx.x, nm = mx * my * mz;
     const uint3 eb = make_uint3(b % mx, (b / mx) % my, b / (mx * my));
     if (b < nm)
-        moe_fp4_body<2, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
+        moe_fp4_body<UM, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
     else
-        gemv_fp8_body<4>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
+        gemv_fp8_body<UF>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
 }
 
@@ -1380,13 +1392,21 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
     const int n2 = f->W2 ? f->W2->n : 0, fslabs = (f->W->n + n2) / 16;
     const gemv_plan p = plan_for(ctx, f->W->n / 16, f->W->k / 128);
     const int per = (k / 128 + GEMV_MAXW - 1) / GEMV_MAXW;
+    /* 3 blocks an SM (tuning moe_occ; U 1 and 80 registers) and no L2 prefetch before the PDL wait
+     * (moe_pf): H100, experts 192.7 us a greedy step in the graph against 264.9 at 2 blocks with the
+     * prefetch (bench/gpu/results-2026-12-06-topk.md); the same blocks and sums: the same bits */
+    void (*kern)(const void *const *, const uint8_t *const *, const void *const *, const uint8_t *const *,
+                 const uint8_t *, const float *, int, int, int, const int32_t *, int, int, int, float *, float *, int,
+                 int, int, int, int, const uint8_t *, const uint8_t *, const uint8_t *, const float *, int, int, int,
+                 int, float *, int, const uint8_t *, const uint8_t *, int, float *, int) =
+        ctx->tune.moe_occ == 3 ? k_moe_fp4_with_fp8<1, 2, 3> : k_moe_fp4_with_fp8<2, 4, 2>;
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
-                                k_moe_fp4_with_fp8, W, S,
+                                kern, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
-                                f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2);
+                                f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2, ctx->tune.moe_pf);
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv (with fp8) launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (with fp8) launch");
     return MK_OK;

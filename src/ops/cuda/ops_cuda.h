@@ -134,6 +134,12 @@ typedef struct {
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
                             * over three A/B pairs), MINKE_CUDA_HC_MOE_SUM=0 */
+    int moe_occ, moe_pf;   /* the decode expert GEMV with the shared expert (k_moe_fp4_with_fp8): moe_occ 3
+                            * (default) or 2 blocks an SM (3: one 128-block of weights in flight per slab and
+                            * warp step instead of two, 80 registers); moe_pf 1: each block first requests
+                            * its weight rows into L2, before its PDL wait (default 0). The same bits each
+                            * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
+                            * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
@@ -210,12 +216,11 @@ typedef struct {
                             * runs on a cluster of 4 blocks per head group, each scoring a quarter of the
                             * rows and computing a quarter of the outputs (k_sparse_attn_cl; the same
                             * arithmetic: same bits); default 1, MINKE_CUDA_ATTN_CLUSTER=0 */
-    int index_topk;        /* the indexer's top-k (the same picks each way): 0 (default) a scan per entry that
-                            * stops once its rank reaches k; 1 four entries a thread over every score; 2 a
-                            * radix select and a bitonic sort of the picks (index_topk_radix; at most 2048
-                            * picks, else 1). 1 and 2 were written in session 25 after the default was
-                            * measured at up to 242 us of a step after a 4096-token prompt, and are
-                            * compiled only, not yet run on a GPU; MINKE_CUDA_INDEX_TOPK */
+    int index_topk;        /* the indexer's top-k (the same picks each way): 1 (default) a radix select and a
+                            * bitonic sort of the picks (index_topk_radix; at most 2048 picks, else the
+                            * scan); 0 a scan per entry that stops once its rank reaches k (O(entries^2):
+                            * 250 us of an H100 step after a 4096-token prompt, against 49 us);
+                            * MINKE_CUDA_INDEX_TOPK */
     int attn_cluster_hg;   /* heads per block of the cluster attention: 0 = the fewest whose clusters fit in one
                             * wave (default), 1, 2 or 4 (same bits); MINKE_CUDA_ATTN_CLUSTER_HG */
 } mk_cuda_tuning;

@@ -64,7 +64,7 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
 #define IDX_MAXH 256
 #define IDX_FUSE_MAX 4096 /* the fused top-k stages a row of at most this many scores in shared memory */
 
-/* ---- the top-k by a radix select (tuning index_topk = 2) ------------------------------------------
+/* ---- the top-k by a radix select (tuning index_topk = 1, the default) ------------------------------------------
  * The rank rule's order is (score descending, entry ascending). A score maps to a 32-bit key with the
  * same order (-0 taken as +0, which the rule counts as equal; NaN scores, which the rule cannot order
  * either, land at one end). Four 8-bit histogram passes find the key T of the kk-th largest entry and
@@ -72,8 +72,12 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
  * (in any order) and the `need` lowest-indexed entries equal to T (a counted pass in index order),
  * and sorts the kk candidates (key, ~entry) descending by a bitonic network in shared memory: the
  * rank order, so the same picks as the rank loops, in O(vis) passes plus O(kk log^2 kk) instead of
- * O(vis^2). At most IDX_RADIX_MAXK picks; the block's threads a multiple of 32, at most 1024.
- * Written in session 25 when the device time had run out: compiled, not yet run on a GPU. */
+ * O(vis^2). At most IDX_RADIX_MAXK picks; the block's threads a multiple of 32, at least 256 (one
+ * per bin) and at most 1024.
+ * H100, batch-1 decode after a 4096-token prompt (1024 entries, top-512; session 26): the fused
+ * scores + top-k launch 49 us in the graph against 250 us with the scan; step 1.193 ms against 1.398
+ * (bench/gpu/results-2026-12-06-topk.md). A wide rank loop (4 entries a thread, no early exit) was no
+ * faster than the scan and was removed. */
 #define IDX_RADIX_MAXK 2048
 
 __device__ __forceinline__ uint32_t idx_key(float x) {
@@ -99,14 +103,30 @@ __device__ void index_topk_radix(const float *v, int vis, int kk, int32_t *__res
             if ((kx & mask) == prefix) atomicAdd(&hist[(kx >> shift) & 0xffu], 1u);
         }
         __syncthreads();
-        if (tid == 0) { /* from the top bin down: the bin holding the need-th largest of the prefix's entries */
-            int cum = 0, b = 255;
-            for (; b > 0; b--) {
-                if (cum + (int)hist[b] >= need) break;
-                cum += (int)hist[b];
+        /* the bin holding the need-th largest of the prefix's entries: the b whose suffix sum
+         * S(b) = hist[b] + ... + hist[255] reaches need while S(b + 1) does not (one b: S(0) >= need).
+         * Thread b < 256 computes S(b) by a suffix scan in its warp plus the totals of the warps above:
+         * thread 0 walking the bins took ~17 us a row at a short context (4 passes of 256 dependent
+         * shared-memory steps). */
+        unsigned h = 0, suf = 0;
+        if (tid < 256) {
+            h = hist[tid], suf = h;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned up = __shfl_down_sync(0xffffffffu, suf, o);
+                if (lane + o < 32) suf += up;
             }
-            s_prefix = prefix | ((uint32_t)b << shift);
-            s_need = need - cum;
+            if (lane == 0) wsum[warp] = (int)suf;
+        }
+        __syncthreads();
+        if (tid < 256) {
+            unsigned above = 0;
+            for (int w = warp + 1; w < 8; w++) above += (unsigned)wsum[w];
+            const unsigned S = suf + above;
+            if (S >= (unsigned)need && S - h < (unsigned)need) {
+                s_prefix = prefix | ((uint32_t)tid << shift);
+                s_need = need - (int)(S - h);
+            }
         }
         __syncthreads();
         prefix = s_prefix;
@@ -171,47 +191,21 @@ __device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, c
     int kk = min(k, vis);
     int32_t *o = sel + (size_t)P.row0 * sel_cap + (size_t)t * k;
     for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
-    if (mode == 2 && kk > 0 && kk <= IDX_RADIX_MAXK) {
+    if (mode == 1 && kk > 0 && kk <= IDX_RADIX_MAXK && vis > (int)blockDim.x) {
         index_topk_radix(v, vis, kk, o);
         return;
     }
-    if (mode == 0) { /* a scan per entry that stops once its rank reaches kk */
-        for (int j = threadIdx.x; j < vis; j += blockDim.x) {
-            float x = v[j];
-            int rank = 0;
-            for (int i = 0; i < vis && rank < kk; i++) {
-                float y = v[i];
-                rank += (y > x) || (y == x && i < j);
-            }
-            if (rank < kk) o[rank] = j;
+    /* a scan per entry that stops once its rank reaches kk (tuning index_topk = 0; 1 up to one entry
+     * a thread, where a thread's scan is at most vis steps, and beyond IDX_RADIX_MAXK picks):
+     * O(vis^2) work, 250 us of an H100 decode step at 1024 entries */
+    for (int j = threadIdx.x; j < vis; j += blockDim.x) {
+        float x = v[j];
+        int rank = 0;
+        for (int i = 0; i < vis && rank < kk; i++) {
+            float y = v[i];
+            rank += (y > x) || (y == x && i < j);
         }
-        return;
-    }
-    /* wide (tuning index_topk = 1; 2 beyond IDX_RADIX_MAXK picks): a thread ranks TK entries at once,
-     * every thread over all vis scores, so the loop's loads do not wait for a rank. The scan above
-     * runs one dependent compare per score, and the fused scores + top-k launch took 242 us of an
-     * H100 decode step at 1024 entries (session 25, ktrace after a 4096-token prompt; the top-k's
-     * share not yet measured). An entry whose rank is kk or more is not stored either way: the same
-     * selection. Written when the session's device time had run out: compiled, not yet run. */
-    constexpr int TK = 4;
-    for (int j0 = threadIdx.x; j0 < vis; j0 += TK * blockDim.x) {
-        float x[TK];
-        int jj[TK], rank[TK];
-#pragma unroll
-        for (int a = 0; a < TK; a++) {
-            jj[a] = j0 + a * (int)blockDim.x;
-            x[a] = jj[a] < vis ? v[jj[a]] : 0.0f;
-            rank[a] = 0;
-        }
-#pragma unroll 8
-        for (int i = 0; i < vis; i++) {
-            const float y = v[i];
-#pragma unroll
-            for (int a = 0; a < TK; a++) rank[a] += (y > x[a]) || (y == x[a] && i < jj[a]);
-        }
-#pragma unroll
-        for (int a = 0; a < TK; a++)
-            if (jj[a] < vis && rank[a] < kk) o[rank[a]] = jj[a];
+        if (rank < kk) o[rank] = j;
     }
 }
 
