@@ -156,6 +156,9 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
+    ctx->tune.moe_b_occ = getenv("MINKE_CUDA_MOE_B_OCC") && atoi(getenv("MINKE_CUDA_MOE_B_OCC")) == 2 ? 2 : 3;
+    ctx->tune.moe_b_pf = env_switch("MINKE_CUDA_MOE_B_PF", 0);
+    ctx->tune.moe_b_sl = getenv("MINKE_CUDA_MOE_B_SL") && atoi(getenv("MINKE_CUDA_MOE_B_SL")) == 1 ? 1 : 2;
     ctx->tune.hc_fin_split = env_switch("MINKE_CUDA_HC_FIN_SPLIT", 1);
     ctx->tune.ri_wdepth = getenv("MINKE_CUDA_RI_WDEPTH") ? atoi(getenv("MINKE_CUDA_RI_WDEPTH")) : 1; /* not yet run */
     ctx->tune.ri_wdepth = ctx->tune.ri_wdepth >= 2 ? 2 : 1;
@@ -343,6 +346,9 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
     ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
     ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
+    ctx->tune.moe_b_occ = ctx->tune.moe_b_occ == 2 ? 2 : 3;
+    ctx->tune.moe_b_pf = ctx->tune.moe_b_pf != 0;
+    ctx->tune.moe_b_sl = ctx->tune.moe_b_sl == 1 ? 1 : 2;
     ctx->tune.route_warp = ctx->tune.route_warp != 0;
     ctx->tune.attn_mlp = ctx->tune.attn_mlp != 0;
     ctx->tune.attn_cluster = ctx->tune.attn_cluster != 0;

@@ -1055,8 +1055,8 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 }
 
 
-template <int U, int SL>
-__global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
+template <int U, int SL, int MINB = 2>
+__global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
                                                          const uint8_t *const *__restrict__ St3,
@@ -1064,9 +1064,9 @@ __global__ void __launch_bounds__(256, 2) k_moe_gemv_fp4(const void *const *__re
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int fast) {
+                                                         float *__restrict__ y3, int round, int fast, int pf) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast);
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
 }
 
 
@@ -1344,7 +1344,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         grid.x = (unsigned)(n / 32);
         e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, fast);
+                        by_token, y, y3, round, fast, 1);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1363,9 +1363,20 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         if (st) return st;
         e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), staged_smem(k), k_moe_fp4_staged, W, S, W3, S3, xq, sa, n, k,
                                per, plan, TK, E, by_token, y, y3, round);
-    } else {
-        e = gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                        by_token, y, y3, round, fast);
+    } else { /* tuning moe_b_occ / moe_b_pf / moe_b_sl: 3 blocks an SM, no L2 prefetch, two slabs a block by
+              * default (H100 batch 64: 7.87 ms a step against 10.00; results-2026-12-06-topk.md); the same
+              * sums each way */
+        void (*kern)(const void *const *, const uint8_t *const *, const void *const *, const uint8_t *const *,
+                     const uint8_t *, const float *, int, int, int, const int32_t *, int, int, int, float *, float *,
+                     int, int, int) = k_moe_gemv_fp4<4, 1>;
+        if (ctx->tune.moe_b_sl == 2 && n % 32 == 0) {
+            grid.x = (unsigned)(n / 32);
+            kern = ctx->tune.moe_b_occ == 3 ? k_moe_gemv_fp4<1, 2, 3> : k_moe_gemv_fp4<2, 2>;
+        } else if (ctx->tune.moe_b_occ == 3) {
+            kern = k_moe_gemv_fp4<2, 1, 3>;
+        }
+        e = gemv_launch(ctx, grid, nw * 32, kern, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round,
+                        fast, ctx->tune.moe_b_pf);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");

@@ -134,6 +134,12 @@ typedef struct {
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
                             * over three A/B pairs), MINKE_CUDA_HC_MOE_SUM=0 */
+    int moe_b_occ, moe_b_pf, moe_b_sl; /* the expert GEMV of batches too small for the row-invariant GEMM
+                            * (k_moe_gemv_fp4 in chunks of 8 slots): 3 (default) or 2 blocks an SM, the L2
+                            * prefetch before the PDL wait (default 0), 2 (default) or 1 16-row slabs a block;
+                            * the same bits each way. H100, batch 64: 7.87 ms a step at 3 / 0 / 2 against
+                            * 10.00 at 2 / 1 / 1, batch 256 17.11 against 20.47 (session 26; 4 slabs a block
+                            * was no faster); MINKE_CUDA_MOE_B_OCC, _B_PF, _B_SL */
     int moe_occ, moe_pf;   /* the decode expert GEMV with the shared expert (k_moe_fp4_with_fp8): moe_occ 3
                             * (default) or 2 blocks an SM (3: one 128-block of weights in flight per slab and
                             * warp step instead of two, 80 registers); moe_pf 1: each block first requests
