@@ -145,6 +145,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.cmp_step = env_switch("MINKE_CUDA_CMP_STEP", 1);
     ctx->tune.graphs = env_switch("MINKE_CUDA_GRAPHS", 1);
     ctx->tune.gemv_tiles = getenv("MINKE_CUDA_GEMV_TILES") ? atoi(getenv("MINKE_CUDA_GEMV_TILES")) : 8;
+    ctx->tune.ri_min_blocks = getenv("MINKE_CUDA_RI_MIN_BLOCKS") ? atoi(getenv("MINKE_CUDA_RI_MIN_BLOCKS")) : 0;
     ctx->tune.moe_ri = getenv("MINKE_CUDA_MOE_RI") ? atoi(getenv("MINKE_CUDA_MOE_RI")) : 16;
     ctx->tune.hc_ri = getenv("MINKE_CUDA_HC_RI") ? atoi(getenv("MINKE_CUDA_HC_RI")) : 16;
     ctx->tune.attn16 = env_switch("MINKE_CUDA_ATTN16", 1);

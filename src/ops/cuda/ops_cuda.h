@@ -115,7 +115,8 @@ typedef struct {
                             * always takes 4, bf16 8); 1 = none of them, the GEMVs in chunks of 8 only
                             * (default 8; MINKE_CUDA_GEMV_TILES overrides it at context creation) */
     int ri_min_blocks;     /* the row-invariant GEMM is used when it has at least this many blocks
-                            * (0: the SM count), else the GEMV's chunks of 8 (weight-bound batches) */
+                            * (0: the SM count), else the GEMV's chunks of 8 (weight-bound batches);
+                            * MINKE_CUDA_RI_MIN_BLOCKS */
     int moe_ri;            /* FP4 experts run the row-invariant GEMM (k_moe_fp4_ri, same bits) when the
                             * call has at least this many slots per expert group on average (default
                             * 16: prefill; 0 = never); MINKE_CUDA_MOE_RI overrides it */
