@@ -191,7 +191,7 @@ __device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, c
     int kk = min(k, vis);
     int32_t *o = sel + (size_t)P.row0 * sel_cap + (size_t)t * k;
     for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
-    if (mode == 1 && kk > 0 && kk <= IDX_RADIX_MAXK && vis > (int)blockDim.x) {
+    if (mode == 1 && kk > 0 && kk <= IDX_RADIX_MAXK && vis > (int)blockDim.x && blockDim.x >= 256) {
         index_topk_radix(v, vis, kk, o);
         return;
     }
