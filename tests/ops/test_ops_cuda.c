@@ -261,6 +261,18 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     int same = memcmp(y1, y, sizeof(float) * m * n) == 0;
     fetch(y1, dy3, sizeof(float) * m * n);
     same = same && memcmp(y1, y, sizeof(float) * m * n) == 0;
+    if (kind == MK_W_BF16) { /* the other bf16_pipe setting (the head's warp-pipelined GEMV): the same bits */
+        mk_cuda_tuning t0, t;
+        mk_cuda_ctx_get_tuning(ctx, &t0);
+        t = t0;
+        t.bf16_pipe = !t0.bf16_pipe;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * m * n, &err_));
+        CK(mk_cuda_linear_ex(ctx, kern, 0, &Wd, dx, m, dy3, round, ds, sb, &err_));
+        mk_cuda_ctx_set_tuning(ctx, &t0);
+        fetch(y1, dy3, sizeof(float) * m * n);
+        same = same && memcmp(y1, y, sizeof(float) * m * n) == 0;
+    }
     mk_cuda_free(ctx, dy3);
     free(y1);
     const char *kn = mk_cuda_linear_kernel_name(ctx, kern, &Wd, m);
@@ -3073,6 +3085,8 @@ int main(int argc, char **argv) {
     test_linear(MK_W_BF16, 2048, 4096, 8, 0, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 1024, 4096, 1, 1, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 1024, 4096, 40, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_BF16, 40960, 4096, 1, 0, MK_CUDA_K_AUTO); /* a warp per slab (the head's plan): bf16_pipe */
+    test_linear(MK_W_BF16, 40960, 4000, 3, 1, MK_CUDA_K_AUTO); /* the same, k % 128 != 0: a partial last item */
     test_linear(MK_W_BF16, 1024, 4096, 2, 0, MK_CUDA_K_SIMPLE);
     test_linear(MK_W_F32, 24, 16384, 3, 0, MK_CUDA_K_AUTO);
     test_linear(MK_W_FP8_DQ, 1024, 4096, 1, 0, MK_CUDA_K_AUTO);

@@ -1496,6 +1496,77 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
+/* k_gemv_bf16 for plans of one warp per slab (the head: nw 1, the whole k in one MMA chain), with the
+ * warps independent and pipelined (tuning bf16_pipe): a grid of one wave of warps, warp w serving
+ * slabs w, w + W, ... (W warps in all); each walks its slabs' k in items of BP_U 32-k steps and keeps
+ * two items of weights in flight, loading item i + 2 as soon as item i is computed, across slab
+ * boundaries, so its loads never stop for a slab's end, a barrier or a block's exit. A slab's MMA
+ * chain is k_gemv_bf16's (steps in order from zero; U only groups the loads) and its C fragment is
+ * stored from the lanes' registers (gemv_out): the same bits. At most 8 activation rows (one chunk).
+ * H100 (session 26): the head adds 351.8 us to a greedy step in the graph (~3.0 TB/s) against 358.9 with
+ * k_gemv_bf16's 8080 one-warp blocks. */
+#define BP_U 4
+struct bf16_item {
+    uint4 a[BP_U][2]; /* [step][row half] */
+};
+__global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb,
+                                                           int m, int n, int k, float *__restrict__ y, int round,
+                                                           int nwarps) {
+    mk_d_pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, gw = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int g = lane >> 2, t = lane & 3;
+    const int ns = k >> 5, ng = (ns + BP_U - 1) / BP_U, slabs = n >> 4;
+    const int nsl = gw < slabs ? (slabs - gw + nwarps - 1) / nwarps : 0;
+    const int total = nsl * ng;
+    const bool xcol = g < m;
+    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    auto load = [&](bf16_item &it, int i) {
+        const int slab = gw + (i / ng) * nwarps, st0 = (i % ng) * BP_U;
+        const uint8_t *w0 = (const uint8_t *)(W + (size_t)(slab * 16 + g) * k) + t * 16;
+        const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
+#pragma unroll
+        for (int u = 0; u < BP_U; u++) {
+            if (st0 + u < ns) {
+                it.a[u][0] = mk_d_ld_stream(w0 + (size_t)(st0 + u) * 64);
+                it.a[u][1] = mk_d_ld_stream(w1 + (size_t)(st0 + u) * 64);
+            }
+        }
+    };
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto comp = [&](const bf16_item &it, int i) {
+        const int st0 = (i % ng) * BP_U;
+        uint4 b[BP_U];
+#pragma unroll
+        for (int u = 0; u < BP_U; u++)
+            if (st0 + u < ns) b[u] = xcol ? mk_d_ld16(xr + (size_t)(st0 + u) * 64) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < BP_U; u++) {
+            if (st0 + u < ns) {
+                mk_d_mma_bf16(c, it.a[u][0].x, it.a[u][1].x, it.a[u][0].y, it.a[u][1].y, b[u].x, b[u].y);
+                mk_d_mma_bf16(c, it.a[u][0].z, it.a[u][1].z, it.a[u][0].w, it.a[u][1].w, b[u].z, b[u].w);
+            }
+        }
+        if (i % ng == ng - 1) { /* the slab's last item: its outputs, then the next slab from zero */
+            const int n0 = (gw + (i / ng) * nwarps) * 16;
+            if (c0 < m) y[(size_t)c0 * n + n0 + g] = gemv_out(c[0], round), y[(size_t)c0 * n + n0 + g + 8] = gemv_out(c[2], round);
+            if (c1 < m) y[(size_t)c1 * n + n0 + g] = gemv_out(c[1], round), y[(size_t)c1 * n + n0 + g + 8] = gemv_out(c[3], round);
+            c[0] = c[1] = c[2] = c[3] = 0.0f;
+        }
+    };
+    bf16_item A, B;
+    if (total > 0) load(A, 0);
+    if (total > 1) load(B, 1);
+    mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
+    for (int i = 0; i < total; i += 2) {
+        comp(A, i);
+        if (i + 2 < total) load(A, i + 2);
+        if (i + 1 >= total) break;
+        comp(B, i + 1);
+        if (i + 3 < total) load(B, i + 3);
+    }
+}
+
 /* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged
  * as k_gemm_fp8_ri: 8 warps x 16 rows and 8 J activation rows per block, the bf16 activations
  * staged in shared memory 128 k (256 bytes a row) at a time by cp.async (ST stages), each warp
@@ -1569,6 +1640,15 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
         MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round),
                   err, "cuda: bf16 row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
+        return MK_OK;
+    }
+    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) { /* the head: warps pipelined, same bits */
+        const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
+        const int nwarps = slabs < wave ? slabs : wave;
+        MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
+                              m, n, k, y, round, nwarps),
+                  err, "cuda: bf16 gemv (warps pipelined) launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (warps pipelined) launch");
         return MK_OK;
     }
     dim3 grid((m + 7) / 8, n / 16, p.splits);

@@ -131,6 +131,10 @@ typedef struct {
                             * wave of blocks each walking several slabs with the next item's weights in
                             * flight (same bits); default 1, MINKE_CUDA_GEMV_PIPE=0 */
     int gemv_pipe_grid;    /* blocks of the pipelined GEMV's grid (0: one wave; tests force fewer) */
+    int bf16_pipe;         /* 1: bf16 GEMVs whose plan gives each slab one warp (the head) run
+                            * k_gemv_bf16_wpipe: one wave of independent warps, each walking its slabs
+                            * with two items of weights in flight (same bits); default 1 (H100: the head
+                            * 351.8 us in the greedy graph against 358.9, session 26); MINKE_CUDA_BF16_PIPE */
     int hc_moe_sum;        /* 1: a block's last hc_post (fused with the next hc_pre / the head's collapse)
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
