@@ -64,7 +64,7 @@ __global__ void k_index_scores_multi(const mk_cuda_apiece *__restrict__ pc, int 
 #define IDX_MAXH 256
 #define IDX_FUSE_MAX 4096 /* the fused top-k stages a row of at most this many scores in shared memory */
 
-/* ---- the top-k by a radix select (tuning index_topk = 1, the default) ------------------------------------------
+/* ---- the top-k by a radix select (tuning index_topk = 1, the default) -----------------------------
  * The rank rule's order is (score descending, entry ascending). A score maps to a 32-bit key with the
  * same order (-0 taken as +0, which the rule counts as equal; NaN scores, which the rule cannot order
  * either, land at one end). Four 8-bit histogram passes find the key T of the kk-th largest entry and
@@ -195,9 +195,9 @@ __device__ __forceinline__ void index_topk_row(const mk_cuda_apiece &P, int r, c
         index_topk_radix(v, vis, kk, o);
         return;
     }
-    /* a scan per entry that stops once its rank reaches kk (tuning index_topk = 0; 1 up to one entry
-     * a thread, where a thread's scan is at most vis steps, and beyond IDX_RADIX_MAXK picks):
-     * O(vis^2) work, 250 us of an H100 decode step at 1024 entries */
+    /* a scan per entry that stops once its rank reaches kk: tuning index_topk = 0, and with 1 the rows
+     * of at most one entry a thread (a thread's scan is then at most vis steps) or of more than
+     * IDX_RADIX_MAXK picks. O(vis^2) work: 250 us of an H100 decode step at 1024 entries */
     for (int j = threadIdx.x; j < vis; j += blockDim.x) {
         float x = v[j];
         int rank = 0;
