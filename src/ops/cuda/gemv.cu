@@ -277,6 +277,25 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
     gemv_fp8_body<U>(blockIdx, gridDim.z, W, S, xq, sa, m, n, k, per, y, round, ws, counters, W2, S2, n2, y2);
 }
 
+/* The pipelined GEMVs' loop over a warp's `total` items: two items of weights in flight, item i + 2
+ * loaded as soon as item i is computed (load(item, i) issues the weight loads; comp(item, i) loads the
+ * activations and computes). The first two are requested before the PDL wait: weights do not depend
+ * on the previous kernel. */
+template <typename Item, typename L, typename C>
+__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp) {
+    Item A, B;
+    if (total > 0) load(A, 0);
+    if (total > 1) load(B, 1);
+    mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
+    for (int i = 0; i < total; i += 2) {
+        comp(A, i);
+        if (i + 2 < total) load(A, i + 2);
+        if (i + 1 >= total) break;
+        comp(B, i + 1);
+        if (i + 3 < total) load(B, i + 3);
+    }
+}
+
 /* The FP8 GEMV for at most 8 rows, pipelined (tuning gemv_pipe): a block of nw warps serves the
  * slabs blockIdx.y, + gridDim.y, ... (both matrices' slabs, as k_gemv_fp8's grid numbers them);
  * each warp walks its k range of each slab (plan_for's, as in k_gemv_fp8) in items of two
@@ -370,17 +389,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
             acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
         }
     };
-    fp8_item A, B;
-    if (total > 0) load(A, 0);
-    if (total > 1) load(B, 1);
-    mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
-    for (int i = 0; i < total; i += 2) {
-        comp(A, i);
-        if (i + 2 < total) load(A, i + 2);
-        if (i + 1 >= total) break;
-        comp(B, i + 1);
-        if (i + 3 < total) load(B, i + 3);
-    }
+    gemv_pipe2<fp8_item>(total, load, comp);
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -1554,17 +1563,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__re
             c[0] = c[1] = c[2] = c[3] = 0.0f;
         }
     };
-    bf16_item A, B;
-    if (total > 0) load(A, 0);
-    if (total > 1) load(B, 1);
-    mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
-    for (int i = 0; i < total; i += 2) {
-        comp(A, i);
-        if (i + 2 < total) load(A, i + 2);
-        if (i + 1 >= total) break;
-        comp(B, i + 1);
-        if (i + 3 < total) load(B, i + 3);
-    }
+    gemv_pipe2<bf16_item>(total, load, comp);
 }
 
 /* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged
