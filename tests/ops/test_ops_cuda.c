@@ -2736,6 +2736,19 @@ static void test_rows_wide(int ratio, int one_row, int np, int k_sel_max) {
     free(tbl_h), free(rings_h), free(kv_h), free(sel_h);
 }
 
+/* The indexer's rank rule on the host (src/models/dsv4.c's topk_desc): out[rank] = the entry of that
+ * rank among v[0 .. vis) (score descending, ties to the lower entry) for ranks below min(k, vis), then
+ * -1 up to k. */
+static void host_rank_picks(const float *v, int vis, int k, int32_t *out) {
+    const int kk = k < vis ? k : vis;
+    for (int x = 0; x < k; x++) out[x] = -1;
+    for (int j = 0; j < vis; j++) {
+        int rank = 0;
+        for (int x = 0; x < vis; x++) rank += v[x] > v[j] || (v[x] == v[j] && x < j);
+        if (rank < kk) out[rank] = j;
+    }
+}
+
 /* The indexer's top-k at a decode's long row (one piece of one row; vis entries, more than the block's
  * threads several times over; the keys drawn from 5 rows, so many scores tie): the picks = the host's
  * rank rule on the GPU's own scores (descending, ties to the lower entry), exactly, in the scores'
@@ -2784,13 +2797,7 @@ static void test_index_topk_long(int vis, int k_sel) {
         mk_cuda_ctx_set_tuning(ctx, &tu0);
         fetch(sc, dsc, sizeof(float) * n_cap);
         fetch(sl, dsm, sizeof(int32_t) * k_sel);
-        const int kk = k_sel < vis ? k_sel : vis;
-        for (int x = 0; x < k_sel; x++) want[x] = -1;
-        for (int j = 0; j < vis; j++) {
-            int rank = 0;
-            for (int x = 0; x < vis; x++) rank += sc[x] > sc[j] || (sc[x] == sc[j] && x < j);
-            if (rank < kk) want[rank] = j;
-        }
+        host_rank_picks(sc, vis, k_sel, want);
         for (int j = 1; j < vis; j++) ties += sc[j] == sc[0];
         ok = ok && !memcmp(sl, want, sizeof(int32_t) * k_sel);
     }
@@ -2954,13 +2961,7 @@ static void test_multi_pieces(int ratio, int one_row) {
                 for (int t = 0; t < Ts[i]; t++) {
                     const int r = row0[i] + t, vis = (starts[i] + t + 1) / 4 < n_all ? (starts[i] + t + 1) / 4 : n_all;
                     const float *v = sc_m + (size_t)r * n_cap;
-                    const int kk = k < vis ? k : vis;
-                    for (int x = 0; x < k; x++) sl_w[x] = -1;
-                    for (int j = 0; j < vis; j++) {
-                        int rank = 0;
-                        for (int x = 0; x < vis; x++) rank += v[x] > v[j] || (v[x] == v[j] && x < j);
-                        if (rank < kk) sl_w[rank] = j;
-                    }
+                    host_rank_picks(v, vis, k, sl_w);
                     idx_pick = idx_pick && !memcmp(sl_m + (size_t)row0[i] * sel_cap + (size_t)t * k, sl_w, sizeof(int32_t) * k);
                 }
             }
