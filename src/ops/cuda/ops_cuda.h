@@ -135,6 +135,14 @@ typedef struct {
                             * k_gemv_bf16_wpipe: one wave of independent warps, each walking its slabs
                             * with two items of weights in flight (same bits); default 1 (H100: the head
                             * 351.8 us in the greedy graph against 358.9, session 26); MINKE_CUDA_BF16_PIPE */
+    int dq_pipe;           /* 1: decode FP8_DQ GEMVs (wo_a; at most 8 rows, no split) run k_gemv_dq_pipe, one
+                            * wave of blocks walking slabs as k_gemv_fp8_pipe does (same bits); default 0
+                            * until measured, MINKE_CUDA_DQ_PIPE */
+    int pipe_early, head_early; /* items of weights a warp of the pipelined FP8 GEMV (pipe_early) / of the head's
+                            * k_gemv_bf16_wpipe (head_early) requests before its PDL wait: 2 (default), 1 or 0.
+                            * Loads requested early overlap the kernel before, but queue ahead of its own
+                            * loads; only when loads are issued changes (same bits). MINKE_CUDA_PIPE_EARLY,
+                            * MINKE_CUDA_HEAD_EARLY */
     int hc_moe_sum;        /* 1: a block's last hc_post (fused with the next hc_pre / the head's collapse)
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
