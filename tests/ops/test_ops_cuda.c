@@ -261,15 +261,11 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     int same = memcmp(y1, y, sizeof(float) * m * n) == 0;
     fetch(y1, dy3, sizeof(float) * m * n);
     same = same && memcmp(y1, y, sizeof(float) * m * n) == 0;
-    if (kind == MK_W_BF16 || kind == MK_W_FP8_DQ || kind == MK_W_FP8) {
-        /* the other bf16_pipe / dq_pipe setting (the warp-pipelined head, the pipelined wo_a), or the
-         * weights of the pipelined GEMVs requested after the PDL wait: the same bits */
+    if (kind == MK_W_BF16) { /* the other bf16_pipe setting (the head's warp-pipelined GEMV): the same bits */
         mk_cuda_tuning t0, t;
         mk_cuda_ctx_get_tuning(ctx, &t0);
         t = t0;
-        if (kind == MK_W_BF16) t.bf16_pipe = !t0.bf16_pipe, t.head_early = 1;
-        else if (kind == MK_W_FP8_DQ) t.dq_pipe = !t0.dq_pipe, t.pipe_early = 0, t.gemv_pipe_grid = 7; /* slabs a block */
-        else t.pipe_early = 1;
+        t.bf16_pipe = !t0.bf16_pipe;
         mk_cuda_ctx_set_tuning(ctx, &t);
         CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * m * n, &err_));
         CK(mk_cuda_linear_ex(ctx, kern, 0, &Wd, dx, m, dy3, round, ds, sb, &err_));
@@ -780,15 +776,13 @@ static void test_linear_grouped(int G, int gn, int k, int m) {
     CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx, m, dy, 1, ds, sb, &err_));
     fetch(y, dy, sizeof(float) * m * N);
     int same = 1;
-    { /* m > 8: the row-invariant GEMM (forced) = the GEMV's chunks of 8; else the other dq_pipe
-       * setting (the pipelined decode GEMV, its weights requested before the PDL wait or after) */
+    if (m > 8) { /* the row-invariant GEMM (forced) = the GEMV's chunks of 8 */
         mk_cuda_tuning t0, t;
         mk_cuda_ctx_get_tuning(ctx, &t0);
         float *yc = xmalloc(sizeof(float) * m * N);
         for (int v = 0; v < 2; v++) {
             t = t0;
-            if (m <= 8) t.dq_pipe = !t0.dq_pipe, t.pipe_early = v ? 0 : 2;
-            else if (v == 0) t.gemv_tiles = 1;
+            if (v == 0) t.gemv_tiles = 1;
             else t.ri_min_blocks = 1;
             mk_cuda_ctx_set_tuning(ctx, &t);
             CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx, m, dy, 1, ds, sb, &err_));

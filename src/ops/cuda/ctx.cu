@@ -158,9 +158,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
-    ctx->tune.dq_pipe = env_switch("MINKE_CUDA_DQ_PIPE", 0);
-    ctx->tune.pipe_early = getenv("MINKE_CUDA_PIPE_EARLY") ? atoi(getenv("MINKE_CUDA_PIPE_EARLY")) : 2;
-    ctx->tune.head_early = getenv("MINKE_CUDA_HEAD_EARLY") ? atoi(getenv("MINKE_CUDA_HEAD_EARLY")) : 2;
     ctx->tune.moe_b_occ = getenv("MINKE_CUDA_MOE_B_OCC") && atoi(getenv("MINKE_CUDA_MOE_B_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_b_pf = env_switch("MINKE_CUDA_MOE_B_PF", 0);
     ctx->tune.moe_b_sl = getenv("MINKE_CUDA_MOE_B_SL") && atoi(getenv("MINKE_CUDA_MOE_B_SL")) == 1 ? 1 : 2;
@@ -196,6 +193,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
     ctx->tune.l2_lane_hint = env_switch("MINKE_CUDA_L2_LANE_HINT", 0);
     ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 0); /* no gain beyond noise on the H200 (session 19): off */
+    ctx->tune.branch_pjoin = env_switch("MINKE_CUDA_BRANCH_PJOIN", 1);
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
@@ -352,9 +350,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
     ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
     ctx->tune.bf16_pipe = ctx->tune.bf16_pipe != 0;
-    ctx->tune.dq_pipe = ctx->tune.dq_pipe != 0;
-    ctx->tune.pipe_early = ctx->tune.pipe_early < 0 ? 0 : ctx->tune.pipe_early > 2 ? 2 : ctx->tune.pipe_early;
-    ctx->tune.head_early = ctx->tune.head_early < 0 ? 0 : ctx->tune.head_early > 2 ? 2 : ctx->tune.head_early;
     ctx->tune.moe_b_occ = ctx->tune.moe_b_occ == 2 ? 2 : 3;
     ctx->tune.moe_b_pf = ctx->tune.moe_b_pf != 0;
     ctx->tune.moe_b_sl = ctx->tune.moe_b_sl == 1 ? 1 : 2;
@@ -379,6 +374,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.l2_lane_blocks < 1 || ctx->tune.l2_lane_blocks > 1024) ctx->tune.l2_lane_blocks = 32;
     ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
     ctx->tune.branch = ctx->tune.branch != 0;
+    ctx->tune.branch_pjoin = ctx->tune.branch_pjoin != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -279,16 +279,15 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
 
 /* The pipelined GEMVs' loop over a warp's `total` items: two items of weights in flight, item i + 2
  * loaded as soon as item i is computed (load(item, i) issues the weight loads; comp(item, i) loads the
- * activations and computes). The first `early` (0..2, the tuning's pipe_early / head_early) are
- * requested before the PDL wait: weights do not depend on the previous kernel. */
+ * activations and computes). The first two are requested before the PDL wait: weights do not depend
+ * on the previous kernel. (Requesting them after it, or only one before it, measured slower: H100,
+ * session 27: the kernel before finishes sooner, the GEMV later.) */
 template <typename Item, typename L, typename C>
-__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp, int early) {
+__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp) {
     Item A, B;
-    if (early <= 0) mk_d_pdl_wait();
     if (total > 0) load(A, 0);
-    if (early == 1) mk_d_pdl_wait();
     if (total > 1) load(B, 1);
-    if (early >= 2) mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
+    mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
     for (int i = 0; i < total; i += 2) {
         comp(A, i);
         if (i + 2 < total) load(A, i + 2);
@@ -315,7 +314,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
                                                           int m, int n, int k, int per, float *__restrict__ y,
                                                           int round, const uint8_t *__restrict__ W2,
                                                           const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2, int early) {
+                                                          float *__restrict__ y2) {
     mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
@@ -391,7 +390,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
             acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
         }
     };
-    gemv_pipe2<fp8_item>(total, load, comp, early);
+    gemv_pipe2<fp8_item>(total, load, comp);
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -632,7 +631,7 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, ctx->tune.pipe_early),
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
                   err, "cuda: fp8 gemv launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;
@@ -1527,7 +1526,7 @@ struct bf16_item {
 };
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb,
                                                            int m, int n, int k, float *__restrict__ y, int round,
-                                                           int nwarps, int early) {
+                                                           int nwarps) {
     mk_d_pdl_launch_dependents();
     const int lane = threadIdx.x & 31, gw = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int g = lane >> 2, t = lane & 3;
@@ -1570,7 +1569,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__re
             c[0] = c[1] = c[2] = c[3] = 0.0f;
         }
     };
-    gemv_pipe2<bf16_item>(total, load, comp, early);
+    gemv_pipe2<bf16_item>(total, load, comp);
 }
 
 /* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged
@@ -1652,7 +1651,7 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
         const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
         const int nwarps = slabs < wave ? slabs : wave;
         MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
-                              m, n, k, y, round, nwarps, ctx->tune.head_early),
+                              m, n, k, y, round, nwarps),
                   err, "cuda: bf16 gemv (warps pipelined) launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (warps pipelined) launch");
         return MK_OK;
@@ -1808,99 +1807,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
-/* k_gemv_dq for at most 8 rows, pipelined (tuning dq_pipe) as k_gemv_fp8_pipe: a block of nw warps
- * serves the slabs blockIdx.y, + gridDim.y, ...; each warp walks its k range of each slab (the plan's,
- * as in k_gemv_dq) in items of two 128-blocks, with the next item's weights in flight across slab
- * boundaries. Each slab gets k_gemv_dq's per-block MMAs (e4m3 pairs widened to f16), fmaf order and
- * warp-order sum: the same bits. The group's columns of x (gn) follow each slab. */
-struct dq_item {
-    uint4 a[2][2][2]; /* [block][64-k step][row half] */
-    float sb[2];
-};
-__global__ void __launch_bounds__(256, 2) k_gemv_dq_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
-                                                         const uint16_t *__restrict__ xh, const float *__restrict__ sx,
-                                                         int m, int n, int k, int per, float *__restrict__ y, int round,
-                                                         int xs, int gn, int early) {
-    mk_d_pdl_launch_dependents();
-    __shared__ float red[GEMV_MAXW * 32 * 4];
-    __shared__ float tile[8 * 16];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, xnb = xs >> 7, ns = n >> 4;
-    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
-    const int ng = (per + 1) >> 1; /* items per slab */
-    const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
-    const int total = nsl * ng;
-    const bool xcol = g < m;
-    const int c0 = 2 * t, c1 = 2 * t + 1;
-    const bool v0 = c0 < m, v1 = c1 < m;
-    auto load = [&](dq_item &it, int i) {
-        const int n0 = ((int)blockIdx.y + (i / ng) * (int)gridDim.y) * 16, kb = kb0 + 2 * (i % ng);
-        const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16, *w1 = w0 + (size_t)8 * k;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            if (kb + u < kb1) {
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    const size_t off = (size_t)(kb + u) * 128 + s * 64;
-                    it.a[u][s][0] = mk_d_ld_stream(w0 + off);
-                    it.a[u][s][1] = mk_d_ld_stream(w1 + off);
-                }
-                it.sb[u] = mk_d_e8m0(S[(size_t)(n0 >> 7) * nb + kb + u]);
-            }
-        }
-    };
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto comp = [&](const dq_item &it, int i) {
-        const int n0 = ((int)blockIdx.y + (i / ng) * (int)gridDim.y) * 16, kb = kb0 + 2 * (i % ng);
-        const int gi = gn ? n0 / gn : 0; /* the group's columns of x */
-        const uint8_t *xr = (const uint8_t *)(xh + (size_t)(xcol ? g : 0) * xs + (size_t)gi * k) + t * 32;
-        const float *sx0 = sx + (size_t)(v0 ? c0 : 0) * xnb + (size_t)gi * (k >> 7);
-        const float *sx1 = sx + (size_t)(v1 ? c1 : 0) * xnb + (size_t)gi * (k >> 7);
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            if (kb + u < kb1) {
-                uint4 b[2][2];
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    const size_t off = (size_t)(kb + u) * 256 + s * 128; /* bytes of f16 */
-                    b[s][0] = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
-                    b[s][1] = xcol ? mk_d_ld16(xr + off + 16) : make_uint4(0, 0, 0, 0);
-                }
-                const float f0 = v0 ? sx0[kb + u] * it.sb[u] : 0.0f, f1 = v1 ? sx1[kb + u] * it.sb[u] : 0.0f;
-                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const uint32_t wg = u4_word(it.a[u][s][0], j), wg8 = u4_word(it.a[u][s][1], j);
-                        const uint4 &bb = b[s][j >> 1];
-                        const uint32_t bx = (j & 1) ? bb.z : bb.x, by = (j & 1) ? bb.w : bb.y;
-                        mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(wg & 0xffff), mk_d_e4m3x2_to_f16x2(wg8 & 0xffff),
-                                     mk_d_e4m3x2_to_f16x2(wg >> 16), mk_d_e4m3x2_to_f16x2(wg8 >> 16), bx, by);
-                    }
-                }
-                acc[0] = fmaf(c[0], f0, acc[0]);
-                acc[1] = fmaf(c[1], f1, acc[1]);
-                acc[2] = fmaf(c[2], f0, acc[2]);
-                acc[3] = fmaf(c[3], f1, acc[3]);
-            }
-        }
-        if (i % ng == ng - 1) { /* the slab's last item: warp-order sum, store, next slab from zero */
-            gemv_reduce<4>(acc, red);
-            if (warp == 0) {
-                if (v0) tile[c0 * 16 + g] = acc[0], tile[c0 * 16 + g + 8] = acc[2];
-                if (v1) tile[c1 * 16 + g] = acc[1], tile[c1 * 16 + g + 8] = acc[3];
-            }
-            __syncthreads();
-            gemv_finish_at(tile, m, n, n0, y, round, NULL, NULL, 1, 0, 0); /* one split: the store */
-            __syncthreads(); /* red and tile are reused by the next slab */
-            acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-        }
-    };
-    gemv_pipe2<dq_item>(total, load, comp, early);
-}
-
 /* k_gemv_dq's bits for many rows, arranged as k_gemm_fp8_ri (8 warps x 16 rows, 8 J activation
  * rows per block, the f16 activations' 128-blocks (256 bytes a row) staged in shared memory by
  * cp.async and shared by the warps, each warp's k walk split into the GEMV's warp ranges, added in
@@ -2013,14 +1919,6 @@ int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *x
                               y, round, G * k, gn, ctx->tune.ri_l2_pf),
                   err, "cuda: fp8_dq row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq row-invariant gemm launch");
-        return MK_OK;
-    }
-    if (p.splits == 1 && m <= 8 && ctx->tune.dq_pipe) { /* decode: the pipelined GEMV, the same bits */
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, n / 16, p.nw), 1), p.nw * 32, k_gemv_dq_pipe,
-                              (const uint8_t *)W->w, W->scale, xh, sx, m, n, k, p.per, y, round, G * k, gn,
-                              ctx->tune.pipe_early),
-                  err, "cuda: fp8_dq gemv launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq gemv (pipelined) launch");
         return MK_OK;
     }
     dim3 grid((m + 7) / 8, n / 16, p.splits);

@@ -64,33 +64,14 @@ __device__ __forceinline__ void hc_fn_load(float (&f)[HC_MAXMIX], const float *_
 }
 
 /* The block's accumulators added up: warp trees, then the warps in order. Returns (to thread
- * q <= HC_MAXMIX) column q. A warp's trees are the xor butterfly of mk_d_warp_sum_d (offsets 16, 8,
- * 4, 2, 1) for every column, computed transposed: at offset o a lane keeps the columns whose bit o
- * matches its own and sends its partner the others, so after the five steps lane q holds column q's
- * sum. Each add pairs the same two partial sums as the butterfly does (a + b is b + a in IEEE
- * arithmetic), so the sums are the butterfly's bit for bit, with 31 double shuffles a warp instead
- * of 5 per column (125: the shuffles were most of the reduction's issue slots). */
-template <int O>
-__device__ __forceinline__ void hc_tr_step(double (&v)[32], int lane) { /* columns [0, 2 O) in v */
-    const bool up = lane & O; /* lanes with bit O keep the upper half */
-#pragma unroll
-    for (int i = 0; i < O; i++) {
-        const double send = up ? v[i] : v[i + O], keep = up ? v[i + O] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-    }
-}
+ * q <= HC_MAXMIX) column q. */
 __device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[HC_MAXMIX + 1]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    static_assert(HC_MAXMIX + 1 <= 32, "hc_block_sum: a warp's lanes hold the columns");
-    double v[32];
 #pragma unroll
-    for (int q = 0; q < 32; q++) v[q] = q <= HC_MAXMIX ? acc[q] : 0.0;
-    hc_tr_step<16>(v, lane);
-    hc_tr_step<8>(v, lane);
-    hc_tr_step<4>(v, lane);
-    hc_tr_step<2>(v, lane);
-    hc_tr_step<1>(v, lane);
-    if (lane <= HC_MAXMIX) red[warp][lane] = v[0];
+    for (int q = 0; q <= HC_MAXMIX; q++) {
+        double sum = mk_d_warp_sum_d(acc[q]);
+        if (lane == 0) red[warp][q] = sum;
+    }
     __syncthreads();
     double a = 0.0;
     if (threadIdx.x <= HC_MAXMIX)

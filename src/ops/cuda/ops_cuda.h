@@ -135,14 +135,6 @@ typedef struct {
                             * k_gemv_bf16_wpipe: one wave of independent warps, each walking its slabs
                             * with two items of weights in flight (same bits); default 1 (H100: the head
                             * 351.8 us in the greedy graph against 358.9, session 26); MINKE_CUDA_BF16_PIPE */
-    int dq_pipe;           /* 1: decode FP8_DQ GEMVs (wo_a; at most 8 rows, no split) run k_gemv_dq_pipe, one
-                            * wave of blocks walking slabs as k_gemv_fp8_pipe does (same bits); default 0
-                            * until measured, MINKE_CUDA_DQ_PIPE */
-    int pipe_early, head_early; /* items of weights a warp of the pipelined FP8 GEMV (pipe_early) / of the head's
-                            * k_gemv_bf16_wpipe (head_early) requests before its PDL wait: 2 (default), 1 or 0.
-                            * Loads requested early overlap the kernel before, but queue ahead of its own
-                            * loads; only when loads are issued changes (same bits). MINKE_CUDA_PIPE_EARLY,
-                            * MINKE_CUDA_HEAD_EARLY */
     int hc_moe_sum;        /* 1: a block's last hc_post (fused with the next hc_pre / the head's collapse)
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
@@ -221,6 +213,11 @@ typedef struct {
                             * and every layer's shared expert beside the gate, the routing and the
                             * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 0
                             * (no gain beyond noise on the H200), MINKE_CUDA_BRANCH=1 */
+    int branch_pjoin;      /* 1: the branch joins the main stream by programmatic edges from its last kernels
+                            * (the next kernel may launch before they end and waits for them in its PDL
+                            * wait, as for the kernel before it) instead of an event wait (a full edge: that
+                            * kernel launched only after the one before it ended); default 1,
+                            * MINKE_CUDA_BRANCH_PJOIN */
     int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
                             * the 32 lanes of a warp instead of one thread's loops over global memory (the
                             * same outputs); MINKE_CUDA_ROUTE_WARP */
