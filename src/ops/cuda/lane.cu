@@ -25,8 +25,6 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
-#include <string.h>
-
 #define LANE_CHUNK 16384 /* bytes per bulk prefetch (a multiple of 16) */
 
 struct lane_args {
@@ -141,44 +139,9 @@ extern "C" int mk_cuda_branch_end(mk_cuda_ctx *ctx, mk_err *err) {
     return MK_OK;
 }
 
-/* The programmatic join (tuning branch_pjoin): the main stream's next node depends on the branch's
- * last nodes by programmatic edges (their programmatic port: every block has triggered, which our
- * kernels do first thing), so it launches as early as after the kernel before it, and its PDL wait
- * waits for those kernels too (griddepcontrol.wait: all prerequisite grids complete, their writes
- * visible). Every kernel after a join reads the branch's results only after its wait. Returns 1
- * when joined so, 0 when the branch's last nodes are not all kernels (the caller waits on the event). */
-static int branch_pjoin(mk_cuda_ctx *ctx, mk_err *err) {
-    cudaStreamCaptureStatus cs;
-    const cudaGraphNode_t *deps = NULL;
-    const cudaGraphEdgeData *ed = NULL;
-    size_t nd = 0;
-    MK_CU_TRY(cudaStreamGetCaptureInfo(ctx->side, &cs, NULL, NULL, &deps, &ed, &nd), err,
-              "cuda: branch: capture info");
-    if (cs != cudaStreamCaptureStatusActive || nd == 0 || nd > 8) return 0;
-    cudaGraphNode_t nodes[8];
-    cudaGraphEdgeData data[8];
-    for (size_t i = 0; i < nd; i++) {
-        cudaGraphNodeType ty;
-        MK_CU_TRY(cudaGraphNodeGetType(deps[i], &ty), err, "cuda: branch: node type");
-        if (ty != cudaGraphNodeTypeKernel) return 0;
-        nodes[i] = deps[i];
-        memset(&data[i], 0, sizeof data[i]);
-        data[i].from_port = cudaGraphKernelNodePortProgrammatic;
-        data[i].type = cudaGraphDependencyTypeProgrammatic;
-    }
-    MK_CU_TRY(cudaStreamUpdateCaptureDependencies(ctx->stream, nodes, data, nd, cudaStreamAddCaptureDependencies), err,
-              "cuda: branch: programmatic join");
-    return 1;
-}
-
 extern "C" int mk_cuda_branch_join(mk_cuda_ctx *ctx, mk_err *err) {
     if (!ctx->branch_pending) return MK_OK;
     ctx->branch_pending = 0;
-    if (ctx->tune.branch_pjoin && ctx->capturing) {
-        const int st = branch_pjoin(ctx, err);
-        if (st < 0) return st;
-        if (st) return MK_OK;
-    }
     MK_CU_TRY(cudaStreamWaitEvent(ctx->stream, ctx->side_done, 0), err, "cuda: branch: join wait");
     return MK_OK;
 }

@@ -211,13 +211,10 @@ typedef struct {
     int branch;            /* 1: a captured decode step runs the compressors (their projections and
                             * steps) of a compressed layer on a side branch, beside the q / kv path,
                             * and every layer's shared expert beside the gate, the routing and the
-                            * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 0
-                            * (no gain beyond noise on the H200), MINKE_CUDA_BRANCH=1 */
-    int branch_pjoin;      /* 1: the branch joins the main stream by programmatic edges from its last kernels
-                            * (the next kernel may launch before they end and waits for them in its PDL
-                            * wait, as for the kernel before it) instead of an event wait (a full edge: that
-                            * kernel launched only after the one before it ended); default 1,
-                            * MINKE_CUDA_BRANCH_PJOIN */
+                            * routed experts (mk_cuda_branch_begin; same kernels, same bits); default 1
+                            * since the routed experts alone run at moe_occ's blocks an SM (H100, session
+                            * 27: greedy step 1.016 / 1.013 ms against 1.029 / 1.026 / 1.025 without,
+                            * same call; no gain at 2 blocks an SM), MINKE_CUDA_BRANCH=0 */
     int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
                             * the 32 lanes of a warp instead of one thread's loops over global memory (the
                             * same outputs); MINKE_CUDA_ROUTE_WARP */
