@@ -1250,23 +1250,14 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     mk_cuda_actq aqb;
     const int qb = lin_in_q(C, &L->wq_b, &aqb) && (r != 4 || (L->idx_wq_b.kind == L->wq_b.kind &&
                                                                L->idx_wq_b.k == L->wq_b.k));
-    /* a decode of one row (nothing dumped): the norm inside wq_b's launch (the tuning's norm_fuse, the
-     * same bits; qr stays unnormalized, read by nothing else), else the two ops */
-    mk_err e2 = {0};
-    const int qf = qb && R == 1 && !(C->hk && C->hk->dump) &&
-                   mk_cuda_gemv_fp8_norm(ctx, &L->wq_b, r == 4 ? &L->idx_wq_b : NULL, w->qr, L->q_norm, c->norm_eps, R,
-                                         w->q, r == 4 ? w->iq : NULL, 1, &e2) == MK_OK;
-    if (!qf) {
-        if (qb) TRY(mk_cuda_rmsnorm_quant(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, &aqb, err));
-        else TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
-        TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
-        const int fq = MK_CUDA_LIN_ROW_INVARIANT | (qb ? MK_CUDA_LIN_REUSE_X : 0);
-        if (r == 4)
-            TRY(mk_cuda_linear_pair(ctx, fq, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin, w->lin_bytes,
-                                    err));
-        else
-            TRY(lin_f(C, fq, &L->wq_b, w->qr, R, w->q, 1, err));
-    }
+    if (qb) TRY(mk_cuda_rmsnorm_quant(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, &aqb, err));
+    else TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
+    TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
+    const int fq = MK_CUDA_LIN_ROW_INVARIANT | (qb ? MK_CUDA_LIN_REUSE_X : 0);
+    if (r == 4)
+        TRY(mk_cuda_linear_pair(ctx, fq, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin, w->lin_bytes, err));
+    else
+        TRY(lin_f(C, fq, &L->wq_b, w->qr, R, w->q, 1, err));
     { /* the lane: the compressors' projections, then wo_a and wo_b, while q / kv are prepared and the
        * indexer, the compressors and the sparse attention run */
         const mk_wmat *W[7];

@@ -856,69 +856,6 @@ static void test_idx_q_prep(int rows, int heads, int n, int rd) {
     free(x), free(pos), free(a), free(b);
 }
 
-/* mk_cuda_gemv_fp8_norm (the q norm inside wq_b's launch, a pair with the indexer's wq_b or not) =
- * mk_cuda_rmsnorm_quant then the linear (pair) reusing its bytes, bit for bit; with the tuning's
- * norm_fuse off it declines (MK_ENOTSUP) and writes nothing. */
-static void test_gemv_fp8_norm(int n, int n2, int k, int with_w) {
-    mk_wmat Ah, Bh, Ad, Bd;
-    make_weights(&Ah, MK_W_FP8, n, k);
-    if (n2) make_weights(&Bh, MK_W_FP8, n2, k);
-    CK(mk_cuda_wmat_upload(ctx, &Ah, &Ad, &err_));
-    if (n2) CK(mk_cuda_wmat_upload(ctx, &Bh, &Bd, &err_));
-    float *x = xmalloc(sizeof(float) * k);
-    fill_act(x, (size_t)k, 3.0f);
-    uint16_t *wh = xmalloc(sizeof(uint16_t) * k);
-    for (int i = 0; i < k; i++) wh[i] = mk_f32_to_bf16(1.0f + 0.2f * rnd_n());
-    uint16_t *dw = with_w ? dup_dev(wh, sizeof(uint16_t) * k) : NULL;
-    float *dx = dup_dev(x, sizeof(float) * k), *dx2 = dup_dev(x, sizeof(float) * k);
-    const int N2 = n2 ? n2 : 1;
-    float *ya = poisoned_dev(sizeof(float) * n), *yb = poisoned_dev(sizeof(float) * N2);
-    float *za = poisoned_dev(sizeof(float) * n), *zb = poisoned_dev(sizeof(float) * N2);
-    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Ad, n2 ? &Bd : &Ad, 1);
-    void *ds = poisoned_dev(sb);
-    mk_cuda_actq aq = {0};
-    CK(mk_cuda_linear_xq(ctx, &Ad, 1, ds, sb, &aq.q, &aq.sa, &aq.perm, &err_));
-    CK(mk_cuda_rmsnorm_quant(ctx, dx2, 1, k, dw, 1e-6f, dx2, &aq, &err_));
-    const int F = MK_CUDA_LIN_ROW_INVARIANT | MK_CUDA_LIN_REUSE_X;
-    if (n2) CK(mk_cuda_linear_pair(ctx, F, &Ad, &Bd, dx2, 1, ya, yb, 1, ds, sb, &err_));
-    else CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Ad, dx2, 1, ya, 1, ds, sb, &err_));
-    CK(mk_cuda_gemv_fp8_norm(ctx, &Ad, n2 ? &Bd : NULL, dx, dw, 1e-6f, 1, za, n2 ? zb : NULL, 1, &err_));
-    float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n), *xa = xmalloc(sizeof(float) * k);
-    fetch(a, ya, sizeof(float) * n), fetch(b, za, sizeof(float) * n), fetch(xa, dx, sizeof(float) * k);
-    int same = !memcmp(a, b, sizeof(float) * n) && !memcmp(xa, x, sizeof(float) * k);
-    if (n2) {
-        float *a2 = xmalloc(sizeof(float) * n2), *b2 = xmalloc(sizeof(float) * n2);
-        fetch(a2, yb, sizeof(float) * n2), fetch(b2, zb, sizeof(float) * n2);
-        same = same && !memcmp(a2, b2, sizeof(float) * n2);
-        free(a2), free(b2);
-    }
-    /* off: declined, nothing written */
-    mk_cuda_tuning t0, t;
-    mk_cuda_ctx_get_tuning(ctx, &t0);
-    t = t0;
-    t.norm_fuse = 0;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    CK(mk_cuda_memset(ctx, za, 0xff, sizeof(float) * n, &err_));
-    mk_err e2 = {0};
-    const int off = mk_cuda_gemv_fp8_norm(ctx, &Ad, n2 ? &Bd : NULL, dx, dw, 1e-6f, 1, za, n2 ? zb : NULL, 1, &e2);
-    mk_cuda_ctx_set_tuning(ctx, &t0);
-    fetch(b, za, sizeof(float) * n);
-    const uint32_t *bw = (const uint32_t *)b;
-    same = same && off == MK_ENOTSUP && bw[0] == 0xffffffffu && bw[n - 1] == 0xffffffffu;
-    char shape[64];
-    snprintf(shape, sizeof shape, "n%d+%d k%d%s", n, n2, k, with_w ? "" : " no weight");
-    n_checks++;
-    if (!same) n_fail++;
-    printf("| %-40s | %-26s | = rmsnorm_quant then the linear%s, bit for bit; declined when off: %s |\n",
-           "fp8 gemv with its input's norm", shape, n2 ? " pair" : "", same ? "PASS" : "FAIL");
-    mk_cuda_wmat_free(ctx, &Ad);
-    if (n2) mk_cuda_wmat_free(ctx, &Bd), free((void *)Bh.w), free((void *)Bh.scale);
-    void *dev[] = {dw, dx, dx2, ya, yb, za, zb, ds};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i]) mk_cuda_free(ctx, dev[i]);
-    free((void *)Ah.w), free((void *)Ah.scale), free(x), free(wh), free(a), free(b), free(xa);
-}
-
 /* mk_cuda_rmsnorm_quant = mk_cuda_rmsnorm then mk_cuda_act_quant, bit for bit (the row in place,
  * the bytes in both layouts, the scales). */
 static void test_rmsnorm_quant(int rows, int d) {
@@ -3309,10 +3246,6 @@ int main(int argc, char **argv) {
     test_idx_q_prep(3, 64, 128, 64); /* V4-Flash's indexer: 64 heads of 128, rope 64 */
     test_idx_q_prep(2, 4, 64, 16);
     test_rmsnorm_quant(3, 1024); /* V4-Flash's q_lora: 256 threads, two groups of 128 */
-    test_gemv_fp8_norm(32768, 0, 1024, 1);    /* V4-Flash's wq_b (q_lora 1024) */
-    test_gemv_fp8_norm(32768, 8192, 1024, 1); /* with the indexer's wq_b in the same launch */
-    test_gemv_fp8_norm(1024, 0, 1536, 0);     /* 384 virtual threads, no norm weight */
-    test_gemv_fp8_norm(512, 256, 4096, 1);    /* the largest k */
     test_rmsnorm_quant(2, 4096);
     test_rmsnorm_quant(2, 512);
     test_rmsnorm_quant(2, 1000); /* not whole 128-blocks: two launches */

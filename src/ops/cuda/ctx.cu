@@ -141,7 +141,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_route_plan = env_switch("MINKE_CUDA_ROUTE_PLAN", 1);
     ctx->tune.rope_fuse = env_switch("MINKE_CUDA_ROPE_FUSE", 1);
     ctx->tune.norm_quant = env_switch("MINKE_CUDA_NORM_QUANT", 1);
-    ctx->tune.norm_fuse = env_switch("MINKE_CUDA_NORM_FUSE", 1);
     ctx->tune.moe_with_fp8 = env_switch("MINKE_CUDA_MOE_WITH_FP8", 1);
     ctx->tune.cmp_step = env_switch("MINKE_CUDA_CMP_STEP", 1);
     ctx->tune.graphs = env_switch("MINKE_CUDA_GRAPHS", 1);
@@ -374,7 +373,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.l2_lane_blocks < 1 || ctx->tune.l2_lane_blocks > 1024) ctx->tune.l2_lane_blocks = 32;
     ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
     ctx->tune.branch = ctx->tune.branch != 0;
-    ctx->tune.norm_fuse = ctx->tune.norm_fuse != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -282,13 +282,12 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
  * activations and computes). The first two are requested before the PDL wait: weights do not depend
  * on the previous kernel. (Requesting them after it, or only one before it, measured slower: H100,
  * session 27: the kernel before finishes sooner, the GEMV later.) */
-template <typename Item, typename L, typename C, typename P>
-__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp, P &prep) {
+template <typename Item, typename L, typename C>
+__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp) {
     Item A, B;
     if (total > 0) load(A, 0);
     if (total > 1) load(B, 1);
     mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
-    prep();          /* what the block makes of them first (k_gemv_fp8_pipe<true>), or nothing */
     for (int i = 0; i < total; i += 2) {
         comp(A, i);
         if (i + 2 < total) load(A, i + 2);
@@ -310,60 +309,15 @@ struct fp8_item {
     float sb[2];
 };
 
-/* With NORM (mk_cuda_gemv_fp8_norm: one activation row, k <= FP8N_MAXK), the block first makes the
- * row's quantized bytes itself from the raw row xf: RMSNorm (weight nw, eps) then the activation
- * quantization, the bits of k_rmsnorm_quant (mk_d_rmsnorm_quant_row): the squares summed in double by
- * "virtual" threads v < vt = mk_cuda_rmsnorm_threads(k) over elements v, v + vt, ... in order, each
- * virtual warp by the xor butterfly, the virtual warps added in order; then each 128-block's values,
- * their maximum and bytes (mk_d_act_scale / mk_d_act_byte at mk_d_act_pos(., perm)) into shared memory,
- * which the items read instead of xq / sa. One launch fewer (the norm's), and its arithmetic runs
- * while the block's first weights are in flight. */
-#define FP8N_MAXK 4096
-__device__ __forceinline__ void fp8n_prep(const float *__restrict__ xf, const uint16_t *__restrict__ nw, float eps,
-                                          int vt, int perm, int k, uint8_t *xs, float *ss, double *part) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwp = blockDim.x >> 5;
-    for (int j = warp; j < vt / 32; j += nwp) { /* virtual warp j */
-        double q = 0.0;
-        for (int i = j * 32 + lane; i < k; i += vt) q += (double)xf[i] * xf[i];
-        q = mk_d_warp_sum_d(q);
-        if (lane == 0) part[j] = q;
-    }
-    __syncthreads();
-    double tot = 0.0;
-    for (int j = 0; j < vt / 32; j++) tot += part[j];
-    const float rs = 1.0f / sqrtf(__fadd_rn((float)(tot / k), eps));
-    for (int b = warp; b < (k >> 7); b += nwp) {
-        float v[4], am = 0.0f;
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = (b << 7) + lane + 32 * r;
-            float t = __fmul_rn(xf[e], rs);
-            if (nw) t = __fmul_rn(mk_d_bf16(nw[e]), t);
-            v[r] = mk_d_bf16r(t);
-            am = fmaxf(am, fabsf(v[r]));
-        }
-        const float sc = mk_d_act_scale(mk_d_warp_max(am));
-#pragma unroll
-        for (int r = 0; r < 4; r++) xs[mk_d_act_pos((b << 7) + lane + 32 * r, perm)] = mk_d_act_byte(v[r], sc);
-        if (lane == 0) ss[b] = sc;
-    }
-    __syncthreads();
-}
-
-template <bool NORM>
 __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
                                                           const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                           int m, int n, int k, int per, float *__restrict__ y,
                                                           int round, const uint8_t *__restrict__ W2,
                                                           const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2, const float *__restrict__ xf,
-                                                          const uint16_t *__restrict__ nwt, float eps, int vt, int perm) {
+                                                          float *__restrict__ y2) {
     mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
-    __shared__ __align__(16) uint8_t xs_n[NORM ? FP8N_MAXK : 16];
-    __shared__ float sa_n[NORM ? FP8N_MAXK / 128 : 1];
-    __shared__ double part_n[NORM ? 32 : 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, s1 = n >> 4, ns = s1 + (n2 >> 4);
@@ -372,11 +326,11 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
     const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
     const int total = nsl * ng;
     const bool xcol = g < m;
-    const uint8_t *xr = NORM ? xs_n + t * 16 : xq + (size_t)(xcol ? g : 0) * k + t * 16;
+    const uint8_t *xr = xq + (size_t)(xcol ? g : 0) * k + t * 16;
     const int c0 = 2 * t, c1 = 2 * t + 1;
     const bool v0 = c0 < m, v1 = c1 < m;
-    const float *sa0 = NORM ? sa_n : sa + (size_t)(v0 ? c0 : 0) * nb;
-    const float *sa1 = NORM ? sa_n : sa + (size_t)(v1 ? c1 : 0) * nb;
+    const float *sa0 = sa + (size_t)(v0 ? c0 : 0) * nb;
+    const float *sa1 = sa + (size_t)(v1 ? c1 : 0) * nb;
     auto load = [&](fp8_item &it, int i) {
         int slab = (int)blockIdx.y + (i / ng) * (int)gridDim.y;
         const uint8_t *Wm = W, *Sm = S;
@@ -405,9 +359,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
                 uint4 b[2];
 #pragma unroll
                 for (int s = 0; s < 2; s++)
-                    b[s] = !xcol ? make_uint4(0, 0, 0, 0)
-                           : NORM ? *(const uint4 *)(xr + (size_t)(kb + u) * 128 + s * 64)
-                                  : mk_d_ld16(xr + (size_t)(kb + u) * 128 + s * 64);
+                    b[s] = xcol ? mk_d_ld16(xr + (size_t)(kb + u) * 128 + s * 64) : make_uint4(0, 0, 0, 0);
                 const float f0 = v0 ? sa0[kb + u] * it.sb[u] : 0.0f, f1 = v1 ? sa1[kb + u] * it.sb[u] : 0.0f;
                 float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -438,10 +390,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
             acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
         }
     };
-    auto prep = [&] {
-        if (NORM) fp8n_prep(xf, nwt, eps, vt, perm, k, xs_n, sa_n, part_n);
-    };
-    gemv_pipe2<fp8_item>(total, load, comp, prep);
+    gemv_pipe2<fp8_item>(total, load, comp);
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -647,26 +596,6 @@ int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_
     return a.per == b.per && a.nw == b.nw && a.splits == b.splits;
 }
 
-int mk_cuda_gemv_fp8_norm(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const float *x, const uint16_t *nw,
-                          float eps, int m, float *y, float *y2, int round, mk_err *err) {
-    const int k = W->k, n = W->n, n2 = W2 ? W2->n : 0;
-    if (!ctx->tune.norm_fuse || !ctx->tune.gemv_pipe || m != 1 || W->kind != MK_W_FP8 || k % 128 || k > FP8N_MAXK ||
-        n % 16 || (n + n2) / 16 > 65535 || (W2 && !mk_cuda_gemv_fp8_pair_ok(ctx, W, W2)) ||
-        mk_cuda_rmsnorm_threads(k) * 4 < k)
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv with its input's norm: not for this shape or tuning (m %d, "
-                       "n %d, k %d, kind %d)", m, n, k, (int)W->kind);
-    const gemv_plan p = plan_for(ctx, n / 16, k / 128);
-    if (p.splits != 1)
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv with its input's norm: needs one split (k %d)", k);
-    MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe<true>,
-                          (const uint8_t *)W->w, W->scale, (const uint8_t *)NULL, (const float *)NULL, 1, n, k, p.per,
-                          y, round, W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                          W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, x, nw, eps, mk_cuda_rmsnorm_threads(k), 0),
-              err, "cuda: fp8 gemv (with its input's norm) launch");
-    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (with its input's norm) launch");
-    return MK_OK;
-}
-
 int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err) {
     return mk_cuda_gemv_fp8_pair(ctx, W, NULL, xq, sa, m, y, NULL, round, ws, err);
@@ -699,11 +628,10 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         return MK_OK;
     }
     if (p.splits == 1 && m <= 8 && ctx->tune.gemv_pipe) { /* decode: the pipelined GEMV, the same bits */
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe<false>,
+        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, (const float *)NULL,
-                              (const uint16_t *)NULL, 0.0f, 0, 0),
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
                   err, "cuda: fp8 gemv launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;
@@ -1641,8 +1569,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__re
             c[0] = c[1] = c[2] = c[3] = 0.0f;
         }
     };
-    auto prep = [] {};
-    gemv_pipe2<bf16_item>(total, load, comp, prep);
+    gemv_pipe2<bf16_item>(total, load, comp);
 }
 
 /* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged

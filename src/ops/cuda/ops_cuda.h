@@ -97,9 +97,6 @@ typedef struct {
                             * MINKE_CUDA_MOE_STAGED=1 turns it on */
     int linear_multi;      /* 1: mk_cuda_linear_multi runs bf16 GEMVs of one input in one launch (same
                             * bits); default 1, MINKE_CUDA_LINEAR_MULTI=0 turns it off */
-    int norm_fuse;         /* 1: a decode step's q norm runs inside wq_b's GEMV (mk_cuda_gemv_fp8_norm: each
-                            * block norms and quantizes the row itself; same bits, one launch fewer);
-                            * default 1, MINKE_CUDA_NORM_FUSE=0 */
     int norm_quant;        /* 1: mk_cuda_rmsnorm_quant and mk_cuda_idx_q_prep in one launch each (same
                             * bits); default 1, MINKE_CUDA_NORM_QUANT=0 */
     int rope_fuse;         /* 1: mk_cuda_linear_grouped_rope rotates in the input preparation (wo_a's:
@@ -497,13 +494,6 @@ typedef struct {
 } mk_cuda_actq;
 /* mk_cuda_rmsnorm then mk_cuda_act_quant of its output into aq, the same bits, in one launch where
  * the norm's threads cover 128-blocks (d % 128 == 0, d <= 4096), else two. y may alias x. */
-/* RMSNorm of one row x [k] (weight nw, eps), its activation quantization and the FP8 GEMV (pair) of
- * it in one launch: y (y2) = W (W2) of rmsnorm_quant(x), bit for bit mk_cuda_rmsnorm_quant then the
- * linear with MK_CUDA_LIN_REUSE_X; x is not written. Decode of one row only (m 1, FP8, k % 128 == 0,
- * k <= 4096, one split, the tuning's norm_fuse and gemv_pipe): MK_ENOTSUP otherwise (the caller then
- * runs the two ops). */
-int mk_cuda_gemv_fp8_norm(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const float *x, const uint16_t *nw,
-                          float eps, int m, float *y, float *y2, int round, mk_err *err);
 int mk_cuda_rmsnorm_quant(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w, float eps, float *y,
                           const mk_cuda_actq *aq, mk_err *err);
 /* hc_pre / hc_head followed by mk_cuda_rmsnorm(x, nw, neps) of their output, in place: the same
