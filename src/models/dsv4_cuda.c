@@ -1409,10 +1409,6 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
      * the gate, the routing and the routed experts (nothing of theirs does it read or write); joined
      * before the combine */
     int sh_side = 0;
-    mk_cuda_tuning tu;
-    mk_cuda_ctx_get_tuning(ctx, &tu);
-    const int gate_first = tu.branch == 2; /* the branch forks after the gate (tuning) */
-    if (gate_first) TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
     if (T <= 8 && moe_fp4_mma(c, L) && w->lin_side && !(C->hk && (C->hk->dump || C->hk->moe))) {
         sh_side = mk_cuda_branch_begin(ctx, err);
         if (sh_side < 0) return sh_side;
@@ -1425,7 +1421,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             TRY(st2);
         }
     }
-    if (!gate_first) TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
+    TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
     if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
         TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
                               err));

@@ -192,7 +192,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.l2_lane = getenv("MINKE_CUDA_L2_LANE") ? atoi(getenv("MINKE_CUDA_L2_LANE")) : 0;
     ctx->tune.l2_lane_blocks = getenv("MINKE_CUDA_L2_LANE_BLOCKS") ? atoi(getenv("MINKE_CUDA_L2_LANE_BLOCKS")) : 32;
     ctx->tune.l2_lane_hint = env_switch("MINKE_CUDA_L2_LANE_HINT", 0);
-    ctx->tune.branch = getenv("MINKE_CUDA_BRANCH") ? atoi(getenv("MINKE_CUDA_BRANCH")) : 1; /* H100, session 27 */
+    ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 1); /* H100, session 27: ~1.2% less per greedy step */
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
@@ -372,7 +372,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.l2_lane < 0) ctx->tune.l2_lane = 0;
     if (ctx->tune.l2_lane_blocks < 1 || ctx->tune.l2_lane_blocks > 1024) ctx->tune.l2_lane_blocks = 32;
     ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
-    ctx->tune.branch = ctx->tune.branch < 0 ? 0 : ctx->tune.branch > 2 ? 1 : ctx->tune.branch;
+    ctx->tune.branch = ctx->tune.branch != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }
