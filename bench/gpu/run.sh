@@ -25,6 +25,7 @@
 # ktrace_summary.py -> ktrace_default.md, each kernel's share of the step inside the graph; DSV4_KTRACE_VARIANTS
 # "A=1,B=0 ..." the same under settings -> ktrace_<setting>.md; DSV4_KTRACE_PROMPT: the prompt before the
 # traced decode steps, 16 unless set),
+# DSV4_NCU_SAMPLING (ncu's --warp-sampling-interval for DSV4_NCU_SOURCE: 0 = every 32 cycles, for short kernels),
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
 # sets tuning variables for that run and DSV4_NCU_SOURCE's; DSV4_NCU_SKIP: matching launches skipped first, 8 unless
@@ -272,6 +273,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         NCU_ENV=(${DSV4_NCU_ENV:+${DSV4_NCU_ENV//,/ }})
         timeout 300 env "${NCU_ENV[@]}" "$NCU" --clock-control none --kernel-name "regex:${DSV4_NCU_SOURCE}" \
             --launch-skip "${DSV4_NCU_SKIP:-8}" --launch-count 2 --section SourceCounters --section WarpStateStats \
+            ${DSV4_NCU_SAMPLING:+--warp-sampling-interval "$DSV4_NCU_SAMPLING"} \
             --page source --print-source sass --csv \
             ./build-cuda/bench_dsv4_cuda "$CKPT" "${DSV4_NCU_PROMPT:-4}" 4 /dev/null none > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
         echo "ncu source rc $?"; tail -2 "$OUT/ncu_source.err"
