@@ -1488,9 +1488,15 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
          * waits for the kernel before it, so a kernel must run between the plan and it: the
          * activation quantization for the routed experts, or, when the op that made x already
          * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
-        if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
-                                  * again (the same bytes), the kernel between the plan and the GEMV */
+        mk_cuda_tuning tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu);
+        if (!x_q || (sh_side && tu.moe_plan_gap)) { /* with the shared expert on the side: the routed
+                                  * experts' input again (the same bytes), the kernel between the plan
+                                  * and the GEMV (tuning moe_plan_gap) */
             TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
+        } else if (sh_side) {
+            /* x_q: the hc_pre wrote these bytes; the GEMV follows the plan's kernel and reads the
+             * plan after its wait (tuning moe_plan_gap 0) */
         } else {
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
             TRY(mk_cuda_act_quant(ctx, x, T, d, shq.perm, shq.q, shq.sa, err));

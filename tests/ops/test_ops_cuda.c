@@ -3205,24 +3205,25 @@ int main(int argc, char **argv) {
     moe_extreme_scales = 0;
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
      * step */
-    for (int v = 1; v <= 9; v++) {
+    for (int v = 1; v <= 10; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v == 8) t.moe_early = !def.moe_early; /* the weights' first step before the wait, or not */
         if (v == 9) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
+        if (v == 10) t.moe_plan_gap = !def.moe_plan_gap; /* the plan read before or after the wait */
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
         if (v >= 6 && v <= 7) t.moe_b_sl = def.moe_b_sl == 2 ? 1 : 2, t.moe_b_occ = v == 6 ? 2 : 3;
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_b_occ == def.moe_b_occ &&
             t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_early == def.moe_early &&
-            t.moe_occ == def.moe_occ)
+            t.moe_occ == def.moe_occ && t.moe_plan_gap == def.moe_plan_gap)
             continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
         printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, "
-               "moe_early = %d, moe_occ = %d) | | | | | | |\n",
-               t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_early, t.moe_occ);
+               "moe_early = %d, moe_occ = %d, moe_plan_gap = %d) | | | | | | |\n",
+               t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_early, t.moe_occ, t.moe_plan_gap);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */

@@ -970,9 +970,11 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast,
                                                          int pf = 1) { /* pf bit 0: the L2 prefetch below; bit 1:
-                                                                        * the first weights into registers early */
+                                                                        * the first weights into registers early;
+                                                                        * bit 2: the plan read after the wait */
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
+    if (pf & 4) mk_d_pdl_wait(); /* the plan may be the previous kernel's (tuning moe_plan_gap 0) */
     if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
     const int G = TK < E ? TK : E, grp = bid.y;
     /* the plan is two kernels old (written before the activations' quantization started) */
@@ -1355,6 +1357,12 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
     }
 }
 
+/* moe_fp4_body's pf bits for a launch: the L2 prefetch (pf), the early weights (tuning moe_early), the
+ * plan after the wait (tuning moe_plan_gap 0). */
+static int moe_flags(const mk_cuda_ctx *ctx, int pf) {
+    return pf | ctx->tune.moe_early << 1 | (ctx->tune.moe_plan_gap ? 0 : 4);
+}
+
 static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory */
     return (size_t)16 * ((size_t)k / 2 + 64) + (size_t)16 * ((size_t)k + 32) + sizeof(float) * 16 * (size_t)(k / 128);
 }
@@ -1378,9 +1386,9 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         grid.x = (unsigned)(n / 32);
         e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
-                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf | ctx->tune.moe_early << 1)
+                              E, by_token, y, y3, round, fast, moe_flags(ctx, ctx->tune.moe_pf))
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, fast, ctx->tune.moe_pf | ctx->tune.moe_early << 1);
+                              by_token, y, y3, round, fast, moe_flags(ctx, ctx->tune.moe_pf));
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1412,7 +1420,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
             kern = k_moe_gemv_fp4<2, 1, 3>;
         }
         e = gemv_launch(ctx, grid, nw * 32, kern, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round,
-                        fast, ctx->tune.moe_b_pf | ctx->tune.moe_early << 1);
+                        fast, moe_flags(ctx, ctx->tune.moe_b_pf));
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
@@ -1454,7 +1462,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
                                 f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2,
-                        ctx->tune.moe_pf | ctx->tune.moe_early << 1);
+                        moe_flags(ctx, ctx->tune.moe_pf));
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv (with fp8) launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (with fp8) launch");
     return MK_OK;

@@ -160,6 +160,11 @@ typedef struct {
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
                             * only the column it stores (the kernels are issue-bound; same bits);
                             * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0 */
+    int moe_plan_gap;      /* 1: with the shared expert on the side branch, a decode step still quantizes the
+                            * routed experts' input again (the same bytes the hc_pre wrote) so that a
+                            * kernel runs between the plan and the expert GEMV (MOE_PLAN_NOTE); 0: no such
+                            * kernel, and the decode / small-batch expert GEMVs read the plan after their
+                            * PDL wait (moe_early then has nothing to overlap); MINKE_CUDA_MOE_PLAN_GAP */
     int hc_comb_side;      /* 1: in a captured decode step (at most 8 rows, the branch on) the model lets each
                             * hc_pre leave comb to mk_cuda_hc_comb on the side branch of the sub-layer
                             * after it (mix_o); the same bits; MINKE_CUDA_HC_COMB_SIDE */
