@@ -359,8 +359,6 @@ struct dsv4_cuda_work {
     dsv4_cuda *g;
     int max_rows, max_pieces, max_len, tbl_cap, with_mtp;
     float *h, *h2, *x, *post, *comb, *sub;
-    float *hmix;                            /* an hc_pre's mixes [max_rows, MK_CUDA_HC_MIX] when it left comb
-                                             * to mk_cuda_hc_comb (comb_defer) */
     float *qr, *q, *kv, *o, *og, *oa, *ot;
     float *ckvp, *cscp, *ekv, *esc, *ents;
     float *ickvp, *icscp;                   /* the indexer compressor's projections (xproj) */
@@ -446,7 +444,6 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->x, F(Tm * d));
     WA(w->post, F(Th));
     WA(w->comb, F(Th * hc));
-    WA(w->hmix, F(Tm * MK_CUDA_HC_MIX));
     WA(w->sub, F(Tm * d));
     WA(w->qr, F(Tm * c->q_lora));
     WA(w->q, F(Tm * HD));
@@ -844,8 +841,6 @@ typedef struct {
     int replay_bad; /* a launch decided on the host from the positions was queued (see run_graph) */
     int side;      /* queuing the side branch (tuning branch): linears use w->lin_side */
     int cmp_done;  /* this layer's compressors (projections and steps) ran on the side branch */
-    int comb_def;  /* the last hc_pre left comb to mk_cuda_hc_comb (comb_defer): of w->hmix, with these */
-    const float *comb_scale, *comb_base;
     double t_mark; /* phase profiling: the last mark */
 } gcall;
 
@@ -1218,30 +1213,6 @@ static int moe_fp4_mma(const dsv4_config *c, const glayer *L) {
     return L->ekind == MK_W_FP4 && I % 128 == 0 && d % 128 == 0 && I % 16 == 0 && d % 16 == 0;
 }
 
-/* The tuning's hc_comb_side: in a captured decode step of at most 8 rows, the hc_pre about to run
- * (scale / base: its parameters) leaves comb to mk_cuda_hc_comb (comb_run), which the sub-layer
- * after it queues first on its side branch: comb is read only by the hc_post after that sub-layer,
- * so its Sinkhorn leaves the critical path. Returns the hc_pre's mix_o (NULL: comb computed there). */
-static float *comb_defer(gcall *C, const float *scale, const float *base) {
-    mk_cuda_tuning tu;
-    mk_cuda_ctx_get_tuning(C->ctx, &tu);
-    if (!tu.hc_comb_side || C->R > 8 || !C->w->lin_side || (C->hk && C->hk->dump) || !mk_cuda_branch_ready(C->ctx))
-        return NULL;
-    C->comb_def = 1, C->comb_scale = scale, C->comb_base = base;
-    return C->w->hmix;
-}
-
-/* The comb a comb_defer left, queued now on the context's current stream (a no-op when none). The
- * sub-layers queue it first on their branch; block() queues it before each hc_post in case none
- * opened (correct anywhere, off the critical path only on the branch). */
-static int comb_run(gcall *C, mk_err *err) {
-    if (!C->comb_def) return MK_OK;
-    const dsv4_config *c = &C->g->m->cfg;
-    C->comb_def = 0;
-    return mk_cuda_hc_comb(C->ctx, C->w->hmix, C->R, c->hc, C->comb_scale, C->comb_base, c->hc_iters, c->hc_eps,
-                           C->w->comb, err);
-}
-
 /* x_q: x was already quantized into wq_a's place in the linear scratch (lin_in_q). */
 static int attention(gcall *C, int layer, const glayer *L, const float *x, int x_q, float *out, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
@@ -1252,28 +1223,22 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     /* the tuning's branch (a captured decode step of a compressed layer; mk_cuda_branch_begin says
      * whether it is on): the compressors' projections and steps on a side branch, beside the q / kv
      * path below. They read x and the pieces' tables, write only their own outputs, entries and
-     * state slots, and take their own linear scratch; the main stream joins them before the indexer.
-     * A comb left by the hc_pre (comb_defer) runs first on the branch; without compressors the branch
-     * holds it alone and block() joins it before the hc_post. */
+     * state slots, and take their own linear scratch; the main stream joins them before the indexer. */
     C->cmp_done = 0;
-    const int cmp_side = r && R <= 8 && w->lin_side && !(C->hk && (C->hk->dump || C->hk->indexer));
-    if (cmp_side || C->comb_def) {
+    if (r && R <= 8 && w->lin_side && !(C->hk && (C->hk->dump || C->hk->indexer))) {
         const int b = mk_cuda_branch_begin(ctx, err);
         if (b < 0) return b;
         if (b) {
-            int st = comb_run(C, err);
-            if (!st && cmp_side) {
-                C->side = 1;
-                C->xproj = 0;
-                st = xproj(C, L, x, err);
-                if (!st && r == 4) st = compressor(C, layer, L, &L->idx_cmp, 1, x, err);
-                if (!st) st = compressor(C, layer, L, &L->cmp, 0, x, err);
-                C->side = 0;
-            }
+            C->side = 1;
+            C->xproj = 0;
+            int st = xproj(C, L, x, err);
+            if (!st && r == 4) st = compressor(C, layer, L, &L->idx_cmp, 1, x, err);
+            if (!st) st = compressor(C, layer, L, &L->cmp, 0, x, err);
+            C->side = 0;
             const int st2 = mk_cuda_branch_end(ctx, err);
             TRY(st);
             TRY(st2);
-            C->cmp_done = cmp_side;
+            C->cmp_done = 1;
         }
     }
     /* wq_a and wkv read x, wq_b and the indexer's wq_b read qr: each input is prepared (quantized)
@@ -1442,23 +1407,18 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
     /* the tuning's branch (a captured decode step with tensor-core experts; mk_cuda_branch_begin says
      * whether it is on): the shared expert on a side branch from here, with its own scratch, beside
      * the gate, the routing and the routed experts (nothing of theirs does it read or write); joined
-     * before the combine. A comb left by the hc_pre (comb_defer) runs first on the branch. */
+     * before the combine */
     int sh_side = 0;
-    const int sh_cond = T <= 8 && moe_fp4_mma(c, L) && w->lin_side && !(C->hk && (C->hk->dump || C->hk->moe));
-    if (sh_cond || C->comb_def) {
-        const int b = mk_cuda_branch_begin(ctx, err);
-        if (b < 0) return b;
-        if (b) {
-            int st = comb_run(C, err);
-            if (!st && sh_cond) {
-                C->side = 1;
-                st = shared_expert(C, L, x, 0, w->lin_side, w->lin_side_bytes, err);
-                C->side = 0;
-            }
+    if (T <= 8 && moe_fp4_mma(c, L) && w->lin_side && !(C->hk && (C->hk->dump || C->hk->moe))) {
+        sh_side = mk_cuda_branch_begin(ctx, err);
+        if (sh_side < 0) return sh_side;
+        if (sh_side) {
+            C->side = 1;
+            const int st = shared_expert(C, L, x, 0, w->lin_side, w->lin_side_bytes, err);
+            C->side = 0;
             const int st2 = mk_cuda_branch_end(ctx, err);
             TRY(st);
             TRY(st2);
-            sh_side = sh_cond;
         }
     }
     TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
@@ -1488,15 +1448,9 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
          * waits for the kernel before it, so a kernel must run between the plan and it: the
          * activation quantization for the routed experts, or, when the op that made x already
          * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
-        mk_cuda_tuning tu;
-        mk_cuda_ctx_get_tuning(ctx, &tu);
-        if (!x_q || (sh_side && tu.moe_plan_gap)) { /* with the shared expert on the side: the routed
-                                  * experts' input again (the same bytes), the kernel between the plan
-                                  * and the GEMV (tuning moe_plan_gap) */
+        if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
+                                  * again (the same bytes), the kernel between the plan and the GEMV */
             TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
-        } else if (sh_side) {
-            /* x_q: the hc_pre wrote these bytes; the GEMV follows the plan's kernel and reads the
-             * plan after its wait (tuning moe_plan_gap 0) */
         } else {
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
             TRY(mk_cuda_act_quant(ctx, x, T, d, shq.perm, shq.q, shq.sa, err));
@@ -1562,7 +1516,7 @@ shared:
     if (!sh_side) TRY(shared_expert(C, L, x, sh_q ? MK_CUDA_LIN_REUSE_X : 0, w->lin, w->lin_bytes, err));
     mark(C, "moe: shared expert");
 combine:
-    TRY(mk_cuda_branch_join(ctx, err)); /* w->seo: the side's (and a comb's); a no-op without a branch */
+    if (sh_side) TRY(mk_cuda_branch_join(ctx, err)); /* w->seo: the side's */
     if (!out) return MK_OK; /* the caller's hc op combines (mk_cuda_moe_sum) */
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
     mark(C, "moe: combine");
@@ -1599,22 +1553,17 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     const int attn_q = lin_in_q(C, &L->wq_a, &aqa), moe_q = moe_fp4_mma(c, L) && lin_in_q(C, &L->sh1, &tmp);
     const mk_cuda_actq aqm = {w->mxq, w->msa, 1};
     if (!pre_done) {
-        float *mo = comb_defer(C, L->hc_attn_scale, L->hc_attn_base);
         TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
                                 c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb,
-                                attn_q ? &aqa : NULL, mo, err));
+                                attn_q ? &aqa : NULL, err));
         mark(C, "mHC pre/post, norms");
     }
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.attn.in", layer));
     TRY(attention(C, layer, L, w->x, attn_q, w->sub, err));
-    /* h2 = hc_post(sub, h), then the ffn hc_pre of h2 (post / comb read, then overwritten); comb ready
-     * first (a branch holding it joined, or it runs here) */
-    TRY(mk_cuda_branch_join(ctx, err));
-    TRY(comb_run(C, err));
-    float *mo = comb_defer(C, L->hc_ffn_scale, L->hc_ffn_base);
+    /* h2 = hc_post(sub, h), then the ffn hc_pre of h2 (post / comb read, then overwritten) */
     TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, L->hc_ffn_fn, L->hc_ffn_scale,
                                  L->hc_ffn_base, c->hc_iters, c->hc_eps, c->norm_eps, L->ffn_norm, c->norm_eps, w->x,
-                                 w->post, w->comb, moe_q ? &aqm : NULL, NULL, mo, err));
+                                 w->post, w->comb, moe_q ? &aqm : NULL, NULL, err));
     mark(C, "mHC pre/post, norms");
     TRY(dumpv(C, w->h2, T, hc, d, err, "L%d.h_attn", layer));
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
@@ -1627,8 +1576,6 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     TRY(moe(C, layer, L, w->x, moe_q, sum ? NULL : w->sub, err));
     if (nx && nx->layer) TRY(lane_attn_in(C, nx->layer, err)); /* the lane: the next layer's first linears */
     TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
-    TRY(mk_cuda_branch_join(ctx, err));
-    TRY(comb_run(C, err));
     if (!nx) {
         TRY(mk_cuda_hc_post(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, err));
     } else if (nx->head) {
@@ -1637,10 +1584,9 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     } else {
         mk_cuda_actq nq = {0};
         const int q = nx->wq_a && lin_in_q(C, nx->wq_a, &nq);
-        mo = comb_defer(C, nx->scale, nx->base);
         TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
                                      c->hc_iters, c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->x, w->post, w->comb,
-                                     q ? &nq : NULL, sum ? &ms : NULL, mo, err));
+                                     q ? &nq : NULL, sum ? &ms : NULL, err));
     }
     mark(C, "mHC pre/post, norms");
     return dumpv(C, h, T, hc, d, err, "L%d.h", layer);

@@ -1586,7 +1586,7 @@ static void test_hc(int s, int hc, int d) {
         float *ds1 = poisoned_dev(sizeof(float) * ns), *ds2 = poisoned_dev(sizeof(float) * ns);
         const mk_cuda_actq aq = {dq1, ds1, 1};
         CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost, dcomb, &aq,
-                               NULL, &err_));
+                               &err_));
         fetch(b, dx, sizeof(float) * s * d);
         fetch(pb, dpost, sizeof(float) * s * hc);
         fetch(pb + s * hc, dcomb, sizeof(float) * s * hc * hc);
@@ -1596,7 +1596,7 @@ static void test_hc(int s, int hc, int d) {
             if (!perm) { /* and the plain layout */
                 const mk_cuda_actq aq0 = {dq1, ds1, 0};
                 CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost, dcomb,
-                                       &aq0, NULL, &err_));
+                                       &aq0, &err_));
             }
             CK(mk_cuda_act_quant(ctx, dx, s, d, perm, dq2, ds2, &err_));
             uint8_t *q1 = xmalloc(nq), *q2 = xmalloc(nq);
@@ -1610,36 +1610,32 @@ static void test_hc(int s, int hc, int d) {
         printf("| %-40s | %-26s | its act_quant output = act_quant of x (both layouts), bit for bit: %s |\n",
                "hc_pre_norm + act_quant", shape, qsame ? "PASS" : "FAIL");
         /* the finishing kernel under the other hc_fin_split (comb in a block of its own beside the
-         * collapse, or not): the same x, post, comb and quantized row, bit for bit; hc_pre too. And
-         * (v 2, hc_pre_norm) comb deferred: the mixes to mix_o, then mk_cuda_hc_comb of them */
+         * collapse, or not): the same x, post, comb and quantized row, bit for bit; hc_pre too */
         {
             mk_cuda_tuning def, alt;
             mk_cuda_ctx_get_tuning(ctx, &def);
             alt = def;
             alt.hc_fin_split = !def.hc_fin_split;
             const size_t np = (size_t)s * (hc + hc * hc);
-            float *fx[3], *fp[3], *fs[3];
-            uint8_t *fq[3];
-            float *dmix = poisoned_dev(sizeof(float) * s * MK_CUDA_HC_MIX);
-            int dsame = 1;
-            for (int v = 0; v < 3; v++)
+            float *fx[2], *fp[2], *fs[2];
+            uint8_t *fq[2];
+            for (int v = 0; v < 2; v++)
                 fx[v] = xmalloc(sizeof(float) * s * d), fp[v] = xmalloc(sizeof(float) * np),
                 fs[v] = xmalloc(sizeof(float) * ns), fq[v] = xmalloc(nq);
             int fsame = 1;
             const mk_cuda_actq aqf = {dq1, ds1, 1};
             for (int norm = 0; norm < 2; norm++) {
-                for (int v = 0; v < 2 + norm; v++) {
-                    mk_cuda_ctx_set_tuning(ctx, v == 1 ? &alt : &def);
+                for (int v = 0; v < 2; v++) {
+                    mk_cuda_ctx_set_tuning(ctx, v ? &alt : &def);
                     CK(mk_cuda_memset(ctx, dx, 0xff, sizeof(float) * s * d, &err_));
                     CK(mk_cuda_memset(ctx, dpost, 0xff, sizeof(float) * s * hc, &err_));
                     CK(mk_cuda_memset(ctx, dcomb, 0xff, sizeof(float) * s * hc * hc, &err_));
                     CK(mk_cuda_memset(ctx, dq1, 0xff, nq, &err_));
                     CK(mk_cuda_memset(ctx, ds1, 0xff, sizeof(float) * ns, &err_));
-                    if (norm) {
+                    if (norm)
                         CK(mk_cuda_hc_pre_norm(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f, dx, dpost,
-                                               dcomb, &aqf, v == 2 ? dmix : NULL, &err_));
-                        if (v == 2) CK(mk_cuda_hc_comb(ctx, dmix, s, hc, dsc, dba, 20, 1e-6f, dcomb, &err_));
-                    } else
+                                               dcomb, &aqf, &err_));
+                    else
                         CK(mk_cuda_hc_pre(ctx, dh, s, hc, d, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dx, dpost, dcomb, &err_));
                     fetch(fx[v], dx, sizeof(float) * s * d);
                     fetch(fp[v], dpost, sizeof(float) * s * hc);
@@ -1650,22 +1646,14 @@ static void test_hc(int s, int hc, int d) {
                 fsame = fsame && !memcmp(fx[0], fx[1], sizeof(float) * s * d) &&
                         !memcmp(fp[0], fp[1], sizeof(float) * np) && !memcmp(fq[0], fq[1], nq) &&
                         !memcmp(fs[0], fs[1], sizeof(float) * ns);
-                if (norm)
-                    dsame = !memcmp(fx[0], fx[2], sizeof(float) * s * d) && !memcmp(fp[0], fp[2], sizeof(float) * np) &&
-                            !memcmp(fq[0], fq[2], nq) && !memcmp(fs[0], fs[2], sizeof(float) * ns);
             }
-            mk_cuda_free(ctx, dmix);
             mk_cuda_ctx_set_tuning(ctx, &def);
             n_checks++;
             if (!fsame) n_fail++;
             printf("| %-40s | %-26s | hc_fin_split %d = %d (x, post, comb, act_quant), bit for bit: %s |\n",
                    "hc_pre / hc_pre_norm finishing split", shape, alt.hc_fin_split, def.hc_fin_split,
                    fsame ? "PASS" : "FAIL");
-            n_checks++;
-            if (!dsame) n_fail++;
-            printf("| %-40s | %-26s | mixes to mix_o, then mk_cuda_hc_comb = comb in the op (x, post, comb, act_quant), "
-                   "bit for bit: %s |\n", "hc_pre_norm comb deferred", shape, dsame ? "PASS" : "FAIL");
-            for (int v = 0; v < 3; v++) free(fx[v]), free(fp[v]), free(fs[v]), free(fq[v]);
+            for (int v = 0; v < 2; v++) free(fx[v]), free(fp[v]), free(fs[v]), free(fq[v]);
         }
         mk_cuda_free(ctx, dq1), mk_cuda_free(ctx, dq2), mk_cuda_free(ctx, ds1), mk_cuda_free(ctx, ds2);
         CK(mk_cuda_hc_head(ctx, dh, s, hc, d, dfn, dsc, dba, 1e-6f, 1e-6f, dx, &err_));
@@ -1694,13 +1682,12 @@ typedef struct {
     int hc, d;
     float *res, *sub, *post, *comb, *fn, *sc, *ba;
     uint16_t *nw;
-    float *out, *x, *po, *co, *y, *mix;
+    float *out, *x, *po, *co, *y;
     mk_cuda_moe_sum ms; /* sub = the combine of these (mode 3 passes them instead of sub) */
 } hc_pp_dev;
 
 /* Tokens [t0, t0 + s) of the inputs: hc_post then hc_pre_norm of its output (mode 0), the fused
- * op (1), or the fused op with post / comb overwritten in place (2, as the model calls it), the
- * same with comb deferred (4: the mixes to D->mix, then mk_cuda_hc_comb into comb); then
+ * op (1), or the fused op with post / comb overwritten in place (2, as the model calls it); then
  * hc_post and hc_head_norm (mode 0) or the fused op (1, 2). To the host: out [s, hc, d], x [s, d],
  * pc [s, hc + hc*hc] (post, then comb), y [s, d] and the head run's out oh [s, hc, d]. */
 static void hc_pp_run(const hc_pp_dev *D, int mode, int t0, int s, float *out, float *x, float *pc, float *y,
@@ -1715,7 +1702,7 @@ static void hc_pp_run(const hc_pp_dev *D, int mode, int t0, int s, float *out, f
     CK(mk_cuda_memset(ctx, D->co, 0xff, sizeof(float) * s * hc * hc, &err_));
     CK(mk_cuda_memset(ctx, D->y, 0xff, sizeof(float) * s * d, &err_));
     const float *pin = post, *cin = comb;
-    if (mode == 2 || mode == 4) {
+    if (mode == 2) {
         CK(mk_cuda_copy(ctx, D->po, post, sizeof(float) * s * hc, &err_));
         CK(mk_cuda_copy(ctx, D->co, comb, sizeof(float) * s * hc * hc, &err_));
         pin = D->po, cin = D->co;
@@ -1723,13 +1710,11 @@ static void hc_pp_run(const hc_pp_dev *D, int mode, int t0, int s, float *out, f
     if (mode == 0) {
         CK(mk_cuda_hc_post(ctx, sub, res, pin, cin, s, hc, d, D->out, &err_));
         CK(mk_cuda_hc_pre_norm(ctx, D->out, s, hc, d, D->fn, D->sc, D->ba, 20, 1e-6f, 1e-6f, D->nw, 1e-6f, D->x, D->po,
-                               D->co, NULL, NULL, &err_));
+                               D->co, NULL, &err_));
     } else {
         const mk_cuda_moe_sum *ms = mode == 3 ? &D->ms : NULL; /* mode 3: whole calls only (t0 0, s = ms.T) */
         CK(mk_cuda_hc_post_pre_norm(ctx, ms ? NULL : sub, res, pin, cin, s, hc, d, D->out, D->fn, D->sc, D->ba, 20,
-                                    1e-6f, 1e-6f, D->nw, 1e-6f, D->x, D->po, D->co, NULL, ms,
-                                    mode == 4 ? D->mix : NULL, &err_));
-        if (mode == 4) CK(mk_cuda_hc_comb(ctx, D->mix, s, hc, D->sc, D->ba, 20, 1e-6f, D->co, &err_));
+                                    1e-6f, 1e-6f, D->nw, 1e-6f, D->x, D->po, D->co, NULL, ms, &err_));
     }
     fetch(out, D->out, sizeof(float) * s * n);
     fetch(x, D->x, sizeof(float) * s * d);
@@ -1780,7 +1765,6 @@ static void test_hc_post_pre(int s, int hc, int d) {
     D.po = poisoned_dev(sizeof(float) * s * hc);
     D.co = poisoned_dev(sizeof(float) * s * hc * hc);
     D.y = poisoned_dev(sizeof(float) * nx);
-    D.mix = poisoned_dev(sizeof(float) * s * MK_CUDA_HC_MIX);
     /* sub as a MoE output: the combine of K = 6 expert rows per token (distinct experts of 16; every
      * other token names one twice, as a hash layer may: the plan keeps the first pick only) and a
      * shared row, which mode 3 hands to the fused ops instead of sub */
@@ -1838,8 +1822,8 @@ static void test_hc_post_pre(int s, int hc, int d) {
         mk_cuda_free(ctx, dgw), mk_cuda_free(ctx, dsw);
         free(idx), free(gw), free(eo);
     }
-    float *out[5], *x[5], *pc[5], *y[5], *oh[5];
-    for (int m = 0; m < 5; m++) {
+    float *out[4], *x[4], *pc[4], *y[4], *oh[4];
+    for (int m = 0; m < 4; m++) {
         out[m] = xmalloc(sizeof(float) * nh), x[m] = xmalloc(sizeof(float) * nx), pc[m] = xmalloc(sizeof(float) * npc);
         y[m] = xmalloc(sizeof(float) * nx), oh[m] = xmalloc(sizeof(float) * nh);
         hc_pp_run(&D, m, 0, s, out[m], x[m], pc[m], y[m], oh[m]);
@@ -1854,8 +1838,7 @@ static void test_hc_post_pre(int s, int hc, int d) {
     n_fail += !same_sum;
     printf("| %-40s | %-26s | of a moe combine's operands = combine then the op (pre_norm and head_norm), bit for bit: "
            "%s |\n", "hc_post_pre_norm / _head_norm moe sum", shape, same_sum ? "PASS" : "FAIL");
-    for (int m = 1; m < 5; m++) {
-        if (m == 3) continue; /* above */
+    for (int m = 1; m < 3; m++) {
         same = same && !memcmp(out[m], out[0], sizeof(float) * nh) && !memcmp(x[m], x[0], sizeof(float) * nx) &&
                !memcmp(pc[m], pc[0], sizeof(float) * npc);
         same_head = same_head && !memcmp(y[m], y[0], sizeof(float) * nx) && !memcmp(oh[m], out[0], sizeof(float) * nh);
@@ -1863,8 +1846,7 @@ static void test_hc_post_pre(int s, int hc, int d) {
     same_head = same_head && !memcmp(oh[0], out[0], sizeof(float) * nh);
     n_checks += 2;
     n_fail += !same + !same_head;
-    printf("| %-40s | %-26s | = hc_post then hc_pre_norm (also in place, also with comb deferred), bit for bit: %s |\n",
-           "hc_post_pre_norm", shape,
+    printf("| %-40s | %-26s | = hc_post then hc_pre_norm (also in place), bit for bit: %s |\n", "hc_post_pre_norm", shape,
            same ? "PASS" : "FAIL");
     printf("| %-40s | %-26s | = hc_post then hc_head_norm, bit for bit: %s |\n", "hc_post_head_norm", shape,
            same_head ? "PASS" : "FAIL");
@@ -1885,10 +1867,10 @@ static void test_hc_post_pre(int s, int hc, int d) {
                "hc_post_pre_norm / _head_norm invariance", shape, t1, s, inv ? "PASS" : "FAIL");
     }
 
-    void *dev[] = {D.res, D.sub, D.post, D.comb, D.fn, D.sc, D.ba, D.nw, D.out, D.x, D.po, D.co, D.y, D.mix,
+    void *dev[] = {D.res, D.sub, D.post, D.comb, D.fn, D.sc, D.ba, D.nw, D.out, D.x, D.po, D.co, D.y,
                    (void *)D.ms.eo, (void *)D.ms.idx, (void *)D.ms.plan, (void *)D.ms.shared, D.ms.out};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    for (int m = 0; m < 5; m++) free(out[m]), free(x[m]), free(pc[m]), free(y[m]), free(oh[m]);
+    for (int m = 0; m < 4; m++) free(out[m]), free(x[m]), free(pc[m]), free(y[m]), free(oh[m]);
     free(res), free(sub), free(fn), free(post), free(comb), free(nw);
 }
 
@@ -2056,12 +2038,10 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
     int same = 1, ran = 0;
     mk_cuda_tuning tu0, tu;
     mk_cuda_ctx_get_tuning(ctx, &tu0);
-    /* the default, then blocks an SM 2 / 3 x the L2 prefetch off / on, then 2 / 3 with the other moe_early */
-    for (int var = 0; var < 7; var++)
+    for (int var = 0; var < 5; var++) /* the default, then blocks an SM 2 / 3 x the L2 prefetch off / on */
     for (int pair = 1; pair >= 0; pair--) {
         tu = tu0;
-        if (var >= 1 && var <= 4) tu.moe_occ = 2 + (var - 1) / 2, tu.moe_pf = (var - 1) & 1;
-        if (var >= 5) tu.moe_occ = var - 3, tu.moe_early = !tu0.moe_early;
+        if (var) tu.moe_occ = 2 + (var - 1) / 2, tu.moe_pf = (var - 1) & 1;
         mk_cuda_ctx_set_tuning(ctx, &tu);
         CK(mk_cuda_memset(ctx, w1, 0xff, sizeof(float) * vn, &err_)); /* each run writes every output anew */
         CK(mk_cuda_memset(ctx, w3, 0xff, sizeof(float) * vn, &err_));
@@ -2103,10 +2083,10 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
     char shape[80];
     snprintf(shape, sizeof shape, "K%d E%d d%d I%d, fp8 n%d + n%d", K, E, d, I, nA, nB);
     n_checks++;
-    if (!same || ran != 14 || st2 != MK_ENOTSUP) n_fail++; /* the default tuning shares the launch */
-    printf("| %-40s | %-26s | one launch (%d of 14 jobs: 2 x 7 settings of moe_occ / moe_pf / moe_early) = the expert "
-           "GEMV then the fp8 linears, bit for bit: %s; two tokens refused: %s |\n", "moe fp4 with fp8", shape, ran,
-           same && ran == 14 ? "PASS" : "FAIL",
+    if (!same || ran != 10 || st2 != MK_ENOTSUP) n_fail++; /* the default tuning shares the launch */
+    printf("| %-40s | %-26s | one launch (%d of 10 jobs: 2 x 5 settings of moe_occ / moe_pf) = the expert GEMV then "
+           "the fp8 linears, bit for bit: %s; two tokens refused: %s |\n", "moe fp4 with fp8", shape, ran,
+           same && ran == 10 ? "PASS" : "FAIL",
            st2 == MK_ENOTSUP ? "PASS" : "FAIL");
     for (int e = 0; e < E; e++) {
         mk_cuda_wmat_free(ctx, &D1[e]), mk_cuda_wmat_free(ctx, &D3[e]);
@@ -3205,25 +3185,21 @@ int main(int argc, char **argv) {
     moe_extreme_scales = 0;
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
      * step */
-    for (int v = 1; v <= 10; v++) {
+    for (int v = 1; v <= 8; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
-        if (v == 8) t.moe_early = !def.moe_early; /* the weights' first step before the wait, or not */
-        if (v == 9) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
-        if (v == 10) t.moe_plan_gap = !def.moe_plan_gap; /* the plan read before or after the wait */
+        if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
         if (v >= 6 && v <= 7) t.moe_b_sl = def.moe_b_sl == 2 ? 1 : 2, t.moe_b_occ = v == 6 ? 2 : 3;
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_b_occ == def.moe_b_occ &&
-            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_early == def.moe_early &&
-            t.moe_occ == def.moe_occ && t.moe_plan_gap == def.moe_plan_gap)
+            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ)
             continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, "
-               "moe_early = %d, moe_occ = %d, moe_plan_gap = %d) | | | | | | |\n",
-               t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_early, t.moe_occ, t.moe_plan_gap);
+        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d) "
+               "| | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_occ);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */

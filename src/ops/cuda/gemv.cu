@@ -969,12 +969,9 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast,
-                                                         int pf = 1) { /* pf bit 0: the L2 prefetch below; bit 1:
-                                                                        * the first weights into registers early;
-                                                                        * bit 2: the plan read after the wait */
+                                                         bool pf = true) { /* pf: the L2 prefetch below */
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
-    if (pf & 4) mk_d_pdl_wait(); /* the plan may be the previous kernel's (tuning moe_plan_gap 0) */
     if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
     const int G = TK < E ? TK : E, grp = bid.y;
     /* the plan is two kernels old (written before the activations' quantization started) */
@@ -985,7 +982,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
     const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
     const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
-    if (pf & 1) { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
+    if (pf) { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
         const int lines = (int)(((size_t)k >> 1) / 128);
         for (int i = threadIdx.x; i < 16 * SL * lines; i += blockDim.x)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(bid.x * 16 * SL + i / lines) * (k >> 1) +
@@ -1005,24 +1002,6 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
         s0p[q] = S + (size_t)(nq + g) * nsb;
         s1p[q] = s0p[q] + (size_t)8 * nsb;
     }
-    uint4 a[SL][U][2];
-    uint32_t sw[SL][U][2];
-    /* early (pf bit 1): the warp's first weights (constant; the expert is the plan's) requested
-     * before the wait, used by the first step of the first chunk */
-    bool have = (pf & 2) && kb0 < kb1;
-    if (have) {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (kb0 + u < kb1) {
-#pragma unroll
-                for (int q = 0; q < SL; q++) {
-                    a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb0 + u) * 64);
-                    a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb0 + u) * 64);
-                    sw[q][u][0] = *(const uint32_t *)(s0p[q] + 4 * (kb0 + u));
-                    sw[q][u][1] = *(const uint32_t *)(s1p[q] + 4 * (kb0 + u));
-                }
-            }
-    }
     mk_d_pdl_wait();
     for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
         const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
@@ -1032,21 +1011,19 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 #pragma unroll
         for (int q = 0; q < SL; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
         for (int kb = kb0; kb < kb1; kb += U) {
+            uint4 a[SL][U][2];
+            uint32_t sw[SL][U][2];
             uint2 x[U][4];
             float s0[U], s1[U];
-            const bool ld = !have;
-            have = false;
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (kb + u < kb1) {
-                    if (ld) {
 #pragma unroll
-                        for (int q = 0; q < SL; q++) {
-                            a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
-                            a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
-                            sw[q][u][0] = *(const uint32_t *)(s0p[q] + 4 * (kb + u));
-                            sw[q][u][1] = *(const uint32_t *)(s1p[q] + 4 * (kb + u));
-                        }
+                    for (int q = 0; q < SL; q++) {
+                        a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
+                        a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
+                        sw[q][u][0] = *(const uint32_t *)(s0p[q] + 4 * (kb + u));
+                        sw[q][u][1] = *(const uint32_t *)(s1p[q] + 4 * (kb + u));
                     }
 #pragma unroll
                     for (int j = 0; j < 4; j++)
@@ -1357,12 +1334,6 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
     }
 }
 
-/* moe_fp4_body's pf bits for a launch: the L2 prefetch (pf), the early weights (tuning moe_early), the
- * plan after the wait (tuning moe_plan_gap 0). */
-static int moe_flags(const mk_cuda_ctx *ctx, int pf) {
-    return pf | ctx->tune.moe_early << 1 | (ctx->tune.moe_plan_gap ? 0 : 4);
-}
-
 static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory */
     return (size_t)16 * ((size_t)k / 2 + 64) + (size_t)16 * ((size_t)k + 32) + sizeof(float) * 16 * (size_t)(k / 128);
 }
@@ -1386,9 +1357,9 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         grid.x = (unsigned)(n / 32);
         e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
-                              E, by_token, y, y3, round, fast, moe_flags(ctx, ctx->tune.moe_pf))
+                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, fast, moe_flags(ctx, ctx->tune.moe_pf));
+                              by_token, y, y3, round, fast, ctx->tune.moe_pf);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1420,7 +1391,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
             kern = k_moe_gemv_fp4<2, 1, 3>;
         }
         e = gemv_launch(ctx, grid, nw * 32, kern, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round,
-                        fast, moe_flags(ctx, ctx->tune.moe_b_pf));
+                        fast, ctx->tune.moe_b_pf);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
@@ -1461,8 +1432,7 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
                                 mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
-                                f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2,
-                        moe_flags(ctx, ctx->tune.moe_pf));
+                                f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2, ctx->tune.moe_pf);
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv (with fp8) launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv (with fp8) launch");
     return MK_OK;

@@ -12,11 +12,6 @@
  * shuffles) with the CPU's operation order per element (only expf may differ from the host's libm
  * by an ulp), and the block collapses the streams with the CPU's unfused fp32 arithmetic. hc_post is elementwise and bit-identical to the CPU.
  *
- * With mix_o, hc_pre's finishing kernel skips comb and writes the token's normalized mixes instead;
- * mk_cuda_hc_comb (k_hc_comb, one warp a token) then runs the same Sinkhorn code on them, later and
- * elsewhere (a captured decode step's side branch: comb is read only by the hc_post after the
- * sub-layer, so its 39 dependent steps leave the critical path). The same bits either way.
- *
  * hc_post followed by hc_pre / hc_head of its output (mk_cuda_hc_post_pre_norm / _head_norm, the
  * model's post -> pre pairs) computes the hc_post in the split path's first kernel
  * (k_hc_post_part): block (t, c) writes exactly chunk c of token t's row and sums the values it
@@ -286,13 +281,10 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
                                                     float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb,
-                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm,
-                                                    float *__restrict__ mix_o) {
+                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
-    /* mix_o: no comb here (grid y 1), the mixes to mix_o for k_hc_comb */
-    const int parts = mix_o ? HC_PART_PP
-                      : gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
+    const int parts = gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
     hc_row_vals rv;
     if (NORM && rows) hc_row_weights(nw, d, rv);
@@ -319,7 +311,6 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         const double ss = __shfl_sync(0xffffffffu, a, 31);
         const float r = 1.0f / sqrtf(__fadd_rn((float)(ss / n), norm_eps));
         if (q < nmix) mix[q] = __fmul_rn((float)a, r);
-        if (mix_o && q < nmix) mix_o[(size_t)t * HC_MAXMIX + q] = mix[q];
         __syncwarp();
         hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc,
                          parts);
@@ -328,22 +319,6 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     __syncthreads();
     hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
                            xq ? xsa + (size_t)t * (d >> 7) : NULL, perm);
-}
-
-/* comb of hc_pre for token blockIdx.x from the mixes k_hc_pre_fin wrote to mix (mix_o): the
- * finishing kernel's Sinkhorn code on the same values, one warp a token. Launched with
- * programmatic dependent launch: nothing is read before the wait. */
-static_assert(MK_CUDA_HC_MIX == HC_MAXMIX, "mk_cuda_hc_comb's rows are HC_MAXMIX mixes");
-__global__ void __launch_bounds__(32) k_hc_comb(const float *__restrict__ mixg, int hc, const float *__restrict__ scale,
-                                                const float *__restrict__ base, int iters, float hc_eps,
-                                                float *__restrict__ comb) {
-    MK_PDL_ENTER();
-    __shared__ float mix[HC_MAXMIX];
-    __shared__ float pre[HC_MAX];
-    const int t = blockIdx.x, q = threadIdx.x, nmix = (2 + hc) * hc;
-    if (q < nmix) mix[q] = mixg[(size_t)t * HC_MAXMIX + q];
-    __syncwarp();
-    hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, NULL, comb + (size_t)t * hc * hc, HC_PART_COMB);
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
@@ -614,7 +589,7 @@ static const hc_post_in *hc_sum_first(mk_cuda_ctx *ctx, const hc_post_in *pin, i
 static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int s, int hc, int d, const float *fn,
                       const float *scale, const float *base, int iters, float hc_eps, float norm_eps, int norm,
                       const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
-                      float *mix_o, mk_err *err) {
+                      mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
     hc_post_in tmp;
@@ -629,19 +604,17 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
         const float *ht = h + (size_t)t0 * hc * d;
         st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
         if (st) return st;
-        /* y = 1: comb beside the collapse; with mix_o no comb here */
-        const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split && !mix_o ? 2 : 1);
-        float *mo = mix_o ? mix_o + (size_t)t0 * HC_MAXMIX : (float *)NULL;
+        const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
         if (fuse)
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
                                      iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
                                      comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
-                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0, mo);
+                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
         else
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
                                                               hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
                                                               post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                                              (uint8_t *)NULL, (float *)NULL, 0, mo);
+                                                              (uint8_t *)NULL, (float *)NULL, 0);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
     if (norm && !fuse) {
@@ -657,15 +630,15 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
                               float hc_eps, float norm_eps, float *x, float *post, float *comb,
                               mk_err *err) {
     return hc_pre_any(ctx, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 0, NULL, 0.0f, x, post, comb,
-                      NULL, NULL, err);
+                      NULL, err);
 }
 
 extern "C" int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                                    const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                                    const uint16_t *nw, float neps, float *x, float *post, float *comb,
-                                   const mk_cuda_actq *aq, float *mix_o, mk_err *err) {
+                                   const mk_cuda_actq *aq, mk_err *err) {
     return hc_pre_any(ctx, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, x, post, comb, aq,
-                      mix_o, err);
+                      err);
 }
 
 extern "C" int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
@@ -673,21 +646,12 @@ extern "C" int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const 
                                         const float *scale, const float *base, int iters, float hc_eps,
                                         float norm_eps, const uint16_t *nw, float neps, float *xo, float *post_o,
                                         float *comb_o, const mk_cuda_actq *aq, const mk_cuda_moe_sum *ms,
-                                        float *mix_o, mk_err *err) {
+                                        mk_err *err) {
     int st = hc_sum_check(ms, s, err);
     if (st) return st;
     const hc_post_in pin = {x, res, post, comb, out, ms ? *ms : mk_cuda_moe_sum{}};
     return hc_pre_any(ctx, &pin, out, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, xo, post_o,
-                      comb_o, aq, mix_o, err);
-}
-
-extern "C" int mk_cuda_hc_comb(mk_cuda_ctx *ctx, const float *mix, int s, int hc, const float *scale, const float *base,
-                               int iters, float hc_eps, float *comb, mk_err *err) {
-    int st = hc_check(s, hc, 1, err);
-    if (st || s == 0) return st;
-    (void)mk_cuda_launch_pdl(ctx, (unsigned)s, 32, 0, k_hc_comb, mix, hc, scale, base, iters, hc_eps, comb);
-    MK_CU_LAUNCHED(err, "cuda: hc_comb launch");
-    return MK_OK;
+                      comb_o, aq, err);
 }
 
 extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res,

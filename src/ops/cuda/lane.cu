@@ -117,14 +117,11 @@ void mk_cuda_lane_free(mk_cuda_ctx *ctx) {
     ctx->lane_fork = ctx->lane_join = ctx->side_fork = ctx->side_done = NULL;
 }
 
-extern "C" int mk_cuda_branch_ready(const mk_cuda_ctx *ctx) {
-    /* split-K GEMVs share the context's arrival counters: never on two streams at once */
-    return ctx->tune.branch && ctx->capturing && ctx->side && !ctx->in_branch && !ctx->branch_pending &&
-           ctx->tune.gemv_max_splits <= 1;
-}
-
 extern "C" int mk_cuda_branch_begin(mk_cuda_ctx *ctx, mk_err *err) {
-    if (!mk_cuda_branch_ready(ctx)) return 0;
+    /* split-K GEMVs share the context's arrival counters: never on two streams at once */
+    if (!ctx->tune.branch || !ctx->capturing || !ctx->side || ctx->in_branch || ctx->branch_pending ||
+        ctx->tune.gemv_max_splits > 1)
+        return 0;
     MK_CU_TRY(cudaEventRecord(ctx->side_fork, ctx->stream), err, "cuda: branch: fork record");
     MK_CU_TRY(cudaStreamWaitEvent(ctx->side, ctx->side_fork, 0), err, "cuda: branch: fork wait");
     ctx->main = ctx->stream;

@@ -152,22 +152,11 @@ typedef struct {
                             * its weight rows into L2, before its PDL wait (default 0). The same bits each
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
-    int moe_early;         /* 1: the decode / small-batch expert GEMVs (k_moe_gemv_fp4, k_moe_fp4_with_fp8) request
-                            * each warp's first weights into registers before their PDL wait (the expert is
-                            * the plan's, two kernels old); the same bits; MINKE_CUDA_MOE_EARLY */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
                             * only the column it stores (the kernels are issue-bound; same bits);
                             * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0 */
-    int moe_plan_gap;      /* 1: with the shared expert on the side branch, a decode step still quantizes the
-                            * routed experts' input again (the same bytes the hc_pre wrote) so that a
-                            * kernel runs between the plan and the expert GEMV (MOE_PLAN_NOTE); 0: no such
-                            * kernel, and the decode / small-batch expert GEMVs read the plan after their
-                            * PDL wait (moe_early then has nothing to overlap); MINKE_CUDA_MOE_PLAN_GAP */
-    int hc_comb_side;      /* 1: in a captured decode step (at most 8 rows, the branch on) the model lets each
-                            * hc_pre leave comb to mk_cuda_hc_comb on the side branch of the sub-layer
-                            * after it (mix_o); the same bits; MINKE_CUDA_HC_COMB_SIDE */
     int hc_fin_split;      /* 1: hc_pre's finishing kernel gives a token two blocks: pre / post and the
                             * collapse (what the next kernel waits for) in one, the Sinkhorn's comb
                             * (read only by the hc_post after the sub-layer) in the other, beside it
@@ -299,8 +288,6 @@ int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk
  * the tuning's branch on: branch_begin returns 1 then, 0 when the kernels simply stay on the main
  * stream in order (branch_end and branch_join then do nothing), or an error. No nesting. */
 int mk_cuda_branch_begin(mk_cuda_ctx *ctx, mk_err *err);
-/* Whether mk_cuda_branch_begin would open a branch now (1) or not (0); nothing changes. */
-int mk_cuda_branch_ready(const mk_cuda_ctx *ctx);
 int mk_cuda_branch_end(mk_cuda_ctx *ctx, mk_err *err);
 int mk_cuda_branch_join(mk_cuda_ctx *ctx, mk_err *err);
 
@@ -513,15 +500,11 @@ int mk_cuda_rmsnorm_quant(mk_cuda_ctx *ctx, const float *x, int rows, int d, con
 /* hc_pre / hc_head followed by mk_cuda_rmsnorm(x, nw, neps) of their output, in place: the same
  * bits, in one kernel fewer where the finishing kernel can run the norm itself (d = 4096). With
  * aq (or NULL), hc_pre_norm also writes mk_cuda_act_quant(x) there, the same bits, in the same
- * kernel where it runs the norm (d % 128 == 0), else one more launch.
- * mix_o (or NULL): comb is not computed; the token's normalized mixes ((2 + hc) hc floats) go to
- * mix_o [s, MK_CUDA_HC_MIX] instead, for mk_cuda_hc_comb to compute comb from them later (the same
- * bits): a captured decode step runs that on its side branch, off the critical path. */
-#define MK_CUDA_HC_MIX 24 /* (2 + hc) hc at hc = 4, the most hc_check allows */
+ * kernel where it runs the norm (d % 128 == 0), else one more launch. */
 int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                         const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                         const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
-                        float *mix_o, mk_err *err);
+                        mk_err *err);
 int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                          const float *scale, const float *base, float hc_eps, float norm_eps,
                          const uint16_t *nw, float neps, float *y, mk_err *err);
@@ -540,17 +523,12 @@ typedef struct {
  * of out: the same bits in all outputs (out, xo / post_o / comb_o, y), one kernel fewer (the
  * hc_post kernel also reduces the split path's chunks of the row it writes). post_o / comb_o may
  * be post / comb (each token's are read before they are overwritten); out may not alias res or x.
- * ms (or NULL): x is ms's MoE combine instead (x unused). mix_o: as for mk_cuda_hc_pre_norm (comb_o
- * then unwritten). */
+ * ms (or NULL): x is ms's MoE combine instead (x unused). */
 int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                              const float *comb, int s, int hc, int d, float *out, const float *fn,
                              const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                              const uint16_t *nw, float neps, float *xo, float *post_o, float *comb_o,
-                             const mk_cuda_actq *aq, const mk_cuda_moe_sum *ms, float *mix_o, mk_err *err);
-/* hc_pre's comb [s, hc, hc] from the mixes a mk_cuda_hc_pre_norm / _post_pre_norm wrote to mix (their
- * mix_o), with that op's scale / base / iters / hc_eps: the bits that op would have written. */
-int mk_cuda_hc_comb(mk_cuda_ctx *ctx, const float *mix, int s, int hc, const float *scale, const float *base,
-                    int iters, float hc_eps, float *comb, mk_err *err);
+                             const mk_cuda_actq *aq, const mk_cuda_moe_sum *ms, mk_err *err);
 int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                               const float *comb, int s, int hc, int d, float *out, const float *fn,
                               const float *scale, const float *base, float hc_eps, float norm_eps,
