@@ -21,6 +21,8 @@
 # skipped and said so.
 #
 # Usage (repository root, on the GPU machine):  bash bench/gpu/serve_suite.sh
+# The tracked tree and the wheels exceed what a device call carries (64 MiB): here, first
+# `bash bench/gpu/serve_carry.sh out` (it says what to carry), after the call `... back`.
 # Results in $OUT (default bench/gpu/out-serve), 7 files: log.txt (the whole console),
 # server_suite.txt, gen.txt, serve_cuda.log (the bench server's log), bench_cuda.json, bench_cuda.md,
 # bench_cuda.svg.
