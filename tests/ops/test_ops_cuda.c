@@ -3184,7 +3184,7 @@ int main(int argc, char **argv) {
     test_moe_fp4(9, 6, 16, 1024, 512); /* token 0 alone (the decode kernel's general path) = in the call */
     moe_extreme_scales = 0;
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
-     * step */
+     * step, the batches' GEMV settings, and (v 8) the one-token GEMV at the other moe_occ */
     for (int v = 1; v <= 8; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
