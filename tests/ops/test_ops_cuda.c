@@ -2347,6 +2347,71 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     free(v1), free(v3), free(act), free(eo), free(sexp), free(r1), free(r3), free(ract), free(reo), free(scr);
 }
 
+/* A decode step's expert GEMVs (one token: w1 / w3 by token, w2 by slot with bf16 outputs) under the
+ * tuning alt against the tuning base, bit for bit; with extreme scale bytes in some rows. The context
+ * is left at base. */
+static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tuning *base, const mk_cuda_tuning *alt) {
+    const mk_cuda_tuning def = *base;
+    mk_wmat *H = xmalloc(sizeof(mk_wmat) * 3 * E), *D = xmalloc(sizeof(mk_wmat) * 3 * E);
+    const void **tw = xmalloc(sizeof(void *) * 3 * E);
+    const uint8_t **ts = xmalloc(sizeof(void *) * 3 * E);
+    for (int i = 0; i < 3 * E; i++) { /* [w1 x E][w3 x E][w2 x E] */
+        make_weights(&H[i], MK_W_FP4, i < 2 * E ? I : d, i < 2 * E ? d : I);
+        if (i % 5 == 1) moe_poke_scales(&H[i]);
+        CK(mk_cuda_wmat_upload(ctx, &H[i], &D[i], &err_));
+        CK(mk_cuda_fp4_lane_order(ctx, &D[i], &err_));
+        tw[i] = D[i].w, ts[i] = D[i].scale;
+    }
+    void *dtw = dup_dev(tw, sizeof(void *) * 3 * E), *dts = dup_dev(ts, sizeof(void *) * 3 * E);
+    const void *const *W1 = (const void *const *)dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
+    const uint8_t *const *S1 = (const uint8_t *const *)dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
+    int32_t *idx = xmalloc(sizeof(int32_t) * K);
+    float *gw = xmalloc(sizeof(float) * K), *x = xmalloc(sizeof(float) * d), *a = xmalloc(sizeof(float) * K * I);
+    for (int j = 0; j < K; j++) idx[j] = (int)((j * 7 + 3) % E), gw[j] = 0.3f + 0.1f * (float)j;
+    fill_act(x, (size_t)d, 1.0f);
+    fill_act(a, (size_t)K * I, 1.0f);
+    size_t pn = mk_cuda_moe_plan_ints(1, K, E);
+    int32_t *didx = dup_dev(idx, sizeof(int32_t) * K), *dplan = poisoned_dev(sizeof(int32_t) * pn);
+    float *dgw = dup_dev(gw, sizeof(float) * K), *dsw = poisoned_dev(sizeof(float) * K);
+    float *dx = dup_dev(x, sizeof(float) * d), *da = dup_dev(a, sizeof(float) * K * I);
+    uint8_t *dq = poisoned_dev((size_t)d), *dqa = poisoned_dev((size_t)K * I);
+    float *dsa = poisoned_dev(sizeof(float) * (d / 128 + 1)), *dsaa = poisoned_dev(sizeof(float) * (K * I / 128 + 1));
+    CK(mk_cuda_moe_plan(ctx, didx, dgw, 1, K, E, dplan, dsw, &err_));
+    CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_));
+    CK(mk_cuda_act_quant(ctx, da, K, I, 1, dqa, dsaa, &err_));
+    float *out[2][3];
+    size_t sz[3] = {sizeof(float) * K * I, sizeof(float) * K * I, sizeof(float) * K * d};
+    for (int r = 0; r < 2; r++) {
+        mk_cuda_ctx_set_tuning(ctx, r ? alt : &def);
+        for (int j = 0; j < 3; j++) out[r][j] = poisoned_dev(sz[j]);
+        CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, 1, K, E, out[r][0], out[r][1], 0, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, 1, K, E, out[r][2], NULL, 1, &err_));
+    }
+    mk_cuda_ctx_set_tuning(ctx, &def);
+    int same = 1;
+    for (int j = 0; j < 3; j++) {
+        float *h0 = xmalloc(sz[j]), *h1 = xmalloc(sz[j]);
+        fetch(h0, out[0][j], sz[j]);
+        fetch(h1, out[1][j], sz[j]);
+        same = same && !memcmp(h0, h1, sz[j]);
+        free(h0), free(h1);
+        mk_cuda_free(ctx, out[0][j]), mk_cuda_free(ctx, out[1][j]);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "K%d E%d d%d I%d", K, E, d, I);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | w1, w3 and w2 of one token = the default tuning's, bit for bit: %s |\n",
+           "moe fp4 decode, this tuning", shape, same ? "ok" : "FAIL");
+    for (int i = 0; i < 3 * E; i++) {
+        mk_cuda_wmat_free(ctx, &D[i]);
+        free((void *)H[i].w), free((void *)H[i].scale);
+    }
+    void *dev[] = {dtw, dts, didx, dplan, dgw, dsw, dx, da, dq, dqa, dsa, dsaa};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(H), free(D), free(tw), free(ts), free(idx), free(gw), free(x), free(a);
+}
+
 /* ---- MoE routing ------------------------------------------------------------------------------
  * moe_route_weights = moe_route then moe_weights, bit for bit (score-routed and hash-routed), and
  * the picks / weights against the host's rule on the returned scores: top-K of score + bias in
@@ -3184,22 +3249,27 @@ int main(int argc, char **argv) {
     test_moe_fp4(9, 6, 16, 1024, 512); /* token 0 alone (the decode kernel's general path) = in the call */
     moe_extreme_scales = 0;
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
-     * step, the batches' GEMV settings, and (v 8) the one-token GEMV at the other moe_occ */
-    for (int v = 1; v <= 8; v++) {
+     * step, the batches' GEMV settings, (v 8) the one-token GEMV at the other moe_occ, and (v 9-11) the
+     * one-token GEMV as pipelined warps (k_moe_fp4_wpipe: items of 4 and 2 128-blocks, and a grid of
+     * 4 warps an SM: several units a warp) */
+    for (int v = 1; v <= 11; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
+        if (v >= 9) t.moe_wpipe = v == 10 ? 2 : 1, t.moe_wp_wps = v == 11 ? 4 : def.moe_wp_wps;
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
         if (v >= 6 && v <= 7) t.moe_b_sl = def.moe_b_sl == 2 ? 1 : 2, t.moe_b_occ = v == 6 ? 2 : 3;
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_b_occ == def.moe_b_occ &&
-            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ)
+            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ &&
+            t.moe_wpipe == def.moe_wpipe && t.moe_wp_wps == def.moe_wp_wps)
             continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d) "
-               "| | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_occ);
+        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d, "
+               "moe_wpipe = %d, moe_wp_wps = %d) | | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf,
+               t.moe_b_sl, t.moe_occ, t.moe_wpipe, t.moe_wp_wps);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
@@ -3208,6 +3278,12 @@ int main(int argc, char **argv) {
         moe_extreme_scales = 1;
         test_moe_fp4(9, 6, 16, 1024, 512);
         moe_extreme_scales = 0;
+        if (v >= 8) { /* the one-token GEMV's settings: = the default's bits, w2 included */
+            test_moe_decode_same(6, 16, 4096, 2048, &def, &t);
+            test_moe_decode_same(6, 8, 1280, 384, &def, &t); /* 10 and 3 128-blocks a row: uneven and empty warp ranges */
+            test_moe_decode_same(2, 64, 512, 256, &def, &t);
+            mk_cuda_ctx_set_tuning(ctx, &t);
+        }
         if (v >= 3) {
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
