@@ -261,11 +261,14 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     int same = memcmp(y1, y, sizeof(float) * m * n) == 0;
     fetch(y1, dy3, sizeof(float) * m * n);
     same = same && memcmp(y1, y, sizeof(float) * m * n) == 0;
-    if (kind == MK_W_BF16) { /* the other bf16_pipe setting (the head's warp-pipelined GEMV): the same bits */
+    for (int alt = 0; kind == MK_W_BF16 && alt < 2; alt++) {
+        /* the other bf16_pipe setting (the head's warp-pipelined GEMV), the other bf16_few (a few blocks'
+         * warps loading all their steps at once): the same bits */
         mk_cuda_tuning t0, t;
         mk_cuda_ctx_get_tuning(ctx, &t0);
         t = t0;
-        t.bf16_pipe = !t0.bf16_pipe;
+        if (alt == 0) t.bf16_pipe = !t0.bf16_pipe;
+        else t.bf16_few = !t0.bf16_few;
         mk_cuda_ctx_set_tuning(ctx, &t);
         CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * m * n, &err_));
         CK(mk_cuda_linear_ex(ctx, kern, 0, &Wd, dx, m, dy3, round, ds, sb, &err_));
@@ -3147,7 +3150,8 @@ int main(int argc, char **argv) {
     test_linear(MK_W_FP4, 2048, 4096, 2, 0, MK_CUDA_K_SIMPLE);
     /* BF16 (head, gate, compressor), F32 (hc fn), FP8_DQ (wo_a) */
     test_linear(MK_W_BF16, 1024, 4096, 1, 0, MK_CUDA_K_AUTO);
-    test_linear(MK_W_BF16, 256, 4096, 1, 0, MK_CUDA_K_AUTO);
+    test_linear(MK_W_BF16, 256, 4096, 1, 0, MK_CUDA_K_AUTO); /* the gate: 16 blocks of 16 steps a warp (bf16_few) */
+    test_linear(MK_W_BF16, 256, 3072, 3, 1, MK_CUDA_K_AUTO); /* 12 steps a warp: a partial group of 16 */
     test_linear(MK_W_BF16, 2048, 4096, 8, 0, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 1024, 4096, 1, 1, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 1024, 4096, 40, 0, MK_CUDA_K_AUTO);

@@ -157,6 +157,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
+    ctx->tune.bf16_few = env_switch("MINKE_CUDA_BF16_FEW", 0);
     ctx->tune.moe_wpipe = getenv("MINKE_CUDA_MOE_WPIPE") ? atoi(getenv("MINKE_CUDA_MOE_WPIPE")) : 0;
     ctx->tune.moe_wp_wps = getenv("MINKE_CUDA_MOE_WP_WPS") ? atoi(getenv("MINKE_CUDA_MOE_WP_WPS")) : 16;
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
@@ -350,6 +351,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
     ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
     ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
+    ctx->tune.bf16_few = ctx->tune.bf16_few != 0;
     ctx->tune.moe_wpipe = ctx->tune.moe_wpipe == 1 || ctx->tune.moe_wpipe == 2 ? ctx->tune.moe_wpipe : 0;
     ctx->tune.moe_wp_wps = ctx->tune.moe_wp_wps < 4 ? 4 : ctx->tune.moe_wp_wps > 64 ? 64 : ctx->tune.moe_wp_wps;
     ctx->tune.bf16_pipe = ctx->tune.bf16_pipe != 0;

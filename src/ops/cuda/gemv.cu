@@ -1580,7 +1580,7 @@ struct bf16_set {
 };
 
 template <int U>
-__global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
+__global__ void __launch_bounds__(256, U > 8 ? 1 : 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
                                                       int per, float *__restrict__ ws,
                                                       unsigned *__restrict__ counters) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
@@ -1759,6 +1759,14 @@ __global__ void __launch_bounds__(256, 1)
     if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
+/* k_gemv_bf16 with all of a warp's 9-16 steps of weights in flight at once (tuning bf16_few) where the
+ * grid is less than one block an SM (the gate: 16 blocks whose warps walk 16 steps each): one round
+ * of loads instead of two. U only groups the loads: the same bits. */
+static int bf16_few(const mk_cuda_ctx *ctx, gemv_plan p, dim3 grid) {
+    return ctx->tune.bf16_few && p.per > 8 && p.per <= 16 &&
+           (long)grid.x * grid.y * grid.z <= (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
+}
+
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
@@ -1788,7 +1796,8 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, bf16_few(ctx, p, grid) ? k_gemv_bf16<16> : k_gemv_bf16<8>, M, xb, m,
+                          k, p.per, ws, ctx->counters), err,
               "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
@@ -1822,7 +1831,8 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
     M.count = count;
     gemv_plan p = plan_for(ctx, W[0]->n / 16, W[0]->k / 32);
     dim3 grid((m + 7) / 8, M.s0[count], 1);
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, W[0]->k, p.per, (float *)NULL,
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, bf16_few(ctx, p, grid) ? k_gemv_bf16<16> : k_gemv_bf16<8>, M, xb, m,
+                          W[0]->k, p.per, (float *)NULL,
                           ctx->counters),
               err, "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");

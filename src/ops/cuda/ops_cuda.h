@@ -152,6 +152,9 @@ typedef struct {
                             * its weight rows into L2, before its PDL wait (default 0). The same bits each
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
+    int bf16_few;          /* 1: bf16 GEMVs of fewer blocks than SMs whose warps walk 9-16 32-k steps (the
+                            * gate) load them all at once (k_gemv_bf16<16>); same bits; default 0,
+                            * MINKE_CUDA_BF16_FEW */
     int moe_wpipe, moe_wp_wps; /* the one-token expert GEMV as independent pipelined warps
                             * (k_moe_fp4_wpipe: a warp per 16-row slab of a picked expert over the whole k,
                             * items of 4 (1) or 2 (2) 128-blocks, 2 / 3 in flight, one wave of at most
