@@ -261,14 +261,11 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     int same = memcmp(y1, y, sizeof(float) * m * n) == 0;
     fetch(y1, dy3, sizeof(float) * m * n);
     same = same && memcmp(y1, y, sizeof(float) * m * n) == 0;
-    for (int alt = 0; kind == MK_W_BF16 && alt < 2; alt++) {
-        /* the other bf16_pipe setting (the head's warp-pipelined GEMV), the other bf16_few (a few blocks'
-         * warps loading all their steps at once): the same bits */
+    if (kind == MK_W_BF16) { /* the other bf16_pipe setting (the head's warp-pipelined GEMV): the same bits */
         mk_cuda_tuning t0, t;
         mk_cuda_ctx_get_tuning(ctx, &t0);
         t = t0;
-        if (alt == 0) t.bf16_pipe = !t0.bf16_pipe;
-        else t.bf16_few = !t0.bf16_few;
+        t.bf16_pipe = !t0.bf16_pipe;
         mk_cuda_ctx_set_tuning(ctx, &t);
         CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * m * n, &err_));
         CK(mk_cuda_linear_ex(ctx, kern, 0, &Wd, dx, m, dy3, round, ds, sb, &err_));
@@ -3150,8 +3147,7 @@ int main(int argc, char **argv) {
     test_linear(MK_W_FP4, 2048, 4096, 2, 0, MK_CUDA_K_SIMPLE);
     /* BF16 (head, gate, compressor), F32 (hc fn), FP8_DQ (wo_a) */
     test_linear(MK_W_BF16, 1024, 4096, 1, 0, MK_CUDA_K_AUTO);
-    test_linear(MK_W_BF16, 256, 4096, 1, 0, MK_CUDA_K_AUTO); /* the gate: 16 blocks of 16 steps a warp (bf16_few) */
-    test_linear(MK_W_BF16, 256, 3072, 3, 1, MK_CUDA_K_AUTO); /* 12 steps a warp: a partial group of 16 */
+    test_linear(MK_W_BF16, 256, 4096, 1, 0, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 2048, 4096, 8, 0, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 1024, 4096, 1, 1, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 1024, 4096, 40, 0, MK_CUDA_K_AUTO);
@@ -3253,27 +3249,24 @@ int main(int argc, char **argv) {
     test_moe_fp4(9, 6, 16, 1024, 512); /* token 0 alone (the decode kernel's general path) = in the call */
     moe_extreme_scales = 0;
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
-     * step, the batches' GEMV settings, (v 8) the one-token GEMV at the other moe_occ, and (v 9-11) the
-     * one-token GEMV as pipelined warps (k_moe_fp4_wpipe: items of 4 and 2 128-blocks, and a grid of
-     * 4 warps an SM: several units a warp) */
-    for (int v = 1; v <= 11; v++) {
+     * step, the batches' GEMV settings, (v 8) the one-token GEMV at the other moe_occ, and (v 9) the
+     * one-column step with C = 0 as constant MMA inputs (moe_fast_step 2) */
+    for (int v = 1; v <= 9; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
-        if (v >= 9) t.moe_wpipe = v == 10 ? 2 : 1, t.moe_wp_wps = v == 11 ? 4 : def.moe_wp_wps;
+        if (v == 9) t.moe_fast_step = def.moe_fast_step == 2 ? 1 : 2;
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
         if (v >= 6 && v <= 7) t.moe_b_sl = def.moe_b_sl == 2 ? 1 : 2, t.moe_b_occ = v == 6 ? 2 : 3;
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_b_occ == def.moe_b_occ &&
-            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ &&
-            t.moe_wpipe == def.moe_wpipe && t.moe_wp_wps == def.moe_wp_wps)
+            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ)
             continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d, "
-               "moe_wpipe = %d, moe_wp_wps = %d) | | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf,
-               t.moe_b_sl, t.moe_occ, t.moe_wpipe, t.moe_wp_wps);
+        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d) "
+               "| | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_occ);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */

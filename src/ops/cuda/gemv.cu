@@ -823,6 +823,7 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
 
 /* 32-block q (a compile-time constant once unrolled) of one 128-block: the lane's nibbles widened
  * and one MMA from zero into c. */
+template <bool Z = false>
 __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const uint2 (&x)[4], int q,
                                            float (&c)[4]) {
     const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
@@ -830,6 +831,10 @@ __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, con
     uint32_t e0, o0, e1, o1;
     mk_d_fp4x8_to_e4m3(w0, e0, o0);
     mk_d_fp4x8_to_e4m3(w1, e1, o1);
+    if (Z) { /* C = 0 as constant inputs (tuning moe_fast_step 2): the same sums */
+        mk_d_mma_e4m3_z(c, e0, e1, o0, o1, x[q].x, x[q].y);
+        return;
+    }
     c[0] = c[1] = c[2] = c[3] = 0.0f;
     mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
 }
@@ -864,7 +869,7 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
-template <bool ONE>
+template <bool ONE, bool Z = false>
 __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                                const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
     /* warp-uniform: mma.sync needs every lane of the warp at the same instruction */
@@ -875,7 +880,7 @@ __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1,
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q(a0, a1, x, q, c);
+        fp4l_mma_q<Z>(a0, a1, x, q, c);
         const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -1032,7 +1037,17 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-            if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
+            if (fast == 2 && m == 1) { /* the same with C = 0 as constants (tuning moe_fast_step 2) */
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (kb + u < kb1) {
+#pragma unroll
+                        for (int q = 0; q < SL; q++)
+                            fp4l_step_fast<true, true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f,
+                                                       acc[q]);
+                    }
+                }
+            } else if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {
@@ -1106,123 +1121,6 @@ __global__ void __launch_bounds__(256, MINB) k_moe_fp4_with_fp8(const void *cons
     else
         gemv_fp8_body<UF>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
-}
-
-/* The one-token expert GEMV as independent pipelined warps (tuning moe_wpipe): a unit is one 16-row
- * slab of one picked expert's matrix over the whole k; warp w of the grid's W serves units w,
- * w + W, ... (every (matrix, group, slab), groups past the plan's count skipped), walking each
- * unit's slots (one for a decode) and k in items of KI 128-blocks, with NI items of weights in
- * flight, loading item i + NI as soon as item i is computed, across unit ends: no shared memory, no
- * barrier, no cross-warp sum. The bits are k_moe_gemv_fp4's: the warp sums each of that kernel's
- * warp k ranges (per 128-blocks, GEMV_MAXW ranges) from zero with the same steps and adds the range
- * sums in warp order (ri_fold, empty ranges included, as gemv_reduce adds them), then stores column
- * 0 (the slot) as moe_chunk_store does. The first NI items' weights are requested before the PDL
- * wait (the plan is two kernels old). */
-template <int KI>
-struct moe_wp_item {
-    uint4 a[KI][2]; /* [128-block][row half] */
-    uint32_t sw[KI][2];
-};
-struct moe_wp_cur { /* a walk over the warp's units and items */
-    int u, j, len;  /* unit, item within the unit, items of the unit (slots x items per slot) */
-    const uint8_t *w0, *s0; /* the lane's row g of the unit's slab: weights (lane bytes), scales */
-    float *y;       /* the unit's output matrix */
-    int c_lo, n0;
-};
-template <int KI>
-__global__ void __launch_bounds__(128, KI >= 4 ? 3 : 4) k_moe_fp4_wpipe(const void *const *__restrict__ Wt,
-                                                         const uint8_t *const *__restrict__ St,
-                                                         const void *const *__restrict__ Wt3,
-                                                         const uint8_t *const *__restrict__ St3,
-                                                         const uint8_t *__restrict__ xq,
-                                                         const float *__restrict__ sa, int n, int k, int per,
-                                                         const int32_t *__restrict__ plan, int TK, int E,
-                                                         int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int fast, int nmat,
-                                                         int nwarps) {
-    mk_d_pdl_launch_dependents();
-    constexpr int NI = KI >= 4 ? 2 : 3;
-    const int lane = threadIdx.x & 31, gw = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int g = lane >> 2, t = lane & 3;
-    const int G = TK < E ? TK : E, ns = n >> 4, nb = k >> 7, nsb = k >> 5, ipk = (nb + KI - 1) / KI;
-    const int ngr = plan[0], nunits = nmat * G * ns;
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const size_t rowb = (size_t)k >> 1;
-    /* the first unit at or after u with items (groups past the plan's count have none) */
-    auto seek = [&](moe_wp_cur &c, int u) {
-        for (; u < nunits; u += nwarps) {
-            const int z = u / (G * ns), r = u - z * (G * ns), grp = r / ns, slab = r - grp * ns;
-            if (grp >= ngr) continue;
-            const int ex = gexp[grp];
-            c.u = u, c.j = 0, c.c_lo = goff[grp], c.len = (goff[grp + 1] - c.c_lo) * ipk;
-            if (c.len <= 0) continue;
-            c.n0 = slab * 16;
-            c.w0 = (const uint8_t *)(z ? Wt3 : Wt)[ex] + (size_t)(c.n0 + g) * rowb + t * 16;
-            c.s0 = (z ? St3 : St)[ex] + (size_t)(c.n0 + g) * nsb;
-            c.y = z ? y3 : y;
-            return;
-        }
-        c.u = nunits, c.len = 0, c.j = 0;
-    };
-    auto next = [&](moe_wp_cur &c) {
-        if (++c.j >= c.len) seek(c, c.u + nwarps);
-    };
-    auto load = [&](moe_wp_item<KI> &it, const moe_wp_cur &c) {
-        const int kb0 = (c.j % ipk) * KI;
-#pragma unroll
-        for (int u = 0; u < KI; u++) {
-            if (kb0 + u < nb) {
-                it.a[u][0] = mk_d_ld_stream(c.w0 + (size_t)(kb0 + u) * 64);
-                it.a[u][1] = mk_d_ld_stream(c.w0 + 8 * rowb + (size_t)(kb0 + u) * 64);
-                it.sw[u][0] = *(const uint32_t *)(c.s0 + 4 * (kb0 + u));
-                it.sw[u][1] = *(const uint32_t *)(c.s0 + (size_t)8 * nsb + 4 * (kb0 + u));
-            }
-        }
-    };
-    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto comp = [&](const moe_wp_item<KI> &it, const moe_wp_cur &c) {
-        const int js = c.j % ipk, slot = c.c_lo + c.j / ipk, kb0 = js * KI;
-        const int xr = by_token ? stok[slot] : slot;
-        const uint8_t *xp = xq + (size_t)xr * k + 8 * t;
-#pragma unroll
-        for (int u = 0; u < KI; u++) {
-            const int kb = kb0 + u;
-            if (kb < nb) {
-                uint2 x[4];
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    x[q] = g == 0 ? __ldg((const uint2 *)(xp + (size_t)kb * 128 + 32 * q)) : make_uint2(0, 0);
-                const float s0 = t == 0 ? __ldg(sa + (size_t)xr * nb + kb) : 0.0f;
-                if (fast) fp4l_step_fast<true>(it.a[u][0], it.a[u][1], it.sw[u][0], it.sw[u][1], x, s0, 0.0f, part);
-                else fp4l_step(it.a[u][0], it.a[u][1], it.sw[u][0], it.sw[u][1], x, s0, 0.0f, part);
-                if (kb % per == per - 1 || kb == nb - 1) ri_fold<4>(tot, part, kb < per);
-            }
-        }
-        if (js == ipk - 1) { /* the slot's end: the empty warp ranges (gemv_reduce adds their zeros too), the store */
-            for (int v = (nb + per - 1) / per; v < GEMV_MAXW; v++) ri_fold<4>(tot, part, false);
-            if (t == 0) {
-                c.y[(size_t)slot * n + c.n0 + g] = gemv_out(tot[0], round);
-                c.y[(size_t)slot * n + c.n0 + g + 8] = gemv_out(tot[2], round);
-            }
-        }
-    };
-    moe_wp_cur lc, cc;
-    seek(lc, gw);
-    cc = lc;
-    moe_wp_item<KI> it[NI];
-#pragma unroll
-    for (int p = 0; p < NI; p++)
-        if (lc.u < nunits) load(it[p], lc), next(lc);
-    mk_d_pdl_wait(); /* the weights of NI items are on their way; now the activations */
-    while (cc.u < nunits) {
-#pragma unroll
-        for (int p = 0; p < NI; p++) {
-            if (cc.u >= nunits) break;
-            comp(it[p], cc);
-            next(cc);
-            if (lc.u < nunits) load(it[p], lc), next(lc);
-        }
-    }
 }
 
 /* k_moe_gemv_fp4<., 1>'s arithmetic for groups of several chunks of slots (prefill, large batches):
@@ -1468,19 +1366,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step;
-    if (T == 1 && ctx->tune.moe_wpipe) { /* decode as independent pipelined warps (tuning moe_wpipe) */
-        const int nmat = W3 ? 2 : 1, units = nmat * G * (n / 16);
-        const int wps = ctx->tune.moe_wp_wps < (ctx->tune.moe_wpipe == 2 ? 16 : 12) ? ctx->tune.moe_wp_wps
-                        : ctx->tune.moe_wpipe == 2 ? 16 : 12; /* one wave: 4 / 3 blocks of 4 warps an SM */
-        long want = (long)(ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * wps;
-        if (want > units) want = units;
-        const int blocks = (int)((want + 3) / 4), nwarps = blocks * 4;
-        e = ctx->tune.moe_wpipe == 2
-                ? gemv_launch(ctx, dim3((unsigned)blocks), 128, k_moe_fp4_wpipe<2>, W, S, W3, S3, xq, sa, n, k, per,
-                              plan, TK, E, by_token, y, y3, round, fast, nmat, nwarps)
-                : gemv_launch(ctx, dim3((unsigned)blocks), 128, k_moe_fp4_wpipe<4>, W, S, W3, S3, xq, sa, n, k, per,
-                              plan, TK, E, by_token, y, y3, round, fast, nmat, nwarps);
-    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);
@@ -1580,7 +1466,7 @@ struct bf16_set {
 };
 
 template <int U>
-__global__ void __launch_bounds__(256, U > 8 ? 1 : 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
+__global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
                                                       int per, float *__restrict__ ws,
                                                       unsigned *__restrict__ counters) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
@@ -1759,14 +1645,6 @@ __global__ void __launch_bounds__(256, 1)
     if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
-/* k_gemv_bf16 with all of a warp's 9-16 steps of weights in flight at once (tuning bf16_few) where the
- * grid is less than one block an SM (the gate: 16 blocks whose warps walk 16 steps each): one round
- * of loads instead of two. U only groups the loads: the same bits. */
-static int bf16_few(const mk_cuda_ctx *ctx, gemv_plan p, dim3 grid) {
-    return ctx->tune.bf16_few && p.per > 8 && p.per <= 16 &&
-           (long)grid.x * grid.y * grid.z <= (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
-}
-
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
@@ -1796,8 +1674,7 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, bf16_few(ctx, p, grid) ? k_gemv_bf16<16> : k_gemv_bf16<8>, M, xb, m,
-                          k, p.per, ws, ctx->counters), err,
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
               "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
@@ -1831,8 +1708,7 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
     M.count = count;
     gemv_plan p = plan_for(ctx, W[0]->n / 16, W[0]->k / 32);
     dim3 grid((m + 7) / 8, M.s0[count], 1);
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, bf16_few(ctx, p, grid) ? k_gemv_bf16<16> : k_gemv_bf16<8>, M, xb, m,
-                          W[0]->k, p.per, (float *)NULL,
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, W[0]->k, p.per, (float *)NULL,
                           ctx->counters),
               err, "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");

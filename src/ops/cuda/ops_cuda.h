@@ -152,19 +152,13 @@ typedef struct {
                             * its weight rows into L2, before its PDL wait (default 0). The same bits each
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
-    int bf16_few;          /* 1: bf16 GEMVs of fewer blocks than SMs whose warps walk 9-16 32-k steps (the
-                            * gate) load them all at once (k_gemv_bf16<16>); same bits; default 0,
-                            * MINKE_CUDA_BF16_FEW */
-    int moe_wpipe, moe_wp_wps; /* the one-token expert GEMV as independent pipelined warps
-                            * (k_moe_fp4_wpipe: a warp per 16-row slab of a picked expert over the whole k,
-                            * items of 4 (1) or 2 (2) 128-blocks, 2 / 3 in flight, one wave of at most
-                            * moe_wp_wps warps an SM, at most 12 / 16); 0 (default): k_moe_gemv_fp4. The same
-                            * bits each way. MINKE_CUDA_MOE_WPIPE, MINKE_CUDA_MOE_WP_WPS (default 16) */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
                             * only the column it stores (the kernels are issue-bound; same bits);
-                            * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0 */
+                            * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0; 2: the
+                            * one-column step's MMAs take C = 0 as constant inputs instead of zeroed
+                            * accumulators (fewer instructions; the same sums) */
     int hc_fin_split;      /* 1: hc_pre's finishing kernel gives a token two blocks: pre / post and the
                             * collapse (what the next kernel waits for) in one, the Sinkhorn's comb
                             * (read only by the hc_post after the sub-layer) in the other, beside it
