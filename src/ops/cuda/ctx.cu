@@ -154,7 +154,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.hc_moe_sum = env_switch("MINKE_CUDA_HC_MOE_SUM", 1);
     /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
      * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
-    ctx->tune.moe_fast_step = getenv("MINKE_CUDA_MOE_FAST_STEP") ? atoi(getenv("MINKE_CUDA_MOE_FAST_STEP")) : 1;
+    ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
@@ -345,7 +345,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.index_block_pairs < 0) ctx->tune.index_block_pairs = 0;
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
-    ctx->tune.moe_fast_step = ctx->tune.moe_fast_step == 2 ? 2 : ctx->tune.moe_fast_step != 0;
+    ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
     ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
     ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
     ctx->tune.bf16_pipe = ctx->tune.bf16_pipe != 0;

@@ -279,17 +279,6 @@ __device__ __forceinline__ void mk_d_mma_e4m3(float (&d)[4], uint32_t a0, uint32
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* D = A * B, m16n8k32, e4m3 x e4m3 -> f32: mk_d_mma_e4m3 with C = 0 as constant inputs (the same values;
- * no zeroing moves of D before each MMA, as "+f" from a zeroed array needs). */
-__device__ __forceinline__ void mk_d_mma_e4m3_z(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%10,%10,%10,%10};\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
 /* D = A * B + C, m16n8k16, bf16 x bf16 -> f32. Fragments: each register holds two bf16 along k:
  *   a0: row g, k 2t,2t+1   a1: row g+8, k 2t,2t+1   a2: row g, k 2t+8,+9   a3: row g+8, k 2t+8,+9
  *   b0: col g, k 2t,2t+1   b1: col g, k 2t+8,+9;   c as above. */

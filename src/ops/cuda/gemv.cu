@@ -823,7 +823,6 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
 
 /* 32-block q (a compile-time constant once unrolled) of one 128-block: the lane's nibbles widened
  * and one MMA from zero into c. */
-template <bool Z = false>
 __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, const uint2 (&x)[4], int q,
                                            float (&c)[4]) {
     const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
@@ -831,10 +830,6 @@ __device__ __forceinline__ void fp4l_mma_q(const uint4 &a0, const uint4 &a1, con
     uint32_t e0, o0, e1, o1;
     mk_d_fp4x8_to_e4m3(w0, e0, o0);
     mk_d_fp4x8_to_e4m3(w1, e1, o1);
-    if (Z) { /* C = 0 as constant inputs (tuning moe_fast_step 2): the same sums */
-        mk_d_mma_e4m3_z(c, e0, e1, o0, o1, x[q].x, x[q].y);
-        return;
-    }
     c[0] = c[1] = c[2] = c[3] = 0.0f;
     mk_d_mma_e4m3(c, e0, e1, o0, o1, x[q].x, x[q].y);
 }
@@ -869,7 +864,7 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
-template <bool ONE, bool Z = false>
+template <bool ONE>
 __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                                const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
     /* warp-uniform: mma.sync needs every lane of the warp at the same instruction */
@@ -880,7 +875,7 @@ __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1,
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float c[4];
-        fp4l_mma_q<Z>(a0, a1, x, q, c);
+        fp4l_mma_q(a0, a1, x, q, c);
         const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
         acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
@@ -1037,17 +1032,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-            if (fast == 2 && m == 1) { /* the same with C = 0 as constants (tuning moe_fast_step 2) */
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (kb + u < kb1) {
-#pragma unroll
-                        for (int q = 0; q < SL; q++)
-                            fp4l_step_fast<true, true>(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x[u], s0[u], 0.0f,
-                                                       acc[q]);
-                    }
-                }
-            } else if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
+            if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {

@@ -156,9 +156,7 @@ typedef struct {
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
                             * only the column it stores (the kernels are issue-bound; same bits);
-                            * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0; 2: the
-                            * one-column step's MMAs take C = 0 as constant inputs instead of zeroed
-                            * accumulators (fewer instructions; the same sums) */
+                            * default 1 (H200: ~1% less per batch-1 step), MINKE_CUDA_MOE_FAST_STEP=0 */
     int hc_fin_split;      /* 1: hc_pre's finishing kernel gives a token two blocks: pre / post and the
                             * collapse (what the next kernel waits for) in one, the Sinkhorn's comb
                             * (read only by the hc_post after the sub-layer) in the other, beside it
