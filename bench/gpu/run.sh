@@ -179,7 +179,7 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
         stamp "batch-1 decode with $v"
         env ${v//,/ } timeout -k 10 150 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
-            grep -E "decode step|achieved /|sampled step|penalties|greedy tokens" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+            grep -E "decode step|achieved /|sampled step|penalties|greedy tokens|cuda: graph of" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
         echo "$v: rc ${PIPESTATUS[0]}" | tee -a "$OUT/variants.txt"
     done
     for v in ${DSV4_LONG_VARIANTS:-}; do # batch-1 decode after a long prompt (DSV4_LONG_PROMPT tokens, 24 steps)

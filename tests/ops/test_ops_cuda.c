@@ -383,15 +383,16 @@ static void test_lane(void) {
         CK(mk_cuda_upload(ctx, dy2, r2, sizeof(float) * n2, &err_));
         CK(mk_cuda_linear(ctx, &Cd, dy2, m, dy3, 0, ds3, sb3, &err_));
         fetch(r3, dy3, sizeof(float) * n3);
-        for (int mode = 0; mode < 3 && ok; mode++) { /* 0: off, 1: on, 2: on, eager */
+        for (int mode = 0; mode < 4 && ok; mode++) { /* 0: off, 1: on, 2: on, eager, 3: on with priorities */
             t = def;
             t.branch = mode > 0;
+            t.prio = mode == 3;
             mk_cuda_ctx_set_tuning(ctx, &t);
             CK(mk_cuda_memset(ctx, dy1, 0xff, sizeof(float) * n1, &err_));
             CK(mk_cuda_memset(ctx, dy2, 0xff, sizeof(float) * n2, &err_));
             CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * n3, &err_));
             CK(mk_cuda_ctx_sync(ctx, &err_));
-            if (mode < 2) CK(mk_cuda_capture_begin(ctx, &err_));
+            if (mode != 2) CK(mk_cuda_capture_begin(ctx, &err_));
             mk_err e = {0};
             const int b = mk_cuda_branch_begin(ctx, &e);
             CK(mk_cuda_linear(ctx, &Bd, dx, m, dy2, 0, ds2, sb3, &err_));
@@ -399,13 +400,23 @@ static void test_lane(void) {
             CK(mk_cuda_linear(ctx, &Ad, dx, m, dy1, 0, ds, sb, &err_));
             CK(mk_cuda_branch_join(ctx, &err_));
             CK(mk_cuda_linear(ctx, &Cd, dy2, m, dy3, 0, ds3, sb3, &err_));
-            if (b != (mode == 1)) {
+            if (b != (mode == 1 || mode == 3)) {
                 ok = 0;
                 snprintf(why, sizeof why, "branch mode %d: branch_begin gave %d", mode, b);
             }
             mk_cuda_graph *gr = NULL;
-            if (mode < 2) CK(mk_cuda_capture_end(ctx, &gr, &err_));
-            for (int rep = 0; rep < (mode < 2 ? 2 : 1) && ok; rep++) {
+            if (mode != 2) CK(mk_cuda_capture_end(ctx, &gr, &err_));
+            if (gr && ok) { /* with prio the main stream's kernels at the greatest priority, the branch's at
+                             * the least (each FP8 GEMV is at least one kernel); without, all at the stream's */
+                int hi = 0, lo = 0, other = 0;
+                CK(mk_cuda_graph_prios(ctx, gr, &hi, &lo, &other));
+                if (mode == 3 ? (hi < 2 || lo < 1 || other) : hi != 0) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "branch mode %d: kernel priorities %d at the greatest, %d at the least, "
+                             "%d other", mode, hi, lo, other);
+                }
+            }
+            for (int rep = 0; rep < (mode != 2 ? 2 : 1) && ok; rep++) {
                 if (gr) CK(mk_cuda_graph_launch(ctx, gr, &err_));
                 fetch(g1, dy1, sizeof(float) * n1);
                 fetch(g2, dy2, sizeof(float) * n2);

@@ -194,6 +194,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.l2_lane_hint = env_switch("MINKE_CUDA_L2_LANE_HINT", 0);
     ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 1); /* H100, session 27: ~1.2% less per greedy step */
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
+    ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 0);
+    ctx->tune.bf16_l2pf = env_switch("MINKE_CUDA_BF16_L2PF", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -223,7 +225,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
                      ctx->caps.name, ctx->caps.cc_major, ctx->caps.cc_minor);
         goto fail;
     }
-    e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+    e = cudaDeviceGetStreamPriorityRange(&ctx->prio_lo, &ctx->prio_hi);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         st = mk_cuda_fail(err, e, "cudaStreamCreate");
         goto fail;
@@ -373,6 +376,8 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     if (ctx->tune.l2_lane_blocks < 1 || ctx->tune.l2_lane_blocks > 1024) ctx->tune.l2_lane_blocks = 32;
     ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
     ctx->tune.branch = ctx->tune.branch != 0;
+    ctx->tune.prio = ctx->tune.prio != 0;
+    ctx->tune.bf16_l2pf = ctx->tune.bf16_l2pf != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }
@@ -524,6 +529,30 @@ extern "C" int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err) {
     return MK_OK;
 }
 
+/* The kernel nodes of a captured graph by priority: at the device's greatest (*hi), at its least (*lo),
+ * any other (*other). */
+static int graph_prios(cudaGraph_t graph, const mk_cuda_ctx *ctx, int *hi, int *lo, int *other) {
+    *hi = *lo = *other = 0;
+    size_t n = 0;
+    if (cudaGraphGetNodes(graph, NULL, &n) != cudaSuccess) return cudaGetLastError(), -1;
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *nodes);
+    if (!nodes) return -1;
+    int st = cudaGraphGetNodes(graph, nodes, &n) == cudaSuccess ? 0 : -1;
+    for (size_t i = 0; i < n && !st; i++) {
+        cudaGraphNodeType ty;
+        if (cudaGraphNodeGetType(nodes[i], &ty) != cudaSuccess) st = -1;
+        if (st || ty != cudaGraphNodeTypeKernel) continue;
+        cudaKernelNodeAttrValue v;
+        if (cudaGraphKernelNodeGetAttribute(nodes[i], cudaKernelNodeAttributePriority, &v) != cudaSuccess) st = -1;
+        else if (v.priority == ctx->prio_hi) ++*hi;
+        else if (v.priority == ctx->prio_lo) ++*lo;
+        else ++*other;
+    }
+    if (st) cudaGetLastError();
+    free(nodes);
+    return st;
+}
+
 extern "C" int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err *err) {
     *out = NULL;
     cudaGraph_t graph = NULL;
@@ -550,7 +579,14 @@ extern "C" int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err
     }
     g->graph = graph;
     e = cudaGraphGetNodes(graph, NULL, &g->nodes);
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&g->exec, graph, ctx->tune.prio ? cudaGraphInstantiateFlagUseNodePriority : 0);
+    if (e == cudaSuccess && ctx->tune.prio && getenv("MINKE_CUDA_PRIO_LOG")) { /* benchmarks */
+        int hi, lo, other;
+        if (!graph_prios(graph, ctx, &hi, &lo, &other))
+            fprintf(stderr, "cuda: graph of %zu nodes: kernels at priority %d: %d, at %d: %d, other: %d\n", g->nodes,
+                    ctx->prio_hi, hi, ctx->prio_lo, lo, other);
+    }
     if (e != cudaSuccess) {
         mk_cuda_graph_free(g);
         return mk_cuda_fail(err, e, "cuda: graph instantiate");
@@ -565,6 +601,11 @@ extern "C" int mk_cuda_graph_launch(mk_cuda_ctx *ctx, mk_cuda_graph *g, mk_err *
 }
 
 extern "C" size_t mk_cuda_graph_nodes(const mk_cuda_graph *g) { return g ? g->nodes : 0; }
+
+extern "C" int mk_cuda_graph_prios(const mk_cuda_ctx *ctx, const mk_cuda_graph *g, int *hi, int *lo, int *other) {
+    if (!g) return *hi = *lo = *other = 0, -1;
+    return graph_prios(g->graph, ctx, hi, lo, other);
+}
 
 extern "C" void mk_cuda_graph_free(mk_cuda_graph *g) {
     if (!g) return;

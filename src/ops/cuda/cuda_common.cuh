@@ -52,6 +52,7 @@ struct mk_cuda_ctx {
     cudaEvent_t lane_fork, lane_join;
     /* the side branch (lane.cu): while in_branch, `stream` is `side` and `main` the main stream */
     int in_branch, branch_pending;
+    int prio_hi, prio_lo;           /* the device's greatest and least stream priorities (tuning prio) */
     cudaStream_t side, main;
     cudaEvent_t side_fork, side_done;
 };
@@ -78,7 +79,7 @@ static inline cudaError_t mk_cuda_launch_cluster(mk_cuda_ctx *ctx, dim3 grid, di
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = ctx->stream;
-    cudaLaunchAttribute at[2];
+    cudaLaunchAttribute at[3];
     unsigned n = 0;
     if (cx > 1) {
         at[n].id = cudaLaunchAttributeClusterDimension;
@@ -90,6 +91,11 @@ static inline cudaError_t mk_cuda_launch_cluster(mk_cuda_ctx *ctx, dim3 grid, di
     if (pdl && ctx->tune.gemv_pdl) {
         at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    if (ctx->tune.prio && ctx->capturing) { /* the main stream's kernels first, the side branch's after */
+        at[n].id = cudaLaunchAttributePriority;
+        at[n].val.priority = ctx->in_branch ? ctx->prio_lo : ctx->prio_hi;
         n++;
     }
     cfg.attrs = at;

@@ -1453,7 +1453,7 @@ struct bf16_set {
 template <int U>
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
                                                       int per, float *__restrict__ ws,
-                                                      unsigned *__restrict__ counters) {
+                                                      unsigned *__restrict__ counters, int l2pf) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
@@ -1479,6 +1479,12 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
     const int c0 = 2 * t, c1 = 2 * t + 1;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (l2pf && t == 0 && s1 - s0 > U) { /* steps s0 + U .. s1 of the lane's two rows into L2 (tuning bf16_l2pf) */
+        const unsigned sz = (unsigned)(s1 - s0 - U) * 64;
+        const size_t off = (size_t)(s0 + U) * 64;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w0 + off), "r"(sz) : "memory");
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w1 + off), "r"(sz) : "memory");
+    }
     for (int st = s0; st < s1; st += U) {
         uint4 a[U][2], b[U];
 #pragma unroll
@@ -1659,7 +1665,8 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters,
+                          ctx->tune.bf16_l2pf), err,
               "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
@@ -1694,7 +1701,7 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
     gemv_plan p = plan_for(ctx, W[0]->n / 16, W[0]->k / 32);
     dim3 grid((m + 7) / 8, M.s0[count], 1);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, W[0]->k, p.per, (float *)NULL,
-                          ctx->counters),
+                          ctx->counters, ctx->tune.bf16_l2pf),
               err, "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;

@@ -216,6 +216,13 @@ typedef struct {
                             * since the routed experts alone run at moe_occ's blocks an SM (H100, session
                             * 27: greedy step 1.016 / 1.013 ms against 1.029 / 1.026 / 1.025 without,
                             * same call; no gain at 2 blocks an SM), MINKE_CUDA_BRANCH=0 */
+    int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
+                            * greatest priority and the side branch's the least (node priorities, the
+                            * graph instantiated to use them): where both are ready, the block scheduler
+                            * places the critical path's blocks first. No value changes; MINKE_CUDA_PRIO */
+    int bf16_l2pf;         /* 1: k_gemv_bf16's warps request their steps past the first U into L2 before
+                            * the PDL wait (the gate: its second round of weight loads then hits L2);
+                            * no value changes; MINKE_CUDA_BF16_L2PF */
     int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
                             * the 32 lanes of a warp instead of one thread's loops over global memory (the
                             * same outputs); MINKE_CUDA_ROUTE_WARP */
@@ -263,6 +270,9 @@ int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err);
 int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err *err);
 int mk_cuda_graph_launch(mk_cuda_ctx *ctx, mk_cuda_graph *g, mk_err *err);
 size_t mk_cuda_graph_nodes(const mk_cuda_graph *g);
+/* g's kernel nodes by priority: at the device's greatest (*hi), at its least (*lo), any other (*other)
+ * (the tuning's prio); 0, or -1 where the graph could not be read. */
+int mk_cuda_graph_prios(const mk_cuda_ctx *ctx, const mk_cuda_graph *g, int *hi, int *lo, int *other);
 void mk_cuda_graph_free(mk_cuda_graph *g);
 
 /* The L2 lane: while a decode step's main stream runs latency-bound kernels (norms, RoPE, the
