@@ -195,6 +195,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.branch = env_switch("MINKE_CUDA_BRANCH", 1); /* H100, session 27: ~1.2% less per greedy step */
     ctx->tune.route_warp = env_switch("MINKE_CUDA_ROUTE_WARP", 1);
     ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 0);
+    ctx->tune.lead_nopdl = getenv("MINKE_CUDA_LEAD_NOPDL") ? atoi(getenv("MINKE_CUDA_LEAD_NOPDL")) : 0;
     ctx->tune.bf16_l2pf = env_switch("MINKE_CUDA_BF16_L2PF", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
@@ -524,6 +525,7 @@ extern "C" int mk_cuda_capture_begin(mk_cuda_ctx *ctx, mk_err *err) {
     if (ctx->in_branch) ctx->stream = ctx->main, ctx->in_branch = 0;
     ctx->branch_pending = 0;
     ctx->lane_pending = 0;
+    ctx->nopdl_next = 0;
     MK_CU_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), err, "cuda: begin capture");
     ctx->capturing = 1;
     return MK_OK;

@@ -53,6 +53,7 @@ struct mk_cuda_ctx {
     /* the side branch (lane.cu): while in_branch, `stream` is `side` and `main` the main stream */
     int in_branch, branch_pending;
     int prio_hi, prio_lo;           /* the device's greatest and least stream priorities (tuning prio) */
+    int nopdl_next;                 /* the next launch without programmatic dependent launch (tuning lead_nopdl) */
     cudaStream_t side, main;
     cudaEvent_t side_fork, side_done;
 };
@@ -88,7 +89,9 @@ static inline cudaError_t mk_cuda_launch_cluster(mk_cuda_ctx *ctx, dim3 grid, di
         at[n].val.clusterDim.z = 1;
         n++;
     }
-    if (pdl && ctx->tune.gemv_pdl) {
+    const int nopdl = ctx->nopdl_next;
+    ctx->nopdl_next = 0;
+    if (pdl && ctx->tune.gemv_pdl && !nopdl) {
         at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[n].val.programmaticStreamSerializationAllowed = 1;
         n++;

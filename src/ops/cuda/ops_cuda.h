@@ -223,6 +223,8 @@ typedef struct {
     int bf16_l2pf;         /* 1: k_gemv_bf16's warps request their steps past the first U into L2 before
                             * the PDL wait (the gate: its second round of weight loads then hits L2);
                             * no value changes; MINKE_CUDA_BF16_L2PF */
+    int lead_nopdl;        /* experiment: 1: in a capture, the kernel after the embedding launched without
+                            * programmatic dependent launch; 2: the embedding too; MINKE_CUDA_LEAD_NOPDL */
     int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
                             * the 32 lanes of a warp instead of one thread's loops over global memory (the
                             * same outputs); MINKE_CUDA_ROUTE_WARP */
