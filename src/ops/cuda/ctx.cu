@@ -197,6 +197,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 0);
     ctx->tune.lead_nopdl = getenv("MINKE_CUDA_LEAD_NOPDL") ? atoi(getenv("MINKE_CUDA_LEAD_NOPDL")) : 0;
     ctx->tune.bf16_l2pf = env_switch("MINKE_CUDA_BF16_L2PF", 0);
+    ctx->tune.gemv_l2pf = env_switch("MINKE_CUDA_GEMV_L2PF", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -379,6 +380,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.branch = ctx->tune.branch != 0;
     ctx->tune.prio = ctx->tune.prio != 0;
     ctx->tune.bf16_l2pf = ctx->tune.bf16_l2pf != 0;
+    ctx->tune.gemv_l2pf = ctx->tune.gemv_l2pf != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

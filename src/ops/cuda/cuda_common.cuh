@@ -357,6 +357,19 @@ __device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t byt
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + off));
 }
 
+/* [p, p + bytes) into L2 by the calling block's threads, one bulk prefetch (the TMA unit's
+ * cp.async.bulk.prefetch.L2) per 16 KiB piece; p and bytes multiples of 16. A hint: nothing waits
+ * for it. The decode GEMVs issue it for their whole weight range before their PDL wait (tuning
+ * gemv_l2pf): the bytes stream while the kernel before them still runs. */
+__device__ __forceinline__ void mk_d_l2_bulk_block(const void *p, size_t bytes) {
+    const char *c = (const char *)p;
+    for (size_t off = (size_t)threadIdx.x * 16384; off < bytes; off += (size_t)blockDim.x * 16384) {
+        const size_t left = bytes - off;
+        const unsigned sz = (unsigned)(left < 16384 ? left : 16384);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c + off), "r"(sz) : "memory");
+    }
+}
+
 /* The 128-byte line at p into L2 (a hint: nothing waits for it). */
 __device__ __forceinline__ void mk_d_l2_prefetch(const void *p) {
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));

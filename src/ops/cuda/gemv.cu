@@ -314,13 +314,16 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
                                                           int m, int n, int k, int per, float *__restrict__ y,
                                                           int round, const uint8_t *__restrict__ W2,
                                                           const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2) {
+                                                          float *__restrict__ y2, int l2pf) {
     mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, s1 = n >> 4, ns = s1 + (n2 >> 4);
+    if (l2pf) /* the block's slabs (16 contiguous rows each) into L2 before the wait (tuning gemv_l2pf) */
+        for (int sl = (int)blockIdx.y; sl < ns; sl += (int)gridDim.y)
+            mk_d_l2_bulk_block(sl < s1 ? W + (size_t)sl * 16 * k : W2 + (size_t)(sl - s1) * 16 * k, (size_t)16 * k);
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
     const int ng = (per + 1) >> 1; /* items per slab */
     const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
@@ -631,7 +634,7 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, ctx->tune.gemv_l2pf),
                   err, "cuda: fp8 gemv launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;
@@ -1725,11 +1728,15 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
                                                     const float *__restrict__ sx, int m, int n,
                                                     int k, int per, float *__restrict__ y,
                                                     int round, float *__restrict__ ws,
-                                                    unsigned *__restrict__ counters, int xs, int gn) {
+                                                    unsigned *__restrict__ counters, int xs, int gn, int pfr) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
     const int n0 = blockIdx.y * 16;
+    /* tuning gemv_l2pf: the first pfr blocks (the first wave) request slabs y, y + pfr, ... into L2
+     * before the wait, the later waves' too */
+    if (pfr && blockIdx.x == 0 && blockIdx.z == 0 && (int)blockIdx.y < pfr)
+        for (int sl = (int)blockIdx.y; sl < (int)gridDim.y; sl += pfr) mk_d_l2_bulk_block(W + (size_t)sl * 16 * k, (size_t)16 * k);
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
         const int gi = gn ? n0 / gn : 0; /* the group's columns of x */
@@ -1929,8 +1936,17 @@ int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *x
         return MK_OK;
     }
     dim3 grid((m + 7) / 8, n / 16, p.splits);
+    int pfr = 0;
+    if (ctx->tune.gemv_l2pf && m <= 8 && p.splits == 1) { /* the blocks of the first wave */
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv_dq<2>, p.nw * 32, 0) != cudaSuccess) {
+            cudaGetLastError();
+            per_sm = 1;
+        }
+        pfr = (per_sm > 0 ? per_sm : 1) * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
+    }
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_dq<2>, (const uint8_t *)W->w, W->scale, xh, sx,
-                          m, n, k, p.per, y, round, ws, ctx->counters, G * k, G > 1 ? n / G : 0),
+                          m, n, k, p.per, y, round, ws, ctx->counters, G * k, G > 1 ? n / G : 0, pfr),
               err, "cuda: fp8_dq gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq gemv launch");
     return MK_OK;
