@@ -459,8 +459,9 @@ static void test_lane(void) {
     mk_cuda_ctx_set_tuning(ctx, &def);
     n_checks++;
     if (!ok) n_fail++;
-    printf("| %-40s | %-26s | lane off / on / evict_last, branch off / on / eager: captured GEMVs = "
-           "eager, bit for bit; prefetches launched and joined: %s%s%s |\n",
+    printf("| %-40s | %-26s | lane off / on / evict_last, branch off / on / eager / on with priorities: "
+           "captured GEMVs = eager, bit for bit; prefetches launched and joined; main-stream kernels at the "
+           "greatest priority and the branch's at the least with prio, none at the greatest without: %s%s%s |\n",
            "L2 lane (spans, experts), side branch", "fp8 4096x4096, fp4 1024x4096", ok ? "PASS" : "FAIL", ok ? "" : ": ", why);
     mk_cuda_wmat_free(ctx, &Ad);
     mk_cuda_wmat_free(ctx, &Bd);

@@ -53,7 +53,6 @@ struct mk_cuda_ctx {
     /* the side branch (lane.cu): while in_branch, `stream` is `side` and `main` the main stream */
     int in_branch, branch_pending;
     int prio_hi, prio_lo;           /* the device's greatest and least stream priorities (tuning prio) */
-    int nopdl_next;                 /* the next launch without programmatic dependent launch (tuning lead_nopdl) */
     cudaStream_t side, main;
     cudaEvent_t side_fork, side_done;
 };
@@ -89,9 +88,7 @@ static inline cudaError_t mk_cuda_launch_cluster(mk_cuda_ctx *ctx, dim3 grid, di
         at[n].val.clusterDim.z = 1;
         n++;
     }
-    const int nopdl = ctx->nopdl_next;
-    ctx->nopdl_next = 0;
-    if (pdl && ctx->tune.gemv_pdl && !nopdl) {
+    if (pdl && ctx->tune.gemv_pdl) {
         at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[n].val.programmaticStreamSerializationAllowed = 1;
         n++;
@@ -355,19 +352,6 @@ __device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t byt
     const char *c = (const char *)p;
     for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + off));
-}
-
-/* [p, p + bytes) into L2 by the calling block's threads, one bulk prefetch (the TMA unit's
- * cp.async.bulk.prefetch.L2) per 16 KiB piece; p and bytes multiples of 16. A hint: nothing waits
- * for it. The decode GEMVs issue it for their whole weight range before their PDL wait (tuning
- * gemv_l2pf): the bytes stream while the kernel before them still runs. */
-__device__ __forceinline__ void mk_d_l2_bulk_block(const void *p, size_t bytes) {
-    const char *c = (const char *)p;
-    for (size_t off = (size_t)threadIdx.x * 16384; off < bytes; off += (size_t)blockDim.x * 16384) {
-        const size_t left = bytes - off;
-        const unsigned sz = (unsigned)(left < 16384 ? left : 16384);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c + off), "r"(sz) : "memory");
-    }
 }
 
 /* The 128-byte line at p into L2 (a hint: nothing waits for it). */

@@ -314,16 +314,13 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
                                                           int m, int n, int k, int per, float *__restrict__ y,
                                                           int round, const uint8_t *__restrict__ W2,
                                                           const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2, int l2pf) {
+                                                          float *__restrict__ y2) {
     mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, s1 = n >> 4, ns = s1 + (n2 >> 4);
-    if (l2pf) /* the block's slabs (16 contiguous rows each) into L2 before the wait (tuning gemv_l2pf) */
-        for (int sl = (int)blockIdx.y; sl < ns; sl += (int)gridDim.y)
-            mk_d_l2_bulk_block(sl < s1 ? W + (size_t)sl * 16 * k : W2 + (size_t)(sl - s1) * 16 * k, (size_t)16 * k);
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
     const int ng = (per + 1) >> 1; /* items per slab */
     const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
@@ -634,7 +631,7 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, ctx->tune.gemv_l2pf),
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
                   err, "cuda: fp8 gemv launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;
@@ -1456,7 +1453,7 @@ struct bf16_set {
 template <int U>
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
                                                       int per, float *__restrict__ ws,
-                                                      unsigned *__restrict__ counters, int l2pf) {
+                                                      unsigned *__restrict__ counters) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
@@ -1482,12 +1479,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
     const int c0 = 2 * t, c1 = 2 * t + 1;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (l2pf && t == 0 && s1 - s0 > U) { /* steps s0 + U .. s1 of the lane's two rows into L2 (tuning bf16_l2pf) */
-        const unsigned sz = (unsigned)(s1 - s0 - U) * 64;
-        const size_t off = (size_t)(s0 + U) * 64;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w0 + off), "r"(sz) : "memory");
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w1 + off), "r"(sz) : "memory");
-    }
     for (int st = s0; st < s1; st += U) {
         uint4 a[U][2], b[U];
 #pragma unroll
@@ -1668,8 +1659,7 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters,
-                          ctx->tune.bf16_l2pf), err,
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
               "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
@@ -1704,7 +1694,7 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
     gemv_plan p = plan_for(ctx, W[0]->n / 16, W[0]->k / 32);
     dim3 grid((m + 7) / 8, M.s0[count], 1);
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, W[0]->k, p.per, (float *)NULL,
-                          ctx->counters, ctx->tune.bf16_l2pf),
+                          ctx->counters),
               err, "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
@@ -1728,15 +1718,11 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
                                                     const float *__restrict__ sx, int m, int n,
                                                     int k, int per, float *__restrict__ y,
                                                     int round, float *__restrict__ ws,
-                                                    unsigned *__restrict__ counters, int xs, int gn, int pfr) {
+                                                    unsigned *__restrict__ counters, int xs, int gn) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
     const int n0 = blockIdx.y * 16;
-    /* tuning gemv_l2pf: the first pfr blocks (the first wave) request slabs y, y + pfr, ... into L2
-     * before the wait, the later waves' too */
-    if (pfr && blockIdx.x == 0 && blockIdx.z == 0 && (int)blockIdx.y < pfr)
-        for (int sl = (int)blockIdx.y; sl < (int)gridDim.y; sl += pfr) mk_d_l2_bulk_block(W + (size_t)sl * 16 * k, (size_t)16 * k);
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
         const int gi = gn ? n0 / gn : 0; /* the group's columns of x */
@@ -1936,17 +1922,8 @@ int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *x
         return MK_OK;
     }
     dim3 grid((m + 7) / 8, n / 16, p.splits);
-    int pfr = 0;
-    if (ctx->tune.gemv_l2pf && m <= 8 && p.splits == 1) { /* the blocks of the first wave */
-        int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv_dq<2>, p.nw * 32, 0) != cudaSuccess) {
-            cudaGetLastError();
-            per_sm = 1;
-        }
-        pfr = (per_sm > 0 ? per_sm : 1) * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
-    }
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_dq<2>, (const uint8_t *)W->w, W->scale, xh, sx,
-                          m, n, k, p.per, y, round, ws, ctx->counters, G * k, G > 1 ? n / G : 0, pfr),
+                          m, n, k, p.per, y, round, ws, ctx->counters, G * k, G > 1 ? n / G : 0),
               err, "cuda: fp8_dq gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq gemv launch");
     return MK_OK;

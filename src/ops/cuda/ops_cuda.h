@@ -219,15 +219,8 @@ typedef struct {
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
-                            * places the critical path's blocks first. No value changes; MINKE_CUDA_PRIO */
-    int bf16_l2pf;         /* 1: k_gemv_bf16's warps request their steps past the first U into L2 before
-                            * the PDL wait (the gate: its second round of weight loads then hits L2);
-                            * no value changes; MINKE_CUDA_BF16_L2PF */
-    int gemv_l2pf;         /* 1: the decode FP8 GEMVs (pipelined and wo_a's dequantizing one) request their
-                            * whole weight range into L2 (bulk prefetches) before their PDL wait, while
-                            * the kernel before them runs; no value changes; MINKE_CUDA_GEMV_L2PF */
-    int lead_nopdl;        /* experiment: 1: in a capture, the kernel after the embedding launched without
-                            * programmatic dependent launch; 2: the embedding too; MINKE_CUDA_LEAD_NOPDL */
+                            * places the critical path's blocks first. No value changes; default 1 (H100,
+                            * session 30: greedy step ~1.2% shorter); MINKE_CUDA_PRIO=0 */
     int route_warp;        /* 1: a one-token routing's weights and plan (mk_cuda_moe_route_plan, K <= 32) by
                             * the 32 lanes of a warp instead of one thread's loops over global memory (the
                             * same outputs); MINKE_CUDA_ROUTE_WARP */
