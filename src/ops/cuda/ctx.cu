@@ -226,8 +226,11 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
                      ctx->caps.name, ctx->caps.cc_major, ctx->caps.cc_minor);
         goto fail;
     }
-    e = cudaDeviceGetStreamPriorityRange(&ctx->prio_lo, &ctx->prio_hi);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+    if (cudaDeviceGetStreamPriorityRange(&ctx->prio_lo, &ctx->prio_hi) != cudaSuccess) {
+        cudaGetLastError(); /* no priorities: every kernel at 0 (tuning prio then changes nothing) */
+        ctx->prio_lo = ctx->prio_hi = 0;
+    }
+    e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         st = mk_cuda_fail(err, e, "cudaStreamCreate");
         goto fail;
