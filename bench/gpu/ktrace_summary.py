@@ -20,6 +20,17 @@ def short(name):
     return n.split("<")[0]
 
 
+def base_name(name):
+    """A kernel's bare name: the identifier of an Itanium-mangled _Z<len><name>..., else short()."""
+    if name.startswith("_Z"):
+        i = 2
+        while i < len(name) and name[i].isdigit():
+            i += 1
+        if i > 2:
+            return name[i:i + int(name[2:i])]
+    return short(name)
+
+
 def main():
     path = sys.argv[1]
     want = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -95,6 +106,34 @@ def main():
     print("| --- | ---: | ---: | ---: |")
     for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
         print("| %s | %d | %.1f | %.1f |" % (n, c, t / 1e3, 100.0 * t / tot if tot else 0.0))
+    sublayers(reps)
+
+
+def sublayers(reps):
+    """The step cut at the ends of the hc collapses (k_hc_pre_fin / k_hc_head_fin, which open each
+    sub-layer): per segment, the median over the complete replays of the time from one collapse's end
+    to the next's (the last: to the replay's end) and the kernels launched in it. A segment's time is
+    what its chain adds to the step, whatever ran beside it."""
+    cuts = [i for i, r in enumerate(reps[0]) if "hc_pre_fin" in r[8] or "hc_head_fin" in r[8]]
+    if not cuts:
+        return
+    bounds = [(0, cuts[0])] + [(cuts[j], cuts[j + 1]) for j in range(len(cuts) - 1)] + [(cuts[-1], len(reps[0]) - 1)]
+    print("\nsub-layers (cut at the hc collapses' ends; median over %d replays):\n" % len(reps))
+    print("| # | from | us | kernels |")
+    print("| ---: | --- | ---: | --- |")
+    for j, (a, b) in enumerate(bounds):
+        ds = []
+        for rep in reps:
+            start = rep[0][0] if j == 0 else rep[a][1]
+            ds.append(max(r[1] for r in rep[a:b + 1]) - start if j == len(bounds) - 1 else rep[b][1] - start)
+        ds.sort()
+        names = {}
+        for r in reps[0][a + (0 if j == 0 else 1):b + 1]:
+            n = base_name(r[8])
+            names[n] = names.get(n, 0) + 1
+        kern = ", ".join("%s%s" % (n, " x%d" % c if c > 1 else "") for n, c in names.items())
+        print("| %d | %s | %.1f | %s |" % (j, "step start" if j == 0 else "collapse %d" % (j - 1), ds[len(ds) // 2] / 1e3,
+                                          kern))
 
 
 if __name__ == "__main__":
