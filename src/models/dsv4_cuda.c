@@ -1243,15 +1243,19 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     }
     /* wq_a and wkv read x, wq_b and the indexer's wq_b read qr: each input is prepared (quantized)
      * once for both where the kinds agree */
-    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | (x_q ? MK_CUDA_LIN_REUSE_X : 0), &L->wq_a, &L->wkv, x, R,
-                            w->qr, w->kv, 1, w->lin, w->lin_bytes, err));
     /* q_norm, and where wq_b takes a quantized input, its quantization (the indexer's wq_b, of the
-     * same kind and k, reuses it) in the same launch */
+     * same kind and k, reuses it) in the same launch (with the tuning's norm_tail, in wq_a's) */
     mk_cuda_actq aqb;
     const int qb = lin_in_q(C, &L->wq_b, &aqb) && (r != 4 || (L->idx_wq_b.kind == L->wq_b.kind &&
                                                                L->idx_wq_b.k == L->wq_b.k));
-    if (qb) TRY(mk_cuda_rmsnorm_quant(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, &aqb, err));
-    else TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
+    const int fa = MK_CUDA_LIN_ROW_INVARIANT | (x_q ? MK_CUDA_LIN_REUSE_X : 0);
+    if (qb) {
+        TRY(mk_cuda_linear_pair_nq(ctx, fa, &L->wq_a, &L->wkv, x, R, w->qr, w->kv, 1, w->lin, w->lin_bytes, L->q_norm,
+                                   c->norm_eps, &aqb, err));
+    } else {
+        TRY(mk_cuda_linear_pair(ctx, fa, &L->wq_a, &L->wkv, x, R, w->qr, w->kv, 1, w->lin, w->lin_bytes, err));
+        TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
+    }
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
     const int fq = MK_CUDA_LIN_ROW_INVARIANT | (qb ? MK_CUDA_LIN_REUSE_X : 0);
     if (r == 4)

@@ -726,6 +726,92 @@ static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, in
     free(x), free(ref), free(scr), free(ha1), free(ha2), free(hb1), free(hb2);
 }
 
+/* mk_cuda_linear_pair_nq with the tuning's norm_tail (q_norm in wq_a / wkv's launch, run by its last
+ * block) = without it (mk_cuda_linear_pair then mk_cuda_rmsnorm_quant), bit for bit: y1 normalized in
+ * place, y2, the quantized bytes and scales; each captured and replayed twice (the arrival counter is
+ * left zero), with fused: the capture holds one kernel fewer (the norm ran in the GEMV's launch). */
+static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
+    mk_wmat Ah, Bh, Ad, Bd;
+    make_weights(&Ah, MK_W_FP8, n1, k);
+    make_weights(&Bh, MK_W_FP8, n2, k);
+    float *x = xmalloc(sizeof(float) * m * k);
+    fill_act(x, (size_t)m * k, 1.0f);
+    uint16_t *wh = xmalloc(sizeof(uint16_t) * n1);
+    for (int i = 0; i < n1; i++) wh[i] = mk_f32_to_bf16(1.0f + 0.1f * rnd_n());
+    CK(mk_cuda_wmat_upload(ctx, &Ah, &Ad, &err_));
+    CK(mk_cuda_wmat_upload(ctx, &Bh, &Bd, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k);
+    uint16_t *dw = dup_dev(wh, sizeof(uint16_t) * n1);
+    const size_t nq = (size_t)m * n1, nb = (size_t)m * (n1 / 128);
+    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Ad, &Bd, m);
+    mk_cuda_tuning def, t;
+    mk_cuda_ctx_get_tuning(ctx, &def);
+    float *ha[2], *hb[2], *hs[2];
+    uint8_t *hq[2];
+    size_t nodes[2] = {0, 0};
+    int same = 1;
+    char why[160] = "";
+    for (int tail = 0; tail <= 1; tail++) {
+        t = def;
+        t.norm_tail = tail;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        float *a = poisoned_dev(sizeof(float) * nq), *b = poisoned_dev(sizeof(float) * m * n2);
+        float *sa = poisoned_dev(sizeof(float) * nb);
+        uint8_t *q = poisoned_dev(nq);
+        void *ds = poisoned_dev(sb);
+        const mk_cuda_actq aq = {q, sa, 0};
+        mk_cuda_graph *gr = NULL;
+        CK(mk_cuda_capture_begin(ctx, &err_));
+        CK(mk_cuda_linear_pair_nq(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Ad, &Bd, dx, m, a, b, 1, ds, sb, dw, 1e-6f, &aq,
+                                  &err_));
+        CK(mk_cuda_capture_end(ctx, &gr, &err_));
+        nodes[tail] = mk_cuda_graph_nodes(gr);
+        ha[tail] = xmalloc(sizeof(float) * nq), hb[tail] = xmalloc(sizeof(float) * m * n2);
+        hs[tail] = xmalloc(sizeof(float) * nb), hq[tail] = xmalloc(nq);
+        for (int rep = 0; rep < 2 && gr; rep++) {
+            CK(mk_cuda_graph_launch(ctx, gr, &err_));
+            float *a2 = xmalloc(sizeof(float) * nq), *s2 = xmalloc(sizeof(float) * nb);
+            uint8_t *q2 = xmalloc(nq);
+            fetch(rep ? a2 : ha[tail], a, sizeof(float) * nq);
+            fetch(rep ? s2 : hs[tail], sa, sizeof(float) * nb);
+            fetch(rep ? q2 : hq[tail], q, nq);
+            if (!rep) fetch(hb[tail], b, sizeof(float) * m * n2);
+            if (rep && (memcmp(a2, ha[tail], sizeof(float) * nq) || memcmp(s2, hs[tail], sizeof(float) * nb) ||
+                        memcmp(q2, hq[tail], nq))) {
+                same = 0;
+                snprintf(why, sizeof why, "tail %d: the replay differs from the first", tail);
+            }
+            free(a2), free(s2), free(q2);
+        }
+        mk_cuda_graph_free(gr);
+        void *dv[] = {a, b, sa, q, ds};
+        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
+    }
+    mk_cuda_ctx_set_tuning(ctx, &def);
+    if (memcmp(ha[0], ha[1], sizeof(float) * nq) || memcmp(hb[0], hb[1], sizeof(float) * m * n2) ||
+        memcmp(hs[0], hs[1], sizeof(float) * nb) || memcmp(hq[0], hq[1], nq)) {
+        same = 0;
+        snprintf(why, sizeof why, "the outputs with the norm in the launch differ");
+    }
+    if (same && (fused ? nodes[1] + 1 != nodes[0] : nodes[1] != nodes[0])) {
+        same = 0;
+        snprintf(why, sizeof why, "%zu captured nodes with the tail, %zu without (fused expected: %d)", nodes[1],
+                 nodes[0], fused);
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "fp8 n%d + n%d, k%d m%d", n1, n2, k, m);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = pair then rmsnorm_quant (y1, y2, bytes, scales), bit for bit, replayed twice, %s: "
+           "%s%s%s |\n", "linear pair + q_norm in its launch", shape, fused ? "one kernel fewer" : "the same launches",
+           same ? "PASS" : "FAIL", same ? "" : ": ", why);
+    for (int i = 0; i < 2; i++) free(ha[i]), free(hb[i]), free(hs[i]), free(hq[i]);
+    mk_cuda_wmat_free(ctx, &Ad), mk_cuda_wmat_free(ctx, &Bd);
+    mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dw);
+    free((void *)Ah.w), free((void *)Ah.scale), free((void *)Bh.w), free((void *)Bh.scale);
+    free(x), free(wh);
+}
+
 /* The attention output's inverse RoPE inside wo_a's grouped linear (mk_cuda_linear_grouped_rope)
  * = mk_cuda_rope_at then mk_cuda_linear_grouped, bit for bit: the rotated x (in place) and y.
  * x [m, G k] holds m rows of heads of D (k % D == 0), positions pos [m]. */
@@ -3222,6 +3308,9 @@ int main(int argc, char **argv) {
     test_linear_pair(MK_W_FP8, 4096, MK_W_FP8, 512, 1024, 1);  /* plans differ: two launches */
     test_linear_pair(MK_W_FP8, 512, MK_W_BF16, 256, 1024, 3);  /* kinds differ */
     test_linear_pair(MK_W_BF16, 512, MK_W_BF16, 256, 4096, 3); /* bf16: the second reuses the first's converted x */
+    test_linear_pair_nq(1024, 512, 4096, 1, 1); /* V4-Flash's wq_a + wkv, q_norm in the launch */
+    test_linear_pair_nq(1024, 512, 4096, 3, 1);
+    test_linear_pair_nq(1024, 512, 4096, 9, 0); /* more than 8 rows: the two ops */
     { /* the DeepSeek-V4 CSA layer's bf16 projections of x: indexer compressor, indexer weights, compressor */
         const mk_wkind kb[5] = {MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16};
         const int n5[5] = {256, 256, 64, 1024, 1024}, n2[2] = {512, 512};

@@ -197,6 +197,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* H100, session 30: greedy step 1.001-1.006 ms against 1.011-1.022 without, same calls (the gate no
      * longer waits behind the side branch's shared expert for SMs) */
     ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 1);
+    ctx->tune.norm_tail = env_switch("MINKE_CUDA_NORM_TAIL", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -381,6 +382,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
     ctx->tune.branch = ctx->tune.branch != 0;
     ctx->tune.prio = ctx->tune.prio != 0;
+    ctx->tune.norm_tail = ctx->tune.norm_tail != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

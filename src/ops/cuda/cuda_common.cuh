@@ -439,6 +439,9 @@ int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * ws holds both's partials), each exactly as its own launch: only when their launch plans agree
  * (_pair_ok). */
 int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2);
+int mk_cuda_gemv_fp8_pair_nq(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
+                             int m, float *y, float *y2, int round, const uint16_t *nw, float eps, const mk_cuda_actq *aq,
+                             mk_err *err);
 int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
                           int m, float *y, float *y2, int round, float *ws, mk_err *err);
 int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,

@@ -309,12 +309,25 @@ struct fp8_item {
     float sb[2];
 };
 
+/* The norm of the first matrix's output rows that k_gemv_fp8_pipe<true>'s last block runs
+ * (mk_cuda_gemv_fp8_pair_nq): mk_d_rmsnorm_quant_row of each row of y in place (weight w, eps) into
+ * q / sa; cnt: an arrival counter, zero between launches. */
+struct gemv_norm_tail {
+    const uint16_t *w;
+    float eps;
+    int perm;
+    uint8_t *q;
+    float *sa;
+    unsigned *cnt;
+};
+
+template <bool TAIL>
 __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
                                                           const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                           int m, int n, int k, int per, float *__restrict__ y,
                                                           int round, const uint8_t *__restrict__ W2,
                                                           const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2) {
+                                                          float *__restrict__ y2, const gemv_norm_tail nt) {
     mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
@@ -391,6 +404,26 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
         }
     };
     gemv_pipe2<fp8_item>(total, load, comp);
+    if (TAIL) { /* the last block to finish: the norm of y's rows (every slab of y is stored) */
+        __shared__ int last;
+        __shared__ float row[1024]; /* n <= 4 blockDim.x (the caller checks) */
+        __syncthreads(); /* this block's stores are issued */
+        if (threadIdx.x == 0) {
+            __threadfence();
+            last = atomicAdd(nt.cnt, 1u) == gridDim.y - 1;
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        for (int r = 0; r < m; r++) { /* the row through L2 into shared memory, then k_rmsnorm_quant's code */
+            for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = __ldcg(y + (size_t)r * n + i);
+            __syncthreads();
+            mk_d_rmsnorm_quant_row(row, n, nt.w, nt.eps, y + (size_t)r * n, nt.perm, nt.q + (size_t)r * n,
+                                   nt.sa + (size_t)r * (n >> 7));
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) *nt.cnt = 0;
+    }
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -596,6 +629,33 @@ int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_
     return a.per == b.per && a.nw == b.nw && a.splits == b.splits;
 }
 
+/* mk_cuda_gemv_fp8_pair as its pipelined launch whose last block then runs mk_cuda_rmsnorm_quant's code
+ * on y (n values a row) in place, into aq: the same bits. MK_ENOTSUP (nothing launched) where that
+ * launch does not apply: more than 8 rows, split-K, the row-invariant GEMM, the pipe off, or blocks
+ * whose thread count is not the norm's (mk_cuda_rmsnorm_threads(n)) or that cannot hold its row. */
+int mk_cuda_gemv_fp8_pair_nq(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
+                             int m, float *y, float *y2, int round, const uint16_t *nw, float eps, const mk_cuda_actq *aq,
+                             mk_err *err) {
+    const int n = W->n, k = W->k, n2 = W2 ? W2->n : 0;
+    if (m < 1 || m > 8 || n % 128 || n / 16 > 65535 || k % 128 || !aq || !aq->q || !aq->sa || !ctx->tune.gemv_pipe ||
+        (W2 && !mk_cuda_gemv_fp8_pair_ok(ctx, W, W2)))
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv with norm: not this shape");
+    const gemv_plan p = plan_for(ctx, n / 16, k / 128);
+    const int th = p.nw * 32;
+    if (p.splits != 1 || ri_tiles_for(ctx, m, (n + n2) / 16) > 1 || th != mk_cuda_rmsnorm_threads(n) || th % 128 ||
+        n > 4 * th || n > 1024)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv with norm: not this launch plan");
+    /* the last arrival counter: split-K slabs count at their slab index (< 65535) */
+    const gemv_norm_tail nt = {nw, eps, aq->perm, aq->q, aq->sa, ctx->counters + (MK_CUDA_COUNTERS - 1)};
+    MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), th, k_gemv_fp8_pipe<true>,
+                          (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
+                          W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL, W2 ? W2->scale : (const uint8_t *)NULL,
+                          n2, y2, nt),
+              err, "cuda: fp8 gemv with norm launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) with norm launch");
+    return MK_OK;
+}
+
 int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err) {
     return mk_cuda_gemv_fp8_pair(ctx, W, NULL, xq, sa, m, y, NULL, round, ws, err);
@@ -628,10 +688,11 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         return MK_OK;
     }
     if (p.splits == 1 && m <= 8 && ctx->tune.gemv_pipe) { /* decode: the pipelined GEMV, the same bits */
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
+        const gemv_norm_tail none = {NULL, 0.0f, 0, NULL, NULL, NULL};
+        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe<false>,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, none),
                   err, "cuda: fp8 gemv launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;

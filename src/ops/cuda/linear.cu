@@ -268,6 +268,37 @@ extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W
     return MK_OK;
 }
 
+extern "C" int mk_cuda_linear_pair_nq(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x,
+                                      int m, float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes,
+                                      const uint16_t *nw, float eps, const mk_cuda_actq *aq, mk_err *err) {
+    if (m < 0 || !W1 || !W2 || !W1->w || !W2->w || !aq || !aq->q || !aq->sa)
+        return mk_fail(err, MK_EINVAL, "cuda: linear pair with norm: bad arguments");
+    if (m == 0) return MK_OK;
+    if (ctx->tune.norm_tail && m <= 8 && mk_cuda_linear_pair_one_launch(ctx, flags, W1, W2, m)) {
+        if (!scratch || scratch_bytes < mk_cuda_linear_pair_scratch(ctx, W1, W2, m))
+            return mk_fail(err, MK_EINVAL, "cuda: linear pair: scratch of %zu bytes, %zu needed", scratch_bytes,
+                           mk_cuda_linear_pair_scratch(ctx, W1, W2, m));
+        scratch_layout L = layout_for(ctx, W1, m);
+        uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+        uint8_t *xq = base + L.xq;
+        float *sa = (float *)(base + L.sa);
+        if (!(flags & MK_CUDA_LIN_REUSE_X)) {
+            int st = mk_cuda_quant_launch(ctx, x, m, W1->k, 0, xq, sa, err);
+            if (st) return st;
+        }
+        mk_err e2;
+        memset(&e2, 0, sizeof e2);
+        int st = mk_cuda_gemv_fp8_pair_nq(ctx, W1, W2, xq, sa, m, y1, y2, round_bf16, nw, eps, aq, &e2);
+        if (st != MK_ENOTSUP) {
+            if (st && err) *err = e2;
+            return st;
+        }
+        flags |= MK_CUDA_LIN_REUSE_X; /* x is quantized in the scratch now */
+    }
+    int st = mk_cuda_linear_pair(ctx, flags, W1, W2, x, m, y1, y2, round_bf16, scratch, scratch_bytes, err);
+    return st ? st : mk_cuda_rmsnorm_quant(ctx, y1, m, W1->n, nw, eps, y1, aq, err);
+}
+
 /* ---- several linears over one input (the compressors' and the indexer's bf16 projections of x) --- */
 
 extern "C" size_t mk_cuda_linear_multi_scratch(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, int m) {

@@ -216,6 +216,8 @@ typedef struct {
                             * since the routed experts alone run at moe_occ's blocks an SM (H100, session
                             * 27: greedy step 1.016 / 1.013 ms against 1.029 / 1.026 / 1.025 without,
                             * same call; no gain at 2 blocks an SM), MINKE_CUDA_BRANCH=0 */
+    int norm_tail;         /* experiment: 1: mk_cuda_linear_pair_nq runs the norm in the GEMV launch's last
+                            * block (same bits); default 0 (not yet measured); MINKE_CUDA_NORM_TAIL */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
@@ -505,6 +507,13 @@ typedef struct {
  * the norm's threads cover 128-blocks (d % 128 == 0, d <= 4096), else two. y may alias x. */
 int mk_cuda_rmsnorm_quant(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w, float eps, float *y,
                           const mk_cuda_actq *aq, mk_err *err);
+/* mk_cuda_linear_pair, then mk_cuda_rmsnorm_quant of y1 in place (weight nw, eps; into aq): the same
+ * bits. With the tuning's norm_tail, where the pair is one pipelined FP8 GEMV launch (at most 8 rows)
+ * whose blocks have the norm's thread count, the launch's last block to finish runs the norm and the
+ * quantization itself (one kernel boundary fewer: q_norm after wq_a / wkv); else the two ops. */
+int mk_cuda_linear_pair_nq(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
+                           float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes,
+                           const uint16_t *nw, float eps, const mk_cuda_actq *aq, mk_err *err);
 /* hc_pre / hc_head followed by mk_cuda_rmsnorm(x, nw, neps) of their output, in place: the same
  * bits, in one kernel fewer where the finishing kernel can run the norm itself (d = 4096). With
  * aq (or NULL), hc_pre_norm also writes mk_cuda_act_quant(x) there, the same bits, in the same
