@@ -407,11 +407,9 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
     if (TAIL) { /* the last block to finish: the norm of y's rows (every slab of y is stored) */
         __shared__ int last;
         __shared__ float row[1024]; /* n <= 4 blockDim.x (the caller checks) */
-        __syncthreads(); /* this block's stores are issued */
-        if (threadIdx.x == 0) {
-            __threadfence();
-            last = atomicAdd(nt.cnt, 1u) == gridDim.y - 1;
-        }
+        __threadfence(); /* each thread's stores of y visible to every block before the arrival */
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(nt.cnt, 1u) == gridDim.y - 1;
         __syncthreads();
         if (!last) return;
         __threadfence();
