@@ -729,7 +729,9 @@ static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, in
 /* mk_cuda_linear_pair_nq with the tuning's norm_tail (q_norm in wq_a / wkv's launch, run by its last
  * block) = without it (mk_cuda_linear_pair then mk_cuda_rmsnorm_quant), bit for bit: y1 normalized in
  * place, y2, the quantized bytes and scales; each captured and replayed twice (the arrival counter is
- * left zero), with fused: the capture holds one kernel fewer (the norm ran in the GEMV's launch). */
+ * left zero), with fused: the capture holds one kernel fewer (the norm ran in the GEMV's launch). As in
+ * the model, the quantized output goes where the next linear (wq_b: k = n1) reads it in the same
+ * scratch that holds the pair's own quantized input. */
 static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
     mk_wmat Ah, Bh, Ad, Bd;
     make_weights(&Ah, MK_W_FP8, n1, k);
@@ -743,7 +745,11 @@ static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
     float *dx = dup_dev(x, sizeof(float) * m * k);
     uint16_t *dw = dup_dev(wh, sizeof(uint16_t) * n1);
     const size_t nq = (size_t)m * n1, nb = (size_t)m * (n1 / 128);
-    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Ad, &Bd, m);
+    mk_wmat Ch, Cd; /* wq_b's stand-in: only its input's place in the scratch is used */
+    make_weights(&Ch, MK_W_FP8, 256, n1);
+    CK(mk_cuda_wmat_upload(ctx, &Ch, &Cd, &err_));
+    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Ad, &Bd, m), sc = mk_cuda_linear_scratch(ctx, &Cd, m);
+    if (sc > sb) sb = sc;
     mk_cuda_tuning def, t;
     mk_cuda_ctx_get_tuning(ctx, &def);
     float *ha[2], *hb[2], *hs[2];
@@ -756,10 +762,11 @@ static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
         t.norm_tail = tail;
         mk_cuda_ctx_set_tuning(ctx, &t);
         float *a = poisoned_dev(sizeof(float) * nq), *b = poisoned_dev(sizeof(float) * m * n2);
-        float *sa = poisoned_dev(sizeof(float) * nb);
-        uint8_t *q = poisoned_dev(nq);
         void *ds = poisoned_dev(sb);
-        const mk_cuda_actq aq = {q, sa, 0};
+        mk_cuda_actq aq = {NULL, NULL, 0};
+        CK(mk_cuda_linear_xq(ctx, &Cd, m, ds, sb, &aq.q, &aq.sa, &aq.perm, &err_));
+        uint8_t *q = aq.q;
+        float *sa = aq.sa;
         mk_cuda_graph *gr = NULL;
         CK(mk_cuda_capture_begin(ctx, &err_));
         CK(mk_cuda_linear_pair_nq(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Ad, &Bd, dx, m, a, b, 1, ds, sb, dw, 1e-6f, &aq,
@@ -784,7 +791,7 @@ static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
             free(a2), free(s2), free(q2);
         }
         mk_cuda_graph_free(gr);
-        void *dv[] = {a, b, sa, q, ds};
+        void *dv[] = {a, b, ds};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
     }
     mk_cuda_ctx_set_tuning(ctx, &def);
@@ -806,9 +813,10 @@ static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
            "%s%s%s |\n", "linear pair + q_norm in its launch", shape, fused ? "one kernel fewer" : "the same launches",
            same ? "PASS" : "FAIL", same ? "" : ": ", why);
     for (int i = 0; i < 2; i++) free(ha[i]), free(hb[i]), free(hs[i]), free(hq[i]);
-    mk_cuda_wmat_free(ctx, &Ad), mk_cuda_wmat_free(ctx, &Bd);
+    mk_cuda_wmat_free(ctx, &Ad), mk_cuda_wmat_free(ctx, &Bd), mk_cuda_wmat_free(ctx, &Cd);
     mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dw);
     free((void *)Ah.w), free((void *)Ah.scale), free((void *)Bh.w), free((void *)Bh.scale);
+    free((void *)Ch.w), free((void *)Ch.scale);
     free(x), free(wh);
 }
 

@@ -233,6 +233,21 @@ extern "C" int mk_cuda_linear_pair_one_launch(const mk_cuda_ctx *ctx, int flags,
            resolve(ctx, MK_CUDA_K_AUTO, W2, m, flags) == MK_CUDA_K_GEMV;
 }
 
+/* The one-launch pair's input in the scratch: x's quantization at xq / sa (made here unless flags has
+ * MK_CUDA_LIN_REUSE_X), the split-K workspace at ws. */
+static int pair_input(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
+                      void *scratch, size_t scratch_bytes, uint8_t **xq, float **sa, float **ws, mk_err *err) {
+    if (!scratch || scratch_bytes < mk_cuda_linear_pair_scratch(ctx, W1, W2, m))
+        return mk_fail(err, MK_EINVAL, "cuda: linear pair: scratch of %zu bytes, %zu needed", scratch_bytes,
+                       mk_cuda_linear_pair_scratch(ctx, W1, W2, m));
+    scratch_layout L = layout_for(ctx, W1, m);
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    *xq = base + L.xq;
+    *sa = (float *)(base + L.sa);
+    *ws = (float *)(base + L.ws);
+    return flags & MK_CUDA_LIN_REUSE_X ? MK_OK : mk_cuda_quant_launch(ctx, x, m, W1->k, 0, *xq, *sa, err);
+}
+
 extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x,
                                    int m, float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes,
                                    mk_err *err) {
@@ -247,22 +262,15 @@ extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W
         return mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, flags | (same_x ? MK_CUDA_LIN_REUSE_X : 0), W2, x, m, y2,
                                  round_bf16, scratch, scratch_bytes, err);
     }
-    scratch_layout L = layout_for(ctx, W1, m);
-    if (!scratch || scratch_bytes < mk_cuda_linear_pair_scratch(ctx, W1, W2, m))
-        return mk_fail(err, MK_EINVAL, "cuda: linear pair: scratch of %zu bytes, %zu needed", scratch_bytes,
-                       mk_cuda_linear_pair_scratch(ctx, W1, W2, m));
-    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-    uint8_t *xq = base + L.xq;
-    float *sa = (float *)(base + L.sa), *ws = (float *)(base + L.ws);
+    uint8_t *xq;
+    float *sa, *ws;
+    int st = pair_input(ctx, flags, W1, W2, x, m, scratch, scratch_bytes, &xq, &sa, &ws, err);
+    if (st) return st;
     const int k = W1->k, nb = (k + 127) / 128;
-    if (!(flags & MK_CUDA_LIN_REUSE_X)) {
-        int st = mk_cuda_quant_launch(ctx, x, m, k, 0, xq, sa, err);
-        if (st) return st;
-    }
     for (int r0 = 0, step = mk_cuda_gemv_splits(ctx, W1) > 1 ? 8 : m; r0 < m; r0 += step) {
         int mm = m - r0 < step ? m - r0 : step;
-        int st = mk_cuda_gemv_fp8_pair(ctx, W1, W2, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm,
-                                       y1 + (size_t)r0 * W1->n, y2 + (size_t)r0 * W2->n, round_bf16, ws, err);
+        st = mk_cuda_gemv_fp8_pair(ctx, W1, W2, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, y1 + (size_t)r0 * W1->n,
+                                   y2 + (size_t)r0 * W2->n, round_bf16, ws, err);
         if (st) return st;
     }
     return MK_OK;
@@ -275,20 +283,13 @@ extern "C" int mk_cuda_linear_pair_nq(mk_cuda_ctx *ctx, int flags, const mk_wmat
         return mk_fail(err, MK_EINVAL, "cuda: linear pair with norm: bad arguments");
     if (m == 0) return MK_OK;
     if (ctx->tune.norm_tail && m <= 8 && mk_cuda_linear_pair_one_launch(ctx, flags, W1, W2, m)) {
-        if (!scratch || scratch_bytes < mk_cuda_linear_pair_scratch(ctx, W1, W2, m))
-            return mk_fail(err, MK_EINVAL, "cuda: linear pair: scratch of %zu bytes, %zu needed", scratch_bytes,
-                           mk_cuda_linear_pair_scratch(ctx, W1, W2, m));
-        scratch_layout L = layout_for(ctx, W1, m);
-        uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-        uint8_t *xq = base + L.xq;
-        float *sa = (float *)(base + L.sa);
-        if (!(flags & MK_CUDA_LIN_REUSE_X)) {
-            int st = mk_cuda_quant_launch(ctx, x, m, W1->k, 0, xq, sa, err);
-            if (st) return st;
-        }
+        uint8_t *xq;
+        float *sa, *ws;
+        int st = pair_input(ctx, flags, W1, W2, x, m, scratch, scratch_bytes, &xq, &sa, &ws, err);
+        if (st) return st;
         mk_err e2;
         memset(&e2, 0, sizeof e2);
-        int st = mk_cuda_gemv_fp8_pair_nq(ctx, W1, W2, xq, sa, m, y1, y2, round_bf16, nw, eps, aq, &e2);
+        st = mk_cuda_gemv_fp8_pair_nq(ctx, W1, W2, xq, sa, m, y1, y2, round_bf16, nw, eps, aq, &e2);
         if (st != MK_ENOTSUP) {
             if (st && err) *err = e2;
             return st;
