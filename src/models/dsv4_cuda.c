@@ -1425,6 +1425,12 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             TRY(st2);
         }
     }
+    /* the tuning's moe_late_plan: with x already quantized where the routed experts read it and the
+     * shared expert on the side, nothing needs to run between the routing and w1 / w3: the GEMV
+     * starts early and reads the plan after its wait (MK_CUDA_MOE_PLAN_FRESH) */
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu);
+    const int late = tu.moe_late_plan && T == 1 && x_q && sh_side && !(C->hk && C->hk->moe);
     TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
     if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
         TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
@@ -1436,8 +1442,9 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
         TRY(mk_cuda_moe_weights(ctx, w->gsc, T, E, K, c->route_scale, w->gidx, w->gw, err));
         TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
     } else { /* the routing, its weights and the plan (one launch for one token) */
-        TRY(mk_cuda_moe_route_plan(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, c->route_scale,
-                                   w->gidx, w->gmargin, w->gw, w->plan, w->sw, err));
+        TRY(mk_cuda_moe_route_plan_ex(ctx, late ? MK_CUDA_MOE_ROUTE_EARLY : 0, w->gsc, T, E, K, L->gate_bias,
+                                      L->tid2eid, w->tok, c->vocab, c->route_scale, w->gidx, w->gmargin, w->gw,
+                                      w->plan, w->sw, err));
     }
     TRY(dumpv(C, w->gw, T, K, 0, err, "L%d.moe.weights", layer));
     mark(C, "moe: gate, route, plan");
@@ -1452,8 +1459,9 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
          * waits for the kernel before it, so a kernel must run between the plan and it: the
          * activation quantization for the routed experts, or, when the op that made x already
          * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
-        if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
-                                  * again (the same bytes), the kernel between the plan and the GEMV */
+        if (late) { /* w->mxq holds x's bytes; no kernel between the plan and the GEMV */
+        } else if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
+                                         * again (the same bytes), the kernel between the plan and the GEMV */
             TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
         } else {
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
@@ -1493,9 +1501,10 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             mark(C, "moe: routed and shared experts");
             goto combine;
         }
-        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
-                                 (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
-                                 w->plan, T, K, E, w->act, w->actd, 0, err));
+        TRY(mk_cuda_moe_gemv_fp4_ex(ctx, late ? MK_CUDA_MOE_PLAN_FRESH : 0, (const void *const *)L->ew1,
+                                    (const uint8_t *const *)L->es1, (const void *const *)L->ew3,
+                                    (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1, w->plan, T, K, E, w->act,
+                                    w->actd, 0, err));
         TRY(mk_cuda_swiglu_quant(ctx, w->act, w->actd, w->sw, T * K, I, lim, 1, NULL, w->mxq, w->msa, err));
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
                                  w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, err));

@@ -2518,6 +2518,102 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
     free(H), free(D), free(tw), free(ts), free(idx), free(gw), free(x), free(a);
 }
 
+
+/* A decode step's routing and routed experts, captured as the model queues them, with the tuning's
+ * moe_late_plan (the routing lets w1 / w3 start early, which reads the plan after its wait; no kernel
+ * between them) = without it (the activation quantization between them): the picks, the weights, the
+ * w1 / w3 results and w2's, bit for bit, for replays under two sets of gate scores that pick different
+ * experts (a GEMV that read a stale plan would compute the other set's experts), A, B, then A again. The
+ * capture holds one kernel fewer. */
+static void test_moe_late_plan(int K, int E, int d, int I) {
+    mk_wmat *H = xmalloc(sizeof(mk_wmat) * 3 * E), *D = xmalloc(sizeof(mk_wmat) * 3 * E);
+    const void **tw = xmalloc(sizeof(void *) * 3 * E);
+    const uint8_t **ts = xmalloc(sizeof(void *) * 3 * E);
+    for (int i = 0; i < 3 * E; i++) { /* [w1 x E][w3 x E][w2 x E] */
+        make_weights(&H[i], MK_W_FP4, i < 2 * E ? I : d, i < 2 * E ? d : I);
+        CK(mk_cuda_wmat_upload(ctx, &H[i], &D[i], &err_));
+        CK(mk_cuda_fp4_lane_order(ctx, &D[i], &err_));
+        tw[i] = D[i].w, ts[i] = D[i].scale;
+    }
+    void *dtw = dup_dev(tw, sizeof(void *) * 3 * E), *dts = dup_dev(ts, sizeof(void *) * 3 * E);
+    const void *const *W1 = (const void *const *)dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
+    const uint8_t *const *S1 = (const uint8_t *const *)dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
+    float *x = xmalloc(sizeof(float) * d), *bias = xmalloc(sizeof(float) * E), *sc[2];
+    fill_act(x, (size_t)d, 1.0f);
+    sc[0] = xmalloc(sizeof(float) * E), sc[1] = xmalloc(sizeof(float) * E);
+    for (int e = 0; e < E; e++) bias[e] = 0.01f * rnd_n(), sc[0][e] = rnd_n(), sc[1][e] = -sc[0][e];
+    const size_t pn = mk_cuda_moe_plan_ints(1, K, E);
+    float *dx = dup_dev(x, sizeof(float) * d), *db = dup_dev(bias, sizeof(float) * E);
+    float *dsc = poisoned_dev(sizeof(float) * E), *dmg = poisoned_dev(sizeof(float)), *dgw = poisoned_dev(sizeof(float) * K);
+    float *dsw = poisoned_dev(sizeof(float) * K), *dsa = poisoned_dev(sizeof(float) * (d / 128));
+    float *dsaa = poisoned_dev(sizeof(float) * (K * I / 128)), *dact = poisoned_dev(sizeof(float) * K * I);
+    float *dactd = poisoned_dev(sizeof(float) * K * I), *deo = poisoned_dev(sizeof(float) * K * d);
+    int32_t *didx = poisoned_dev(sizeof(int32_t) * K), *dplan = poisoned_dev(sizeof(int32_t) * pn);
+    uint8_t *dq = poisoned_dev((size_t)d), *dqa = poisoned_dev((size_t)K * I);
+    CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_)); /* x quantized by the op before (the model's x_q) */
+    mk_cuda_tuning def, t;
+    mk_cuda_ctx_get_tuning(ctx, &def);
+    t = def;
+    t.moe_route_plan = 1;
+    mk_cuda_ctx_set_tuning(ctx, &t);
+    const size_t nout = (size_t)K * (1 + 1 + 2 * I + d); /* idx, w, act, actd, eo (as 32-bit words) */
+    uint32_t *res[2][3];
+    size_t nodes[2] = {0, 0};
+    int same = 1;
+    char why[160] = "";
+    for (int late = 0; late <= 1; late++) {
+        mk_cuda_graph *gr = NULL;
+        CK(mk_cuda_capture_begin(ctx, &err_));
+        CK(mk_cuda_moe_route_plan_ex(ctx, late ? MK_CUDA_MOE_ROUTE_EARLY : 0, dsc, 1, E, K, db, NULL, NULL, 0, 2.5f,
+                                     didx, dmg, dgw, dplan, dsw, &err_));
+        if (!late) CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_)); /* the same bytes again */
+        CK(mk_cuda_moe_gemv_fp4_ex(ctx, late ? MK_CUDA_MOE_PLAN_FRESH : 0, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, 1, K,
+                                   E, dact, dactd, 0, &err_));
+        CK(mk_cuda_swiglu_quant(ctx, dact, dactd, dsw, K, I, 7.0f, 1, NULL, dqa, dsaa, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, 1, K, E, deo, NULL, 1, &err_));
+        CK(mk_cuda_capture_end(ctx, &gr, &err_));
+        nodes[late] = mk_cuda_graph_nodes(gr);
+        for (int r = 0; r < 3; r++) { /* scores A, B, A */
+            uint32_t *o = res[late][r] = xmalloc(sizeof(uint32_t) * nout);
+            memset(o, 0, sizeof(uint32_t) * nout);
+            CK(mk_cuda_upload(ctx, dsc, sc[r == 1], sizeof(float) * E, &err_)); /* the routing rewrites it */
+            if (gr) CK(mk_cuda_graph_launch(ctx, gr, &err_));
+            fetch(o, didx, sizeof(int32_t) * K);
+            fetch(o + K, dgw, sizeof(float) * K);
+            fetch(o + 2 * K, dact, sizeof(float) * K * I);
+            fetch(o + 2 * K + (size_t)K * I, dactd, sizeof(float) * K * I);
+            fetch(o + 2 * K + (size_t)2 * K * I, deo, sizeof(float) * K * d);
+        }
+        mk_cuda_graph_free(gr);
+    }
+    mk_cuda_ctx_set_tuning(ctx, &def);
+    int moved = 0; /* the two score sets pick different experts */
+    for (int k = 0; k < K; k++) moved = moved || res[0][0][k] != res[0][1][k];
+    if (!moved) same = 0, snprintf(why, sizeof why, "the two score sets pick the same experts");
+    for (int r = 0; r < 3 && same; r++)
+        if (memcmp(res[0][r], res[1][r], sizeof(uint32_t) * nout))
+            same = 0, snprintf(why, sizeof why, "replay %d (scores %c) differs", r, r == 1 ? 'B' : 'A');
+    if (same && memcmp(res[1][0], res[1][2], sizeof(uint32_t) * nout))
+        same = 0, snprintf(why, sizeof why, "the late replays of A differ");
+    if (same && nodes[1] + 1 != nodes[0])
+        same = 0, snprintf(why, sizeof why, "%zu captured nodes late, %zu without", nodes[1], nodes[0]);
+    char shape[64];
+    snprintf(shape, sizeof shape, "K%d E%d d%d I%d", K, E, d, I);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = with act_quant between (picks, weights, w1, w3, w2), bit for bit, scores A B A, "
+           "one kernel fewer: %s%s%s |\n", "moe route -> w1/w3 late plan (captured)", shape, same ? "PASS" : "FAIL",
+           same ? "" : ": ", why);
+    for (int l = 0; l < 2; l++)
+        for (int r = 0; r < 3; r++) free(res[l][r]);
+    for (int i = 0; i < 3 * E; i++) {
+        mk_cuda_wmat_free(ctx, &D[i]);
+        free((void *)H[i].w), free((void *)H[i].scale);
+    }
+    void *dev[] = {dtw, dts, dx, db, dsc, dmg, dgw, dsw, dsa, dsaa, dact, dactd, deo, didx, dplan, dq, dqa};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(H), free(D), free(tw), free(ts), free(x), free(bias), free(sc[0]), free(sc[1]);
+}
 /* ---- MoE routing ------------------------------------------------------------------------------
  * moe_route_weights = moe_route then moe_weights, bit for bit (score-routed and hash-routed), and
  * the picks / weights against the host's rule on the returned scores: top-K of score + bias in
@@ -3398,6 +3494,8 @@ int main(int argc, char **argv) {
 
     test_moe_route(1, 256, 6, 0);
     test_moe_route(7, 256, 6, 0);
+    test_moe_late_plan(6, 256, 4096, 2048); /* V4-Flash's widths */
+    test_moe_late_plan(2, 16, 1280, 384);
     test_moe_route(5, 64, 8, 1);
     test_moe_route(1, 64, 8, 1); /* hash layer, one token: duplicate picks in the fused plan */
     test_swiglu_quant(1, 2048, 0, 0);

@@ -1028,12 +1028,19 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast,
-                                                         bool pf = true) { /* pf: the L2 prefetch below */
+                                                         bool pf = true, /* pf: the L2 prefetch below */
+                                                         bool late = false) {
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
     if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
+    if (late) { /* a fresh plan (MK_CUDA_MOE_PLAN_FRESH): its kernel, the one before, let this one start
+                 * early, so the plan is read after the wait, and the next kernel may start only then */
+        mk_d_pdl_wait();
+        mk_d_pdl_launch_dependents();
+    }
     const int G = TK < E ? TK : E, grp = bid.y;
-    /* the plan is two kernels old (written before the activations' quantization started) */
+    /* the plan is two kernels old (written before the activations' quantization started), or, late,
+     * waited for above */
     if (grp >= plan[0]) {
         mk_d_pdl_wait();
         return;
@@ -1134,8 +1141,10 @@ __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *_
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast, int pf) {
-    mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
+    const bool late = pf & 2; /* pf bit 1: a fresh plan (moe_fp4_body) */
+    if (!late) mk_d_pdl_launch_dependents();
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast,
+                        pf & 1, late);
 }
 
 
@@ -1400,7 +1409,17 @@ static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory *
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                          const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                          const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err) {
+    return mk_cuda_moe_gemv_fp4_ex(ctx, 0, W, S, W3, S3, n, k, xq, sa, by_token, plan, T, K, E, y, y3, round, err);
+}
+
+int mk_cuda_moe_gemv_fp4_ex(mk_cuda_ctx *ctx, int flags, const void *const *W, const uint8_t *const *S,
+                            const void *const *W3, const uint8_t *const *S3, int n, int k, const uint8_t *xq,
+                            const float *sa, int by_token, const int32_t *plan, int T, int K, int E, float *y,
+                            float *y3, int round, mk_err *err) {
     if (T <= 0) return MK_OK;
+    const int late = (flags & MK_CUDA_MOE_PLAN_FRESH) ? 2 : 0; /* k_moe_gemv_fp4's pf bit 1 */
+    if (late && T != 1)
+        return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a fresh plan only for one token (T %d)", T);
     if (n % 16 || k % 128)
         return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: needs n %% 16 == 0 and k %% 128 == 0 (n %d, k %d)", n, k);
     int TK = T * K, G = TK < E ? TK : E, nw = GEMV_MAXW, nb = k / 128;
@@ -1416,9 +1435,9 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         grid.x = (unsigned)(n / 32);
         e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
-                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf)
+                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf | late)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, fast, ctx->tune.moe_pf);
+                              by_token, y, y3, round, fast, ctx->tune.moe_pf | late);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1450,7 +1469,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
             kern = k_moe_gemv_fp4<2, 1, 3>;
         }
         e = gemv_launch(ctx, grid, nw * 32, kern, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round,
-                        fast, ctx->tune.moe_b_pf);
+                        fast, ctx->tune.moe_b_pf | late);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");

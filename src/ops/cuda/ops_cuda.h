@@ -218,6 +218,10 @@ typedef struct {
                             * same call; no gain at 2 blocks an SM), MINKE_CUDA_BRANCH=0 */
     int norm_tail;         /* experiment: 1: mk_cuda_linear_pair_nq runs the norm in the GEMV launch's last
                             * block (same bits); default 0 (not yet measured); MINKE_CUDA_NORM_TAIL */
+    int moe_late_plan;     /* experiment: 1: a decode step's routing lets the routed experts' w1 / w3 GEMV
+                            * start early, and the GEMV reads the plan after its wait, so no kernel runs
+                            * between them (MK_CUDA_MOE_ROUTE_EARLY / _PLAN_FRESH; same bits); default 0
+                            * (not yet measured); MINKE_CUDA_MOE_LATE_PLAN */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
@@ -715,6 +719,13 @@ int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T, int E, int
 int mk_cuda_moe_route_plan(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                            const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
                            float *margin, float *w, int32_t *plan, float *sw, mk_err *err);
+/* mk_cuda_moe_route_plan with flags: MK_CUDA_MOE_ROUTE_EARLY lets the next kernel start before the
+ * plan is written (one token's single launch; elsewhere no effect). The next kernel must then be
+ * mk_cuda_moe_gemv_fp4_ex with MK_CUDA_MOE_PLAN_FRESH (moe.cu's MOE_PLAN_NOTE). */
+#define MK_CUDA_MOE_ROUTE_EARLY 1
+int mk_cuda_moe_route_plan_ex(mk_cuda_ctx *ctx, int flags, float *scores, int T, int E, int K, const float *bias,
+                              const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
+                              float *margin, float *w, int32_t *plan, float *sw, mk_err *err);
 int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T, int E, int K,
                         float route_scale, int32_t *idx, float *w, mk_err *err);
 size_t mk_cuda_moe_plan_ints(int T, int K, int E);
@@ -736,6 +747,15 @@ int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const ui
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                          const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                          const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err);
+/* mk_cuda_moe_gemv_fp4 with flags: MK_CUDA_MOE_PLAN_FRESH (one token only, else MK_EINVAL): the kernel
+ * before this one may still be writing the plan (mk_cuda_moe_route_plan_ex with MK_CUDA_MOE_ROUTE_EARLY),
+ * so the kernel waits before it reads it, and lets the next kernel start only after that wait. The same
+ * bits. */
+#define MK_CUDA_MOE_PLAN_FRESH 1
+int mk_cuda_moe_gemv_fp4_ex(mk_cuda_ctx *ctx, int flags, const void *const *W, const uint8_t *const *S,
+                            const void *const *W3, const uint8_t *const *S3, int n, int k, const uint8_t *xq,
+                            const float *sa, int by_token, const int32_t *plan, int T, int K, int E, float *y,
+                            float *y3, int round, mk_err *err);
 /* An FP8 GEMV (W, or the pair W + W2 of one k) over quantized rows xq / sa (mk_cuda_linear_xq's
  * layout) that may ride along in an expert GEMV's launch: mk_cuda_moe_gemv_fp4_with. */
 typedef struct {
