@@ -3456,11 +3456,12 @@ int main(int argc, char **argv) {
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
      * step, the batches' GEMV settings, and (v 8) the one-token GEMV at the other moe_occ (w1, w3 and w2
      * against the default's bits too) */
-    for (int v = 1; v <= 8; v++) {
+    for (int v = 1; v <= 9; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
+        if (v == 9) t.moe_occ = def.moe_occ == 4 ? 3 : 4; /* and at 4 (64 registers) */
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
@@ -3479,7 +3480,7 @@ int main(int argc, char **argv) {
         moe_extreme_scales = 1;
         test_moe_fp4(9, 6, 16, 1024, 512);
         moe_extreme_scales = 0;
-        if (v == 8) { /* the one-token GEMV's setting: = the default's bits, w2 included */
+        if (v >= 8) { /* the one-token GEMV's setting: = the default's bits, w2 included */
             test_moe_decode_same(6, 16, 4096, 2048, &def, &t);
             test_moe_decode_same(6, 8, 1280, 384, &def, &t); /* 10 and 3 128-blocks a row: uneven and empty warp ranges */
             test_moe_decode_same(2, 64, 512, 256, &def, &t);

@@ -155,7 +155,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
      * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
-    ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
+    ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") ? atoi(getenv("MINKE_CUDA_MOE_OCC")) : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
     ctx->tune.moe_b_occ = getenv("MINKE_CUDA_MOE_B_OCC") && atoi(getenv("MINKE_CUDA_MOE_B_OCC")) == 2 ? 2 : 3;
@@ -355,7 +355,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
-    ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
+    ctx->tune.moe_occ = ctx->tune.moe_occ == 2 || ctx->tune.moe_occ == 4 ? ctx->tune.moe_occ : 3;
     ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
     ctx->tune.bf16_pipe = ctx->tune.bf16_pipe != 0;
     ctx->tune.moe_b_occ = ctx->tune.moe_b_occ == 2 ? 2 : 3;

@@ -1433,7 +1433,10 @@ int mk_cuda_moe_gemv_fp4_ex(mk_cuda_ctx *ctx, int flags, const void *const *W, c
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);
-        e = ctx->tune.moe_occ == 3
+        e = ctx->tune.moe_occ == 4
+                ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 4>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
+                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf | late)
+            : ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
                               E, by_token, y, y3, round, fast, ctx->tune.moe_pf | late)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,

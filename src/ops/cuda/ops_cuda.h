@@ -148,7 +148,8 @@ typedef struct {
     int moe_occ, moe_pf;   /* the decode expert GEMVs (k_moe_fp4_with_fp8 with the shared expert, and
                             * k_moe_gemv_fp4 of one token without it: the shared expert on the branch):
                             * moe_occ 3 (default) or 2 blocks an SM (3: one 128-block of weights in flight
-                            * per slab and warp step instead of two, 80 registers); moe_pf 1: each block first requests
+                            * per slab and warp step instead of two, 80 registers; experiment, not yet
+                            * measured: 4, the one-token GEMV alone at 64 registers); moe_pf 1: each block first requests
                             * its weight rows into L2, before its PDL wait (default 0). The same bits each
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
