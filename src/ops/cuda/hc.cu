@@ -80,6 +80,41 @@ __device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[
     return a;
 }
 
+/* hc_block_sum with the warp trees as one reduce-scatter (tuning hc_rs): at offset o = 16, 8, 4, 2, 1
+ * each lane keeps half of its live columns (the upper half where lane bit o is set), sends the other
+ * half to lane ^ o and adds what it receives to what it kept; column q ends in lane q. Each column's
+ * sum is the butterfly's (the halves that meet at each level are the same lane groups, and a + b is
+ * b + a), so the result is hc_block_sum's, bit for bit, with 31 shuffled doubles a warp instead of
+ * 125 (the 25 columns padded to 32 with zeros). */
+template <int O>
+__device__ __forceinline__ void hc_rs_level(double (&a)[32], int lane) { /* live columns [0, 2 O) -> [0, O) */
+    const bool up = (lane & O) != 0;
+#pragma unroll
+    for (int j = 0; j < O; j++) {
+        const double send = up ? a[j] : a[j + O], keep = up ? a[j + O] : a[j];
+        a[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+__device__ __forceinline__ double hc_block_sum_rs(const double *acc, double (*red)[HC_MAXMIX + 1]) {
+    static_assert(HC_MAXMIX + 1 <= 32, "a column per lane");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    double a[32];
+#pragma unroll
+    for (int q = 0; q < 32; q++) a[q] = q <= HC_MAXMIX ? acc[q] : 0.0;
+    hc_rs_level<16>(a, lane);
+    hc_rs_level<8>(a, lane);
+    hc_rs_level<4>(a, lane);
+    hc_rs_level<2>(a, lane);
+    hc_rs_level<1>(a, lane);
+    if (lane <= HC_MAXMIX) red[warp][lane] = a[0];
+    __syncthreads();
+    double r = 0.0;
+    if (threadIdx.x <= HC_MAXMIX)
+        for (int w = 0; w < nw; w++) r += red[w][threadIdx.x];
+    __syncthreads(); /* red is reused by the next chunk */
+    return r;
+}
+
 /* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
 __device__ void hc_collapse_block(const float *__restrict__ ht, int hc, int d, const float *pre,
                                   float *__restrict__ y) {
@@ -172,7 +207,7 @@ __device__ __forceinline__ void hc_part_store(double *__restrict__ part, int t, 
  * double (thread i: lo + i, lo + i + blockDim.x, ...), warp trees, warps in order (hc_block_sum). */
 __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h, int n,
                                                      const float *__restrict__ fn, int nmix,
-                                                     double *__restrict__ part) {
+                                                     double *__restrict__ part, int rs) {
     /* launched with programmatic dependent launch: only the constant mix weights are read before the
      * wait (the thread's first position, as in k_hc_post_part) */
     mk_d_pdl_launch_dependents();
@@ -191,7 +226,7 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
         if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, ht[i], f0, nmix);
         else hc_acc_add(acc, ht[i], fn, nmix, n, i);
     }
-    hc_part_store(part, t, S, c, hc_block_sum(acc, red));
+    hc_part_store(part, t, S, c, rs ? hc_block_sum_rs(acc, red) : hc_block_sum(acc, red));
 }
 
 /* The Sinkhorn split of src/ops/cpu/hc.c on one warp, in registers: lane l < hc*hc owns element
@@ -420,7 +455,7 @@ __global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict
                                                       const float *__restrict__ comb, int hc, int d,
                                                       float *__restrict__ out, const float *__restrict__ fn,
                                                       int nmix, double *__restrict__ part, const mk_cuda_moe_sum ms,
-                                                      int t0) {
+                                                      int t0, int rs) {
     /* launched with programmatic dependent launch: the thread's first mix weights (constant) are
      * loaded before the wait, so their memory latency overlaps the previous kernel; with ms.eo, x is
      * the MoE combine of token t0 + t, its order read from the plan before the wait too (the plan
@@ -450,7 +485,7 @@ __global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict
         if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, o, f0, nmix);
         else hc_acc_add(acc, o, fn, nmix, n, i);
     }
-    hc_part_store(part, t, S, c, hc_block_sum(acc, red));
+    hc_part_store(part, t, S, c, rs ? hc_block_sum_rs(acc, red) : hc_block_sum(acc, red));
 }
 
 /* Split path, part 1 for many tokens (prefill) when a chunk is exactly one element per thread of
@@ -549,9 +584,10 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int
     if (pin)
         (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_post_part, pin->ms.eo ? pin->x : pin->x + (size_t)t0 * d,
                                  pin->res + t0 * n, pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc,
-                                 d, pin->out + t0 * n, fn, nmix, ctx->hc_partial, pin->ms, t0);
+                                 d, pin->out + t0 * n, fn, nmix, ctx->hc_partial, pin->ms, t0, ctx->tune.hc_rs);
     else
-        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial);
+        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial,
+                                 ctx->tune.hc_rs);
     MK_CU_LAUNCHED(err, what);
     return MK_OK;
 }

@@ -223,6 +223,10 @@ typedef struct {
                             * start early, and the GEMV reads the plan after its wait, so no kernel runs
                             * between them (MK_CUDA_MOE_ROUTE_EARLY / _PLAN_FRESH; same bits); default 0
                             * (not yet measured); MINKE_CUDA_MOE_LATE_PLAN */
+    int hc_rs;             /* experiment: 1: the hc split path's chunk sums (k_hc_mix_part, k_hc_post_part)
+                            * add each warp's 25 columns as one reduce-scatter of shuffles (31 doubles a
+                            * warp) instead of 25 butterflies (125): the same trees, the same bits;
+                            * default 0 (not yet measured); MINKE_CUDA_HC_RS */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
