@@ -1431,7 +1431,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
     mk_cuda_tuning tu;
     mk_cuda_ctx_get_tuning(ctx, &tu);
     const int late = tu.moe_late_plan && T == 1 && x_q && sh_side && !(C->hk && C->hk->moe);
-    TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
+    TRY(lin_f(C, MK_CUDA_LIN_X_F32, &L->gate, x, T, w->gsc, 0, err)); /* x in fp32 (tuning bf16_f32) */
     if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
         TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
                               err));

@@ -820,6 +820,55 @@ static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
     free(x), free(wh);
 }
 
+/* A bf16 linear called with MK_CUDA_LIN_X_F32 under the tuning's bf16_f32 (the GEMV rounds its fp32 input
+ * itself) = without the tuning (k_to_bf16, then the GEMV), bit for bit, captured: with fused, one kernel
+ * fewer; without (a plan k_gemv_bf16 does not run), the same launches. */
+static void test_linear_bf16_f32(int n, int k, int m, int fused) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, MK_W_BF16, n, k);
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    float *x = xmalloc(sizeof(float) * m * k);
+    fill_act(x, (size_t)m * k, 1.0f);
+    float *dx = dup_dev(x, sizeof(float) * m * k);
+    const size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
+    void *ds = poisoned_dev(sb);
+    mk_cuda_tuning def, t;
+    mk_cuda_ctx_get_tuning(ctx, &def);
+    float *hy[2];
+    size_t nodes[2] = {0, 0};
+    for (int f = 0; f <= 1; f++) {
+        t = def;
+        t.bf16_f32 = f;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        float *dy = poisoned_dev(sizeof(float) * m * n);
+        mk_cuda_graph *gr = NULL;
+        CK(mk_cuda_capture_begin(ctx, &err_));
+        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT | MK_CUDA_LIN_X_F32, &Wd, dx, m, dy, 0, ds,
+                             sb, &err_));
+        CK(mk_cuda_capture_end(ctx, &gr, &err_));
+        nodes[f] = mk_cuda_graph_nodes(gr);
+        if (gr) CK(mk_cuda_graph_launch(ctx, gr, &err_));
+        hy[f] = xmalloc(sizeof(float) * m * n);
+        fetch(hy[f], dy, sizeof(float) * m * n);
+        mk_cuda_graph_free(gr);
+        mk_cuda_free(ctx, dy);
+    }
+    mk_cuda_ctx_set_tuning(ctx, &def);
+    const int same = !memcmp(hy[0], hy[1], sizeof(float) * m * n) &&
+                     (fused ? nodes[1] + 1 == nodes[0] : nodes[1] == nodes[0]);
+    char shape[64];
+    snprintf(shape, sizeof shape, "bf16 n%d k%d m%d", n, k, m);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = to_bf16 then the gemv, bit for bit, %s (%zu / %zu nodes): %s |\n",
+           "linear bf16 from fp32 rows", shape, fused ? "one kernel fewer" : "the same launches", nodes[1], nodes[0],
+           same ? "PASS" : "FAIL");
+    free(hy[0]), free(hy[1]), free(x);
+    mk_cuda_wmat_free(ctx, &Wd);
+    mk_cuda_free(ctx, dx), mk_cuda_free(ctx, ds);
+    free((void *)Wh.w), free((void *)Wh.scale);
+}
+
 /* The attention output's inverse RoPE inside wo_a's grouped linear (mk_cuda_linear_grouped_rope)
  * = mk_cuda_rope_at then mk_cuda_linear_grouped, bit for bit: the rotated x (in place) and y.
  * x [m, G k] holds m rows of heads of D (k % D == 0), positions pos [m]. */
@@ -3440,6 +3489,9 @@ int main(int argc, char **argv) {
     test_linear_pair_nq(1024, 512, 4096, 1, 1); /* V4-Flash's wq_a + wkv, q_norm in the launch */
     test_linear_pair_nq(1024, 512, 4096, 3, 1);
     test_linear_pair_nq(1024, 512, 4096, 9, 0); /* more than 8 rows: the two ops */
+    test_linear_bf16_f32(256, 4096, 1, 1); /* V4-Flash's MoE gate */
+    test_linear_bf16_f32(256, 4096, 3, 1);
+    test_linear_bf16_f32(512, 1024, 1, 1);
     { /* the DeepSeek-V4 CSA layer's bf16 projections of x: indexer compressor, indexer weights, compressor */
         const mk_wkind kb[5] = {MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16};
         const int n5[5] = {256, 256, 64, 1024, 1024}, n2[2] = {512, 512};

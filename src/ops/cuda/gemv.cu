@@ -1531,7 +1531,21 @@ struct bf16_set {
     int n[MK_CUDA_MULTI], round[MK_CUDA_MULTI], s0[MK_CUDA_MULTI + 1], count;
 };
 
-template <int U>
+/* Eight fp32 activations as k_to_bf16 rounds them, packed as the 16 bytes of their bf16 row. */
+__device__ __forceinline__ uint4 bf16x8_of(const float *p) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    uint4 r;
+    __nv_bfloat162 h;
+    h = __floats2bfloat162_rn(a.x, a.y), r.x = *(uint32_t *)&h;
+    h = __floats2bfloat162_rn(a.z, a.w), r.y = *(uint32_t *)&h;
+    h = __floats2bfloat162_rn(b.x, b.y), r.z = *(uint32_t *)&h;
+    h = __floats2bfloat162_rn(b.z, b.w), r.w = *(uint32_t *)&h;
+    return r;
+}
+
+/* XF: the activations are fp32 rows (xb is then a const float *), rounded to bf16 as they are loaded
+ * (k_to_bf16's rounding: the same operands, the same bits; tuning bf16_f32). */
+template <int U, bool XF = false>
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
                                                       int per, float *__restrict__ ws,
                                                       unsigned *__restrict__ counters) {
@@ -1545,7 +1559,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     const int n = M.n[j], round = M.round[j];
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
-        xb += (size_t)c8 * k;
+        xb += (size_t)c8 * k * (XF ? 2 : 1);
         y += (size_t)c8 * n;
         m = min(8, m - c8);
     }
@@ -1557,7 +1571,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16;
     const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
     const bool xcol = g < m;
-    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
+    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k * (XF ? 2 : 1)) + t * (XF ? 32 : 16);
     const int c0 = 2 * t, c1 = 2 * t + 1;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int st = s0; st < s1; st += U) {
@@ -1573,7 +1587,10 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
         mk_d_pdl_wait();
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (st + u < s1) b[u] = xcol ? mk_d_ld16(xr + (size_t)(st + u) * 64) : make_uint4(0, 0, 0, 0);
+            if (st + u < s1)
+                b[u] = !xcol ? make_uint4(0, 0, 0, 0)
+                       : XF  ? bf16x8_of((const float *)(xr + (size_t)(st + u) * 128))
+                             : mk_d_ld16(xr + (size_t)(st + u) * 64);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (st + u < s1) {
@@ -1743,6 +1760,26 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
               "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
+    return MK_OK;
+}
+
+int mk_cuda_gemv_bf16_f32(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, float *y, int round, float *ws,
+                          mk_err *err) {
+    const int n = W->n, k = W->k;
+    if (m < 1 || n % 16 || n / 16 > 65535 || k % 32 || ((uintptr_t)x & 15))
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv (fp32 input): needs m >= 1, n %% 16 == 0, k %% 32 == 0 and "
+                       "aligned rows (m %d, n %d, k %d)", m, n, k);
+    const gemv_plan p = plan_for(ctx, n / 16, k / 32);
+    if ((p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) ||
+        (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) || (p.splits > 1 && (!ws || m > 8)))
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv (fp32 input): not k_gemv_bf16's plan (m %d, n %d, k %d)", m,
+                       n, k);
+    bf16_set M = {};
+    M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
+    MK_CU_TRY(gemv_launch(ctx, dim3((m + 7) / 8, n / 16, p.splits), p.nw * 32, k_gemv_bf16<8, true>, M,
+                          (const uint16_t *)x, m, k, p.per, ws, ctx->counters),
+              err, "cuda: bf16 gemv (fp32 input) launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (fp32 input) launch");
     return MK_OK;
 }
 

@@ -163,6 +163,15 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else if (kern == MK_CUDA_K_AUTO)
                 mk_cuda_note(ctx, NOTE_CHUNKS, "a linear with more than 8 rows runs the gemv in chunks of 8");
         }
+        if (!reuse && W->kind == MK_W_BF16 && (flags & MK_CUDA_LIN_X_F32) && ctx->tune.bf16_f32) {
+            mk_err e2; /* fp32 rows into the GEMV itself, where it runs k_gemv_bf16 */
+            memset(&e2, 0, sizeof e2);
+            st = mk_cuda_gemv_bf16_f32(ctx, W, x, m, y, round_bf16, ws, &e2);
+            if (st != MK_ENOTSUP) {
+                if (st && err) *err = e2;
+                return st;
+            }
+        }
         if (!reuse) {
             if (quantized) st = mk_cuda_quant_launch(ctx, x, m, k, W->kind == MK_W_FP4, xq, sa, err);
             else if (W->kind == MK_W_FP8_DQ) st = mk_cuda_f16_prep_launch(ctx, x, m, k, xb, sa, err);

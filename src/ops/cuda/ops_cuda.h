@@ -227,6 +227,10 @@ typedef struct {
                             * add each warp's 25 columns as one reduce-scatter of shuffles (31 doubles a
                             * warp) instead of 25 butterflies (125): the same trees, the same bits;
                             * default 0 (not yet measured); MINKE_CUDA_HC_RS */
+    int bf16_f32;          /* experiment: 1: a bf16 GEMV called with MK_CUDA_LIN_X_F32 (the MoE gate) reads its
+                            * fp32 input and rounds it to bf16 as it loads it, instead of a k_to_bf16 launch
+                            * before it (k_gemv_bf16<., true>; same bits); default 0 (not yet measured);
+                            * MINKE_CUDA_BF16_F32 */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
@@ -365,6 +369,10 @@ enum {
      * tensor-core GEMV (in chunks of 8 rows) where the shape allows it, else the simple kernel;
      * never the GEMM paths, whose split-K and tiling depend on m. */
     MK_CUDA_LIN_ROW_INVARIANT = 2,
+    /* With the tuning's bf16_f32: a bf16 GEMV may read x as fp32 and round it to bf16 itself (the same
+     * bits, one kernel fewer); the scratch then holds no bf16 copy of x, so no MK_CUDA_LIN_REUSE_X
+     * call may follow it. Ignored elsewhere. */
+    MK_CUDA_LIN_X_F32 = 4,
 };
 
 /* y1 = x W1^T and y2 = x W2^T (the same x, the same flags): one launch where both are FP8 GEMVs
