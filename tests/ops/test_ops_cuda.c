@@ -2010,24 +2010,32 @@ static void test_hc_post_pre(int s, int hc, int d) {
        * (k_hc_mix_part), 1 (k_hc_post_part) and 3 (with the MoE sum), the pre and the head */
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
-        t = def;
-        t.hc_rs = !def.hc_rs;
-        mk_cuda_ctx_set_tuning(ctx, &t);
         float *o2 = xmalloc(sizeof(float) * nh), *x2 = xmalloc(sizeof(float) * nx), *pc2 = xmalloc(sizeof(float) * npc);
         float *y2 = xmalloc(sizeof(float) * nx), *oh2 = xmalloc(sizeof(float) * nh);
-        int rs_same = 1;
-        for (int m = 0; m < 4; m++) {
-            if (m == 2) continue;
-            hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
-            rs_same = rs_same && !memcmp(o2, out[m], sizeof(float) * nh) && !memcmp(x2, x[m], sizeof(float) * nx) &&
-                      !memcmp(pc2, pc[m], sizeof(float) * npc) && !memcmp(y2, y[m], sizeof(float) * nx) &&
-                      !memcmp(oh2, oh[m], sizeof(float) * nh);
+        for (int alt = 0; alt < 2; alt++) { /* alt 1: k_hc_post_part at the other blocks an SM (hc_post_occ) */
+            t = def;
+            if (alt) t.hc_post_occ = def.hc_post_occ == 2 ? 1 : 2;
+            else t.hc_rs = !def.hc_rs;
+            mk_cuda_ctx_set_tuning(ctx, &t);
+            int rs_same = 1;
+            for (int m = 0; m < 4; m++) {
+                if (m == 2) continue;
+                hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
+                rs_same = rs_same && !memcmp(o2, out[m], sizeof(float) * nh) &&
+                          !memcmp(x2, x[m], sizeof(float) * nx) && !memcmp(pc2, pc[m], sizeof(float) * npc) &&
+                          !memcmp(y2, y[m], sizeof(float) * nx) && !memcmp(oh2, oh[m], sizeof(float) * nh);
+            }
+            mk_cuda_ctx_set_tuning(ctx, &def);
+            n_checks++;
+            n_fail += !rs_same;
+            if (alt)
+                printf("| %-40s | %-26s | hc_post_occ %d = hc_post_occ %d (modes 0, 1, 3; pre and head), bit for bit: "
+                       "%s |\n", "hc_post_part at other blocks an SM", shape, t.hc_post_occ, def.hc_post_occ,
+                       rs_same ? "PASS" : "FAIL");
+            else
+                printf("| %-40s | %-26s | hc_rs %d = hc_rs %d (modes 0, 1, 3; pre and head), bit for bit: %s |\n",
+                       "hc split sums as a reduce-scatter", shape, t.hc_rs, def.hc_rs, rs_same ? "PASS" : "FAIL");
         }
-        mk_cuda_ctx_set_tuning(ctx, &def);
-        n_checks++;
-        n_fail += !rs_same;
-        printf("| %-40s | %-26s | hc_rs %d = hc_rs %d (modes 0, 1, 3; pre and head), bit for bit: %s |\n",
-               "hc split sums as a reduce-scatter", shape, t.hc_rs, def.hc_rs, rs_same ? "PASS" : "FAIL");
         free(o2), free(x2), free(pc2), free(y2), free(oh2);
     }
 

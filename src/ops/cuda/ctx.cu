@@ -201,6 +201,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_late_plan = env_switch("MINKE_CUDA_MOE_LATE_PLAN", 0);
     ctx->tune.hc_rs = env_switch("MINKE_CUDA_HC_RS", 0);
     ctx->tune.bf16_f32 = env_switch("MINKE_CUDA_BF16_F32", 0);
+    ctx->tune.hc_post_occ = getenv("MINKE_CUDA_HC_POST_OCC") && atoi(getenv("MINKE_CUDA_HC_POST_OCC")) == 2 ? 2 : 1;
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -389,6 +390,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_late_plan = ctx->tune.moe_late_plan != 0;
     ctx->tune.hc_rs = ctx->tune.hc_rs != 0;
     ctx->tune.bf16_f32 = ctx->tune.bf16_f32 != 0;
+    ctx->tune.hc_post_occ = ctx->tune.hc_post_occ == 2 ? 2 : 1;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -231,6 +231,10 @@ typedef struct {
                             * fp32 input and rounds it to bf16 as it loads it, instead of a k_to_bf16 launch
                             * before it (k_gemv_bf16<., true>; same bits); default 0 (not yet measured);
                             * MINKE_CUDA_BF16_F32 */
+    int hc_post_occ;       /* experiment: 2: k_hc_post_part (hc_post with the next hc_pre's chunk sums) compiled
+                            * for 2 blocks an SM (128 registers, spilling, instead of ~200), so its blocks fit
+                            * beside the tail of the kernel before it and start earlier; the same bits;
+                            * default 1 (not yet measured); MINKE_CUDA_HC_POST_OCC */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
