@@ -3580,7 +3580,7 @@ int main(int argc, char **argv) {
 
     test_moe_route(1, 256, 6, 0);
     test_moe_route(7, 256, 6, 0);
-    test_moe_late_plan(6, 256, 4096, 2048); /* V4-Flash's widths */
+    test_moe_late_plan(6, 16, 4096, 2048); /* V4-Flash's expert widths (16 experts: the host makes their weights) */
     test_moe_late_plan(2, 16, 1280, 384);
     test_moe_route(5, 64, 8, 1);
     test_moe_route(1, 64, 8, 1); /* hash layer, one token: duplicate picks in the fused plan */
