@@ -110,6 +110,14 @@ static void fetch(void *h, const void *d, size_t bytes) {
 
 enum { EXACT, NORM, REL };
 
+/* One check's row: | op | shape | what: PASS, or FAIL: why |, counted. */
+static void check_row(const char *op, const char *shape, const char *what, int ok, const char *why) {
+    n_checks++;
+    if (!ok) n_fail++;
+    printf("| %-40s | %-26s | %s: %s%s%s |\n", op, shape, what, ok ? "PASS" : "FAIL", ok || !why[0] ? "" : ": ",
+           ok ? "" : why);
+}
+
 static void compare(const char *op, const char *shape, const float *ref, const float *got, size_t n,
                     int metric, double tol) {
     double maxref = 0.0, maxabs = 0.0, maxrel = 0.0;
@@ -807,11 +815,10 @@ static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
     }
     char shape[96];
     snprintf(shape, sizeof shape, "fp8 n%d + n%d, k%d m%d", n1, n2, k, m);
-    n_checks++;
-    if (!same) n_fail++;
-    printf("| %-40s | %-26s | = pair then rmsnorm_quant (y1, y2, bytes, scales), bit for bit, replayed twice, %s: "
-           "%s%s%s |\n", "linear pair + q_norm in its launch", shape, fused ? "one kernel fewer" : "the same launches",
-           same ? "PASS" : "FAIL", same ? "" : ": ", why);
+    check_row("linear pair + q_norm in its launch", shape,
+              fused ? "= pair then rmsnorm_quant (y1, y2, bytes, scales), bit for bit, replayed twice, one kernel fewer"
+                    : "= pair then rmsnorm_quant (y1, y2, bytes, scales), bit for bit, replayed twice, the same launches",
+              same, why);
     for (int i = 0; i < 2; i++) free(ha[i]), free(hb[i]), free(hs[i]), free(hq[i]);
     mk_cuda_wmat_free(ctx, &Ad), mk_cuda_wmat_free(ctx, &Bd), mk_cuda_wmat_free(ctx, &Cd);
     mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dw);
@@ -856,13 +863,11 @@ static void test_linear_bf16_f32(int n, int k, int m, int fused) {
     mk_cuda_ctx_set_tuning(ctx, &def);
     const int same = !memcmp(hy[0], hy[1], sizeof(float) * m * n) &&
                      (fused ? nodes[1] + 1 == nodes[0] : nodes[1] == nodes[0]);
-    char shape[64];
+    char shape[64], what[128];
     snprintf(shape, sizeof shape, "bf16 n%d k%d m%d", n, k, m);
-    n_checks++;
-    if (!same) n_fail++;
-    printf("| %-40s | %-26s | = to_bf16 then the gemv, bit for bit, %s (%zu / %zu nodes): %s |\n",
-           "linear bf16 from fp32 rows", shape, fused ? "one kernel fewer" : "the same launches", nodes[1], nodes[0],
-           same ? "PASS" : "FAIL");
+    snprintf(what, sizeof what, "= to_bf16 then the gemv, bit for bit, %s (%zu / %zu nodes)",
+             fused ? "one kernel fewer" : "the same launches", nodes[1], nodes[0]);
+    check_row("linear bf16 from fp32 rows", shape, what, same, "");
     free(hy[0]), free(hy[1]), free(x);
     mk_cuda_wmat_free(ctx, &Wd);
     mk_cuda_free(ctx, dx), mk_cuda_free(ctx, ds);
@@ -2538,21 +2543,42 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
 /* A decode step's expert GEMVs (one token: w1 / w3 by token, w2 by slot with bf16 outputs) under the
  * tuning alt against the tuning base, bit for bit; with extreme scale bytes in some rows. The context
  * is left at base. */
+/* E experts' FP4 w1, w3 [I, d] and w2 [d, I] on the device in lane order, with the device tables of
+ * their weight and scale pointers ([w1 x E][w3 x E][w2 x E]); poke: extreme scale bytes in some. */
+typedef struct {
+    int E;
+    mk_wmat *H, *D;
+    const void **tw;
+    const uint8_t **ts;
+    void *dtw, *dts;
+} moe_experts;
+static moe_experts moe_experts_make(int E, int d, int I, int poke) {
+    moe_experts x = {E, xmalloc(sizeof(mk_wmat) * 3 * E), xmalloc(sizeof(mk_wmat) * 3 * E),
+                     xmalloc(sizeof(void *) * 3 * E), xmalloc(sizeof(void *) * 3 * E), NULL, NULL};
+    for (int i = 0; i < 3 * E; i++) {
+        make_weights(&x.H[i], MK_W_FP4, i < 2 * E ? I : d, i < 2 * E ? d : I);
+        if (poke && i % 5 == 1) moe_poke_scales(&x.H[i]);
+        CK(mk_cuda_wmat_upload(ctx, &x.H[i], &x.D[i], &err_));
+        CK(mk_cuda_fp4_lane_order(ctx, &x.D[i], &err_));
+        x.tw[i] = x.D[i].w, x.ts[i] = x.D[i].scale;
+    }
+    x.dtw = dup_dev(x.tw, sizeof(void *) * 3 * E), x.dts = dup_dev(x.ts, sizeof(void *) * 3 * E);
+    return x;
+}
+static void moe_experts_free(moe_experts *x) {
+    for (int i = 0; i < 3 * x->E; i++) {
+        mk_cuda_wmat_free(ctx, &x->D[i]);
+        free((void *)x->H[i].w), free((void *)x->H[i].scale);
+    }
+    mk_cuda_free(ctx, x->dtw), mk_cuda_free(ctx, x->dts);
+    free(x->H), free(x->D), free(x->tw), free(x->ts);
+}
+
 static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tuning *base, const mk_cuda_tuning *alt) {
     const mk_cuda_tuning def = *base;
-    mk_wmat *H = xmalloc(sizeof(mk_wmat) * 3 * E), *D = xmalloc(sizeof(mk_wmat) * 3 * E);
-    const void **tw = xmalloc(sizeof(void *) * 3 * E);
-    const uint8_t **ts = xmalloc(sizeof(void *) * 3 * E);
-    for (int i = 0; i < 3 * E; i++) { /* [w1 x E][w3 x E][w2 x E] */
-        make_weights(&H[i], MK_W_FP4, i < 2 * E ? I : d, i < 2 * E ? d : I);
-        if (i % 5 == 1) moe_poke_scales(&H[i]);
-        CK(mk_cuda_wmat_upload(ctx, &H[i], &D[i], &err_));
-        CK(mk_cuda_fp4_lane_order(ctx, &D[i], &err_));
-        tw[i] = D[i].w, ts[i] = D[i].scale;
-    }
-    void *dtw = dup_dev(tw, sizeof(void *) * 3 * E), *dts = dup_dev(ts, sizeof(void *) * 3 * E);
-    const void *const *W1 = (const void *const *)dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
-    const uint8_t *const *S1 = (const uint8_t *const *)dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
+    moe_experts ex = moe_experts_make(E, d, I, 1);
+    const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
+    const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
     int32_t *idx = xmalloc(sizeof(int32_t) * K);
     float *gw = xmalloc(sizeof(float) * K), *x = xmalloc(sizeof(float) * d), *a = xmalloc(sizeof(float) * K * I);
     for (int j = 0; j < K; j++) idx[j] = (int)((j * 7 + 3) % E), gw[j] = 0.3f + 0.1f * (float)j;
@@ -2591,13 +2617,10 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
     if (!same) n_fail++;
     printf("| %-40s | %-26s | w1, w3 and w2 of one token = the default tuning's, bit for bit: %s |\n",
            "moe fp4 decode, this tuning", shape, same ? "ok" : "FAIL");
-    for (int i = 0; i < 3 * E; i++) {
-        mk_cuda_wmat_free(ctx, &D[i]);
-        free((void *)H[i].w), free((void *)H[i].scale);
-    }
-    void *dev[] = {dtw, dts, didx, dplan, dgw, dsw, dx, da, dq, dqa, dsa, dsaa};
+    moe_experts_free(&ex);
+    void *dev[] = {didx, dplan, dgw, dsw, dx, da, dq, dqa, dsa, dsaa};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free(H), free(D), free(tw), free(ts), free(idx), free(gw), free(x), free(a);
+    free(idx), free(gw), free(x), free(a);
 }
 
 
@@ -2608,18 +2631,9 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
  * experts (a GEMV that read a stale plan would compute the other set's experts), A, B, then A again. The
  * capture holds one kernel fewer. */
 static void test_moe_late_plan(int K, int E, int d, int I) {
-    mk_wmat *H = xmalloc(sizeof(mk_wmat) * 3 * E), *D = xmalloc(sizeof(mk_wmat) * 3 * E);
-    const void **tw = xmalloc(sizeof(void *) * 3 * E);
-    const uint8_t **ts = xmalloc(sizeof(void *) * 3 * E);
-    for (int i = 0; i < 3 * E; i++) { /* [w1 x E][w3 x E][w2 x E] */
-        make_weights(&H[i], MK_W_FP4, i < 2 * E ? I : d, i < 2 * E ? d : I);
-        CK(mk_cuda_wmat_upload(ctx, &H[i], &D[i], &err_));
-        CK(mk_cuda_fp4_lane_order(ctx, &D[i], &err_));
-        tw[i] = D[i].w, ts[i] = D[i].scale;
-    }
-    void *dtw = dup_dev(tw, sizeof(void *) * 3 * E), *dts = dup_dev(ts, sizeof(void *) * 3 * E);
-    const void *const *W1 = (const void *const *)dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
-    const uint8_t *const *S1 = (const uint8_t *const *)dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
+    moe_experts ex = moe_experts_make(E, d, I, 0);
+    const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
+    const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
     float *x = xmalloc(sizeof(float) * d), *bias = xmalloc(sizeof(float) * E), *sc[2];
     fill_act(x, (size_t)d, 1.0f);
     sc[0] = xmalloc(sizeof(float) * E), sc[1] = xmalloc(sizeof(float) * E);
@@ -2681,20 +2695,15 @@ static void test_moe_late_plan(int K, int E, int d, int I) {
         same = 0, snprintf(why, sizeof why, "%zu captured nodes late, %zu without", nodes[1], nodes[0]);
     char shape[64];
     snprintf(shape, sizeof shape, "K%d E%d d%d I%d", K, E, d, I);
-    n_checks++;
-    if (!same) n_fail++;
-    printf("| %-40s | %-26s | = with act_quant between (picks, weights, w1, w3, w2), bit for bit, scores A B A, "
-           "one kernel fewer: %s%s%s |\n", "moe route -> w1/w3 late plan (captured)", shape, same ? "PASS" : "FAIL",
-           same ? "" : ": ", why);
+    check_row("moe route -> w1/w3 late plan (captured)", shape,
+              "= with act_quant between (picks, weights, w1, w3, w2), bit for bit, scores A B A, one kernel fewer", same,
+              why);
     for (int l = 0; l < 2; l++)
         for (int r = 0; r < 3; r++) free(res[l][r]);
-    for (int i = 0; i < 3 * E; i++) {
-        mk_cuda_wmat_free(ctx, &D[i]);
-        free((void *)H[i].w), free((void *)H[i].scale);
-    }
-    void *dev[] = {dtw, dts, dx, db, dsc, dmg, dgw, dsw, dsa, dsaa, dact, dactd, deo, didx, dplan, dq, dqa};
+    moe_experts_free(&ex);
+    void *dev[] = {dx, db, dsc, dmg, dgw, dsw, dsa, dsaa, dact, dactd, deo, didx, dplan, dq, dqa};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free(H), free(D), free(tw), free(ts), free(x), free(bias), free(sc[0]), free(sc[1]);
+    free(x), free(bias), free(sc[0]), free(sc[1]);
 }
 /* ---- MoE routing ------------------------------------------------------------------------------
  * moe_route_weights = moe_route then moe_weights, bit for bit (score-routed and hash-routed), and

@@ -63,6 +63,17 @@ __device__ __forceinline__ void hc_fn_load(float (&f)[HC_MAXMIX], const float *_
     for (int q = 0; q < HC_MAXMIX; q++) f[q] = q < nmix && i < hi ? __ldg(fn + (size_t)q * n + i) : 0.0f;
 }
 
+/* After each warp's column sums are in red: thread q <= HC_MAXMIX adds column q of the nw warps in
+ * order (all threads must call it). */
+__device__ __forceinline__ double hc_warps_in_order(double (*red)[HC_MAXMIX + 1], int nw) {
+    __syncthreads();
+    double a = 0.0;
+    if (threadIdx.x <= HC_MAXMIX)
+        for (int w = 0; w < nw; w++) a += red[w][threadIdx.x];
+    __syncthreads(); /* red is reused by the next chunk */
+    return a;
+}
+
 /* The block's accumulators added up: warp trees, then the warps in order. Returns (to thread
  * q <= HC_MAXMIX) column q. */
 __device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[HC_MAXMIX + 1]) {
@@ -72,12 +83,7 @@ __device__ __forceinline__ double hc_block_sum(const double *acc, double (*red)[
         double sum = mk_d_warp_sum_d(acc[q]);
         if (lane == 0) red[warp][q] = sum;
     }
-    __syncthreads();
-    double a = 0.0;
-    if (threadIdx.x <= HC_MAXMIX)
-        for (int w = 0; w < nw; w++) a += red[w][threadIdx.x];
-    __syncthreads(); /* red is reused by the next chunk */
-    return a;
+    return hc_warps_in_order(red, nw);
 }
 
 /* hc_block_sum with the warp trees as one reduce-scatter (tuning hc_rs): at offset o = 16, 8, 4, 2, 1
@@ -107,12 +113,7 @@ __device__ __forceinline__ double hc_block_sum_rs(const double *acc, double (*re
     hc_rs_level<2>(a, lane);
     hc_rs_level<1>(a, lane);
     if (lane <= HC_MAXMIX) red[warp][lane] = a[0];
-    __syncthreads();
-    double r = 0.0;
-    if (threadIdx.x <= HC_MAXMIX)
-        for (int w = 0; w < nw; w++) r += red[w][threadIdx.x];
-    __syncthreads(); /* red is reused by the next chunk */
-    return r;
+    return hc_warps_in_order(red, nw);
 }
 
 /* y[k] = bf16(sum_i pre[i] * h[i][k]) with the CPU's order and roundings. */
