@@ -1728,24 +1728,33 @@ __global__ void __launch_bounds__(256, 1)
     if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
-int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
-                      int round, float *ws, mk_err *err) {
+/* mk_cuda_gemv_bf16 on bf16 rows xb, or (xf) on fp32 rows rounded as k_gemv_bf16<., true> loads them:
+ * MK_ENOTSUP with xf where the plan is not k_gemv_bf16's (the row-invariant GEMM, the head's
+ * pipelined warps) or the rows are not 16-byte aligned. */
+static int gemv_bf16_any(mk_cuda_ctx *ctx, const mk_wmat *W, const void *x, int xf, int m, float *y, int round,
+                         float *ws, mk_err *err) {
     int n = W->n, k = W->k;
     if (m < 1 || n % 16 || n / 16 > 65535 || k % 32)
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 32 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
     gemv_plan p = plan_for(ctx, n / 16, k / 32);
+    const int ri = p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1;
+    const int pipe = !ri && ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8;
+    if (xf && (ri || pipe || ((uintptr_t)x & 15) || (p.splits > 1 && (!ws || m > 8))))
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv (fp32 input): not k_gemv_bf16's plan (m %d, n %d, k %d)", m,
+                       n, k);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
-    if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) { /* the row-invariant GEMM: the same bits */
+    const uint16_t *xb = (const uint16_t *)x;
+    if (ri) { /* the row-invariant GEMM: the same bits */
         dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
         MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round),
                   err, "cuda: bf16 row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
         return MK_OK;
     }
-    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) { /* the head: warps pipelined, same bits */
+    if (pipe) { /* the head: warps pipelined, same bits */
         const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
         const int nwarps = slabs < wave ? slabs : wave;
         MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
@@ -1757,30 +1766,21 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
-              "cuda: bf16 gemv launch");
-    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
+    MK_CU_TRY(xf ? gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8, true>, M, xb, m, k, p.per, ws, ctx->counters)
+                 : gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters),
+              err, "cuda: bf16 gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, xf ? "cuda: bf16 gemv (fp32 input) launch" : "cuda: bf16 gemv launch");
     return MK_OK;
+}
+
+int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
+                      int round, float *ws, mk_err *err) {
+    return gemv_bf16_any(ctx, W, xb, 0, m, y, round, ws, err);
 }
 
 int mk_cuda_gemv_bf16_f32(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, float *y, int round, float *ws,
                           mk_err *err) {
-    const int n = W->n, k = W->k;
-    if (m < 1 || n % 16 || n / 16 > 65535 || k % 32 || ((uintptr_t)x & 15))
-        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv (fp32 input): needs m >= 1, n %% 16 == 0, k %% 32 == 0 and "
-                       "aligned rows (m %d, n %d, k %d)", m, n, k);
-    const gemv_plan p = plan_for(ctx, n / 16, k / 32);
-    if ((p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) ||
-        (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) || (p.splits > 1 && (!ws || m > 8)))
-        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv (fp32 input): not k_gemv_bf16's plan (m %d, n %d, k %d)", m,
-                       n, k);
-    bf16_set M = {};
-    M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(gemv_launch(ctx, dim3((m + 7) / 8, n / 16, p.splits), p.nw * 32, k_gemv_bf16<8, true>, M,
-                          (const uint16_t *)x, m, k, p.per, ws, ctx->counters),
-              err, "cuda: bf16 gemv (fp32 input) launch");
-    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (fp32 input) launch");
-    return MK_OK;
+    return gemv_bf16_any(ctx, W, x, 1, m, y, round, ws, err);
 }
 
 int mk_cuda_gemv_bf16_multi_ok(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W) {
