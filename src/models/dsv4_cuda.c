@@ -1243,19 +1243,15 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     }
     /* wq_a and wkv read x, wq_b and the indexer's wq_b read qr: each input is prepared (quantized)
      * once for both where the kinds agree */
+    TRY(mk_cuda_linear_pair(ctx, MK_CUDA_LIN_ROW_INVARIANT | (x_q ? MK_CUDA_LIN_REUSE_X : 0), &L->wq_a, &L->wkv, x, R,
+                            w->qr, w->kv, 1, w->lin, w->lin_bytes, err));
     /* q_norm, and where wq_b takes a quantized input, its quantization (the indexer's wq_b, of the
-     * same kind and k, reuses it) in the same launch (with the tuning's norm_tail, in wq_a's) */
+     * same kind and k, reuses it) in the same launch */
     mk_cuda_actq aqb;
     const int qb = lin_in_q(C, &L->wq_b, &aqb) && (r != 4 || (L->idx_wq_b.kind == L->wq_b.kind &&
                                                                L->idx_wq_b.k == L->wq_b.k));
-    const int fa = MK_CUDA_LIN_ROW_INVARIANT | (x_q ? MK_CUDA_LIN_REUSE_X : 0);
-    if (qb) {
-        TRY(mk_cuda_linear_pair_nq(ctx, fa, &L->wq_a, &L->wkv, x, R, w->qr, w->kv, 1, w->lin, w->lin_bytes, L->q_norm,
-                                   c->norm_eps, &aqb, err));
-    } else {
-        TRY(mk_cuda_linear_pair(ctx, fa, &L->wq_a, &L->wkv, x, R, w->qr, w->kv, 1, w->lin, w->lin_bytes, err));
-        TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
-    }
+    if (qb) TRY(mk_cuda_rmsnorm_quant(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, &aqb, err));
+    else TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
     TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
     const int fq = MK_CUDA_LIN_ROW_INVARIANT | (qb ? MK_CUDA_LIN_REUSE_X : 0);
     if (r == 4)
@@ -1425,13 +1421,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             TRY(st2);
         }
     }
-    /* the tuning's moe_late_plan: with x already quantized where the routed experts read it and the
-     * shared expert on the side, nothing needs to run between the routing and w1 / w3: the GEMV
-     * starts early and reads the plan after its wait (MK_CUDA_MOE_PLAN_FRESH) */
-    mk_cuda_tuning tu;
-    mk_cuda_ctx_get_tuning(ctx, &tu);
-    const int late = tu.moe_late_plan && T == 1 && x_q && sh_side && !(C->hk && C->hk->moe);
-    TRY(lin_f(C, MK_CUDA_LIN_X_F32, &L->gate, x, T, w->gsc, 0, err)); /* x in fp32 (tuning bf16_f32) */
+    TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
     if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
         TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
                               err));
@@ -1442,9 +1432,8 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
         TRY(mk_cuda_moe_weights(ctx, w->gsc, T, E, K, c->route_scale, w->gidx, w->gw, err));
         TRY(mk_cuda_moe_plan(ctx, w->gidx, w->gw, T, K, E, w->plan, w->sw, err));
     } else { /* the routing, its weights and the plan (one launch for one token) */
-        TRY(mk_cuda_moe_route_plan_ex(ctx, late ? MK_CUDA_MOE_ROUTE_EARLY : 0, w->gsc, T, E, K, L->gate_bias,
-                                      L->tid2eid, w->tok, c->vocab, c->route_scale, w->gidx, w->gmargin, w->gw,
-                                      w->plan, w->sw, err));
+        TRY(mk_cuda_moe_route_plan(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, c->route_scale,
+                                   w->gidx, w->gmargin, w->gw, w->plan, w->sw, err));
     }
     TRY(dumpv(C, w->gw, T, K, 0, err, "L%d.moe.weights", layer));
     mark(C, "moe: gate, route, plan");
@@ -1459,9 +1448,8 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
          * waits for the kernel before it, so a kernel must run between the plan and it: the
          * activation quantization for the routed experts, or, when the op that made x already
          * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
-        if (late) { /* w->mxq holds x's bytes; no kernel between the plan and the GEMV */
-        } else if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
-                                         * again (the same bytes), the kernel between the plan and the GEMV */
+        if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
+                                  * again (the same bytes), the kernel between the plan and the GEMV */
             TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
         } else {
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
@@ -1501,10 +1489,9 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
             mark(C, "moe: routed and shared experts");
             goto combine;
         }
-        TRY(mk_cuda_moe_gemv_fp4_ex(ctx, late ? MK_CUDA_MOE_PLAN_FRESH : 0, (const void *const *)L->ew1,
-                                    (const uint8_t *const *)L->es1, (const void *const *)L->ew3,
-                                    (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1, w->plan, T, K, E, w->act,
-                                    w->actd, 0, err));
+        TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
+                                 (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
+                                 w->plan, T, K, E, w->act, w->actd, 0, err));
         TRY(mk_cuda_swiglu_quant(ctx, w->act, w->actd, w->sw, T * K, I, lim, 1, NULL, w->mxq, w->msa, err));
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
                                  w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, err));

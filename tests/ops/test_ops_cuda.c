@@ -734,146 +734,6 @@ static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, in
     free(x), free(ref), free(scr), free(ha1), free(ha2), free(hb1), free(hb2);
 }
 
-/* mk_cuda_linear_pair_nq with the tuning's norm_tail (q_norm in wq_a / wkv's launch, run by its last
- * block) = without it (mk_cuda_linear_pair then mk_cuda_rmsnorm_quant), bit for bit: y1 normalized in
- * place, y2, the quantized bytes and scales; each captured and replayed twice (the arrival counter is
- * left zero), with fused: the capture holds one kernel fewer (the norm ran in the GEMV's launch). As in
- * the model, the quantized output goes where the next linear (wq_b: k = n1) reads it in the same
- * scratch that holds the pair's own quantized input. */
-static void test_linear_pair_nq(int n1, int n2, int k, int m, int fused) {
-    mk_wmat Ah, Bh, Ad, Bd;
-    make_weights(&Ah, MK_W_FP8, n1, k);
-    make_weights(&Bh, MK_W_FP8, n2, k);
-    float *x = xmalloc(sizeof(float) * m * k);
-    fill_act(x, (size_t)m * k, 1.0f);
-    uint16_t *wh = xmalloc(sizeof(uint16_t) * n1);
-    for (int i = 0; i < n1; i++) wh[i] = mk_f32_to_bf16(1.0f + 0.1f * rnd_n());
-    CK(mk_cuda_wmat_upload(ctx, &Ah, &Ad, &err_));
-    CK(mk_cuda_wmat_upload(ctx, &Bh, &Bd, &err_));
-    float *dx = dup_dev(x, sizeof(float) * m * k);
-    uint16_t *dw = dup_dev(wh, sizeof(uint16_t) * n1);
-    const size_t nq = (size_t)m * n1, nb = (size_t)m * (n1 / 128);
-    mk_wmat Ch, Cd; /* wq_b's stand-in: only its input's place in the scratch is used */
-    make_weights(&Ch, MK_W_FP8, 256, n1);
-    CK(mk_cuda_wmat_upload(ctx, &Ch, &Cd, &err_));
-    size_t sb = mk_cuda_linear_pair_scratch(ctx, &Ad, &Bd, m), sc = mk_cuda_linear_scratch(ctx, &Cd, m);
-    if (sc > sb) sb = sc;
-    mk_cuda_tuning def, t;
-    mk_cuda_ctx_get_tuning(ctx, &def);
-    float *ha[2], *hb[2], *hs[2];
-    uint8_t *hq[2];
-    size_t nodes[2] = {0, 0};
-    int same = 1;
-    char why[160] = "";
-    for (int tail = 0; tail <= 1; tail++) {
-        t = def;
-        t.norm_tail = tail;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        float *a = poisoned_dev(sizeof(float) * nq), *b = poisoned_dev(sizeof(float) * m * n2);
-        void *ds = poisoned_dev(sb);
-        mk_cuda_actq aq = {NULL, NULL, 0};
-        CK(mk_cuda_linear_xq(ctx, &Cd, m, ds, sb, &aq.q, &aq.sa, &aq.perm, &err_));
-        uint8_t *q = aq.q;
-        float *sa = aq.sa;
-        mk_cuda_graph *gr = NULL;
-        CK(mk_cuda_capture_begin(ctx, &err_));
-        CK(mk_cuda_linear_pair_nq(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Ad, &Bd, dx, m, a, b, 1, ds, sb, dw, 1e-6f, &aq,
-                                  &err_));
-        CK(mk_cuda_capture_end(ctx, &gr, &err_));
-        nodes[tail] = mk_cuda_graph_nodes(gr);
-        ha[tail] = xmalloc(sizeof(float) * nq), hb[tail] = xmalloc(sizeof(float) * m * n2);
-        hs[tail] = xmalloc(sizeof(float) * nb), hq[tail] = xmalloc(nq);
-        for (int rep = 0; rep < 2 && gr; rep++) {
-            CK(mk_cuda_graph_launch(ctx, gr, &err_));
-            float *a2 = xmalloc(sizeof(float) * nq), *s2 = xmalloc(sizeof(float) * nb);
-            uint8_t *q2 = xmalloc(nq);
-            fetch(rep ? a2 : ha[tail], a, sizeof(float) * nq);
-            fetch(rep ? s2 : hs[tail], sa, sizeof(float) * nb);
-            fetch(rep ? q2 : hq[tail], q, nq);
-            if (!rep) fetch(hb[tail], b, sizeof(float) * m * n2);
-            if (rep && (memcmp(a2, ha[tail], sizeof(float) * nq) || memcmp(s2, hs[tail], sizeof(float) * nb) ||
-                        memcmp(q2, hq[tail], nq))) {
-                same = 0;
-                snprintf(why, sizeof why, "tail %d: the replay differs from the first", tail);
-            }
-            free(a2), free(s2), free(q2);
-        }
-        mk_cuda_graph_free(gr);
-        void *dv[] = {a, b, ds};
-        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
-    }
-    mk_cuda_ctx_set_tuning(ctx, &def);
-    if (memcmp(ha[0], ha[1], sizeof(float) * nq) || memcmp(hb[0], hb[1], sizeof(float) * m * n2) ||
-        memcmp(hs[0], hs[1], sizeof(float) * nb) || memcmp(hq[0], hq[1], nq)) {
-        same = 0;
-        snprintf(why, sizeof why, "the outputs with the norm in the launch differ");
-    }
-    if (same && (fused ? nodes[1] + 1 != nodes[0] : nodes[1] != nodes[0])) {
-        same = 0;
-        snprintf(why, sizeof why, "%zu captured nodes with the tail, %zu without (fused expected: %d)", nodes[1],
-                 nodes[0], fused);
-    }
-    char shape[96];
-    snprintf(shape, sizeof shape, "fp8 n%d + n%d, k%d m%d", n1, n2, k, m);
-    check_row("linear pair + q_norm in its launch", shape,
-              fused ? "= pair then rmsnorm_quant (y1, y2, bytes, scales), bit for bit, replayed twice, one kernel fewer"
-                    : "= pair then rmsnorm_quant (y1, y2, bytes, scales), bit for bit, replayed twice, the same launches",
-              same, why);
-    for (int i = 0; i < 2; i++) free(ha[i]), free(hb[i]), free(hs[i]), free(hq[i]);
-    mk_cuda_wmat_free(ctx, &Ad), mk_cuda_wmat_free(ctx, &Bd), mk_cuda_wmat_free(ctx, &Cd);
-    mk_cuda_free(ctx, dx), mk_cuda_free(ctx, dw);
-    free((void *)Ah.w), free((void *)Ah.scale), free((void *)Bh.w), free((void *)Bh.scale);
-    free((void *)Ch.w), free((void *)Ch.scale);
-    free(x), free(wh);
-}
-
-/* A bf16 linear called with MK_CUDA_LIN_X_F32 under the tuning's bf16_f32 (the GEMV rounds its fp32 input
- * itself) = without the tuning (k_to_bf16, then the GEMV), bit for bit, captured: with fused, one kernel
- * fewer; without (a plan k_gemv_bf16 does not run), the same launches. */
-static void test_linear_bf16_f32(int n, int k, int m, int fused) {
-    mk_wmat Wh, Wd;
-    make_weights(&Wh, MK_W_BF16, n, k);
-    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
-    float *x = xmalloc(sizeof(float) * m * k);
-    fill_act(x, (size_t)m * k, 1.0f);
-    float *dx = dup_dev(x, sizeof(float) * m * k);
-    const size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
-    void *ds = poisoned_dev(sb);
-    mk_cuda_tuning def, t;
-    mk_cuda_ctx_get_tuning(ctx, &def);
-    float *hy[2];
-    size_t nodes[2] = {0, 0};
-    for (int f = 0; f <= 1; f++) {
-        t = def;
-        t.bf16_f32 = f;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        float *dy = poisoned_dev(sizeof(float) * m * n);
-        mk_cuda_graph *gr = NULL;
-        CK(mk_cuda_capture_begin(ctx, &err_));
-        CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT | MK_CUDA_LIN_X_F32, &Wd, dx, m, dy, 0, ds,
-                             sb, &err_));
-        CK(mk_cuda_capture_end(ctx, &gr, &err_));
-        nodes[f] = mk_cuda_graph_nodes(gr);
-        if (gr) CK(mk_cuda_graph_launch(ctx, gr, &err_));
-        hy[f] = xmalloc(sizeof(float) * m * n);
-        fetch(hy[f], dy, sizeof(float) * m * n);
-        mk_cuda_graph_free(gr);
-        mk_cuda_free(ctx, dy);
-    }
-    mk_cuda_ctx_set_tuning(ctx, &def);
-    const int same = !memcmp(hy[0], hy[1], sizeof(float) * m * n) &&
-                     (fused ? nodes[1] + 1 == nodes[0] : nodes[1] == nodes[0]);
-    char shape[64], what[128];
-    snprintf(shape, sizeof shape, "bf16 n%d k%d m%d", n, k, m);
-    snprintf(what, sizeof what, "= to_bf16 then the gemv, bit for bit, %s (%zu / %zu nodes)",
-             fused ? "one kernel fewer" : "the same launches", nodes[1], nodes[0]);
-    check_row("linear bf16 from fp32 rows", shape, what, same, "");
-    free(hy[0]), free(hy[1]), free(x);
-    mk_cuda_wmat_free(ctx, &Wd);
-    mk_cuda_free(ctx, dx), mk_cuda_free(ctx, ds);
-    free((void *)Wh.w), free((void *)Wh.scale);
-}
-
 /* The attention output's inverse RoPE inside wo_a's grouped linear (mk_cuda_linear_grouped_rope)
  * = mk_cuda_rope_at then mk_cuda_linear_grouped, bit for bit: the rotated x (in place) and y.
  * x [m, G k] holds m rows of heads of D (k % D == 0), positions pos [m]. */
@@ -2015,32 +1875,23 @@ static void test_hc_post_pre(int s, int hc, int d) {
        * (k_hc_mix_part), 1 (k_hc_post_part) and 3 (with the MoE sum), the pre and the head */
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
+        t = def;
+        t.hc_rs = !def.hc_rs;
+        mk_cuda_ctx_set_tuning(ctx, &t);
         float *o2 = xmalloc(sizeof(float) * nh), *x2 = xmalloc(sizeof(float) * nx), *pc2 = xmalloc(sizeof(float) * npc);
         float *y2 = xmalloc(sizeof(float) * nx), *oh2 = xmalloc(sizeof(float) * nh);
-        for (int alt = 0; alt < 2; alt++) { /* alt 1: k_hc_post_part at the other blocks an SM (hc_post_occ) */
-            t = def;
-            if (alt) t.hc_post_occ = def.hc_post_occ == 2 ? 1 : 2;
-            else t.hc_rs = !def.hc_rs;
-            mk_cuda_ctx_set_tuning(ctx, &t);
-            int rs_same = 1;
-            for (int m = 0; m < 4; m++) {
-                if (m == 2) continue;
-                hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
-                rs_same = rs_same && !memcmp(o2, out[m], sizeof(float) * nh) &&
-                          !memcmp(x2, x[m], sizeof(float) * nx) && !memcmp(pc2, pc[m], sizeof(float) * npc) &&
-                          !memcmp(y2, y[m], sizeof(float) * nx) && !memcmp(oh2, oh[m], sizeof(float) * nh);
-            }
-            mk_cuda_ctx_set_tuning(ctx, &def);
-            n_checks++;
-            n_fail += !rs_same;
-            if (alt)
-                printf("| %-40s | %-26s | hc_post_occ %d = hc_post_occ %d (modes 0, 1, 3; pre and head), bit for bit: "
-                       "%s |\n", "hc_post_part at other blocks an SM", shape, t.hc_post_occ, def.hc_post_occ,
-                       rs_same ? "PASS" : "FAIL");
-            else
-                printf("| %-40s | %-26s | hc_rs %d = hc_rs %d (modes 0, 1, 3; pre and head), bit for bit: %s |\n",
-                       "hc split sums as a reduce-scatter", shape, t.hc_rs, def.hc_rs, rs_same ? "PASS" : "FAIL");
+        int rs_same = 1;
+        for (int m = 0; m < 4; m++) {
+            if (m == 2) continue;
+            hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
+            rs_same = rs_same && !memcmp(o2, out[m], sizeof(float) * nh) && !memcmp(x2, x[m], sizeof(float) * nx) &&
+                      !memcmp(pc2, pc[m], sizeof(float) * npc) && !memcmp(y2, y[m], sizeof(float) * nx) &&
+                      !memcmp(oh2, oh[m], sizeof(float) * nh);
         }
+        mk_cuda_ctx_set_tuning(ctx, &def);
+        char what[96];
+        snprintf(what, sizeof what, "hc_rs %d = hc_rs %d (modes 0, 1, 3; pre and head), bit for bit", t.hc_rs, def.hc_rs);
+        check_row("hc split sums as a reduce-scatter", shape, what, rs_same, "");
         free(o2), free(x2), free(pc2), free(y2), free(oh2);
     }
 
@@ -2623,88 +2474,6 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
     free(idx), free(gw), free(x), free(a);
 }
 
-
-/* A decode step's routing and routed experts, captured as the model queues them, with the tuning's
- * moe_late_plan (the routing lets w1 / w3 start early, which reads the plan after its wait; no kernel
- * between them) = without it (the activation quantization between them): the picks, the weights, the
- * w1 / w3 results and w2's, bit for bit, for replays under two sets of gate scores that pick different
- * experts (a GEMV that read a stale plan would compute the other set's experts), A, B, then A again. The
- * capture holds one kernel fewer. */
-static void test_moe_late_plan(int K, int E, int d, int I) {
-    moe_experts ex = moe_experts_make(E, d, I, 0);
-    const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
-    const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
-    float *x = xmalloc(sizeof(float) * d), *bias = xmalloc(sizeof(float) * E), *sc[2];
-    fill_act(x, (size_t)d, 1.0f);
-    sc[0] = xmalloc(sizeof(float) * E), sc[1] = xmalloc(sizeof(float) * E);
-    for (int e = 0; e < E; e++) bias[e] = 0.01f * rnd_n(), sc[0][e] = rnd_n(), sc[1][e] = -sc[0][e];
-    const size_t pn = mk_cuda_moe_plan_ints(1, K, E);
-    float *dx = dup_dev(x, sizeof(float) * d), *db = dup_dev(bias, sizeof(float) * E);
-    float *dsc = poisoned_dev(sizeof(float) * E), *dmg = poisoned_dev(sizeof(float)), *dgw = poisoned_dev(sizeof(float) * K);
-    float *dsw = poisoned_dev(sizeof(float) * K), *dsa = poisoned_dev(sizeof(float) * (d / 128));
-    float *dsaa = poisoned_dev(sizeof(float) * (K * I / 128)), *dact = poisoned_dev(sizeof(float) * K * I);
-    float *dactd = poisoned_dev(sizeof(float) * K * I), *deo = poisoned_dev(sizeof(float) * K * d);
-    int32_t *didx = poisoned_dev(sizeof(int32_t) * K), *dplan = poisoned_dev(sizeof(int32_t) * pn);
-    uint8_t *dq = poisoned_dev((size_t)d), *dqa = poisoned_dev((size_t)K * I);
-    CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_)); /* x quantized by the op before (the model's x_q) */
-    mk_cuda_tuning def, t;
-    mk_cuda_ctx_get_tuning(ctx, &def);
-    t = def;
-    t.moe_route_plan = 1;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    const size_t nout = (size_t)K * (1 + 1 + 2 * I + d); /* idx, w, act, actd, eo (as 32-bit words) */
-    uint32_t *res[2][3];
-    size_t nodes[2] = {0, 0};
-    int same = 1;
-    char why[160] = "";
-    for (int late = 0; late <= 1; late++) {
-        mk_cuda_graph *gr = NULL;
-        CK(mk_cuda_capture_begin(ctx, &err_));
-        CK(mk_cuda_moe_route_plan_ex(ctx, late ? MK_CUDA_MOE_ROUTE_EARLY : 0, dsc, 1, E, K, db, NULL, NULL, 0, 2.5f,
-                                     didx, dmg, dgw, dplan, dsw, &err_));
-        if (!late) CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_)); /* the same bytes again */
-        CK(mk_cuda_moe_gemv_fp4_ex(ctx, late ? MK_CUDA_MOE_PLAN_FRESH : 0, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, 1, K,
-                                   E, dact, dactd, 0, &err_));
-        CK(mk_cuda_swiglu_quant(ctx, dact, dactd, dsw, K, I, 7.0f, 1, NULL, dqa, dsaa, &err_));
-        CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, 1, K, E, deo, NULL, 1, &err_));
-        CK(mk_cuda_capture_end(ctx, &gr, &err_));
-        nodes[late] = mk_cuda_graph_nodes(gr);
-        for (int r = 0; r < 3; r++) { /* scores A, B, A */
-            uint32_t *o = res[late][r] = xmalloc(sizeof(uint32_t) * nout);
-            memset(o, 0, sizeof(uint32_t) * nout);
-            CK(mk_cuda_upload(ctx, dsc, sc[r == 1], sizeof(float) * E, &err_)); /* the routing rewrites it */
-            if (gr) CK(mk_cuda_graph_launch(ctx, gr, &err_));
-            fetch(o, didx, sizeof(int32_t) * K);
-            fetch(o + K, dgw, sizeof(float) * K);
-            fetch(o + 2 * K, dact, sizeof(float) * K * I);
-            fetch(o + 2 * K + (size_t)K * I, dactd, sizeof(float) * K * I);
-            fetch(o + 2 * K + (size_t)2 * K * I, deo, sizeof(float) * K * d);
-        }
-        mk_cuda_graph_free(gr);
-    }
-    mk_cuda_ctx_set_tuning(ctx, &def);
-    int moved = 0; /* the two score sets pick different experts */
-    for (int k = 0; k < K; k++) moved = moved || res[0][0][k] != res[0][1][k];
-    if (!moved) same = 0, snprintf(why, sizeof why, "the two score sets pick the same experts");
-    for (int r = 0; r < 3 && same; r++)
-        if (memcmp(res[0][r], res[1][r], sizeof(uint32_t) * nout))
-            same = 0, snprintf(why, sizeof why, "replay %d (scores %c) differs", r, r == 1 ? 'B' : 'A');
-    if (same && memcmp(res[1][0], res[1][2], sizeof(uint32_t) * nout))
-        same = 0, snprintf(why, sizeof why, "the late replays of A differ");
-    if (same && nodes[1] + 1 != nodes[0])
-        same = 0, snprintf(why, sizeof why, "%zu captured nodes late, %zu without", nodes[1], nodes[0]);
-    char shape[64];
-    snprintf(shape, sizeof shape, "K%d E%d d%d I%d", K, E, d, I);
-    check_row("moe route -> w1/w3 late plan (captured)", shape,
-              "= with act_quant between (picks, weights, w1, w3, w2), bit for bit, scores A B A, one kernel fewer", same,
-              why);
-    for (int l = 0; l < 2; l++)
-        for (int r = 0; r < 3; r++) free(res[l][r]);
-    moe_experts_free(&ex);
-    void *dev[] = {dx, db, dsc, dmg, dgw, dsw, dsa, dsaa, dact, dactd, deo, didx, dplan, dq, dqa};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free(x), free(bias), free(sc[0]), free(sc[1]);
-}
 /* ---- MoE routing ------------------------------------------------------------------------------
  * moe_route_weights = moe_route then moe_weights, bit for bit (score-routed and hash-routed), and
  * the picks / weights against the host's rule on the returned scores: top-K of score + bias in
@@ -3503,12 +3272,6 @@ int main(int argc, char **argv) {
     test_linear_pair(MK_W_FP8, 4096, MK_W_FP8, 512, 1024, 1);  /* plans differ: two launches */
     test_linear_pair(MK_W_FP8, 512, MK_W_BF16, 256, 1024, 3);  /* kinds differ */
     test_linear_pair(MK_W_BF16, 512, MK_W_BF16, 256, 4096, 3); /* bf16: the second reuses the first's converted x */
-    test_linear_pair_nq(1024, 512, 4096, 1, 1); /* V4-Flash's wq_a + wkv, q_norm in the launch */
-    test_linear_pair_nq(1024, 512, 4096, 3, 1);
-    test_linear_pair_nq(1024, 512, 4096, 9, 0); /* more than 8 rows: the two ops */
-    test_linear_bf16_f32(256, 4096, 1, 1); /* V4-Flash's MoE gate */
-    test_linear_bf16_f32(256, 4096, 3, 1);
-    test_linear_bf16_f32(512, 1024, 1, 1);
     { /* the DeepSeek-V4 CSA layer's bf16 projections of x: indexer compressor, indexer weights, compressor */
         const mk_wkind kb[5] = {MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16, MK_W_BF16};
         const int n5[5] = {256, 256, 64, 1024, 1024}, n2[2] = {512, 512};
@@ -3550,12 +3313,11 @@ int main(int argc, char **argv) {
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
      * step, the batches' GEMV settings, and (v 8) the one-token GEMV at the other moe_occ (w1, w3 and w2
      * against the default's bits too) */
-    for (int v = 1; v <= 9; v++) {
+    for (int v = 1; v <= 8; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
-        if (v == 9) t.moe_occ = def.moe_occ == 4 ? 3 : 4; /* and at 4 (64 registers) */
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
@@ -3574,7 +3336,7 @@ int main(int argc, char **argv) {
         moe_extreme_scales = 1;
         test_moe_fp4(9, 6, 16, 1024, 512);
         moe_extreme_scales = 0;
-        if (v >= 8) { /* the one-token GEMV's setting: = the default's bits, w2 included */
+        if (v == 8) { /* the one-token GEMV's setting: = the default's bits, w2 included */
             test_moe_decode_same(6, 16, 4096, 2048, &def, &t);
             test_moe_decode_same(6, 8, 1280, 384, &def, &t); /* 10 and 3 128-blocks a row: uneven and empty warp ranges */
             test_moe_decode_same(2, 64, 512, 256, &def, &t);
@@ -3589,8 +3351,6 @@ int main(int argc, char **argv) {
 
     test_moe_route(1, 256, 6, 0);
     test_moe_route(7, 256, 6, 0);
-    test_moe_late_plan(6, 16, 4096, 2048); /* V4-Flash's expert widths (16 experts: the host makes their weights) */
-    test_moe_late_plan(2, 16, 1280, 384);
     test_moe_route(5, 64, 8, 1);
     test_moe_route(1, 64, 8, 1); /* hash layer, one token: duplicate picks in the fused plan */
     test_swiglu_quant(1, 2048, 0, 0);

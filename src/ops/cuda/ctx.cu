@@ -155,7 +155,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
      * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
-    ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") ? atoi(getenv("MINKE_CUDA_MOE_OCC")) : 3;
+    ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
     ctx->tune.moe_b_occ = getenv("MINKE_CUDA_MOE_B_OCC") && atoi(getenv("MINKE_CUDA_MOE_B_OCC")) == 2 ? 2 : 3;
@@ -197,11 +197,8 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* H100, session 30: greedy step 1.001-1.006 ms against 1.011-1.022 without, same calls (the gate no
      * longer waits behind the side branch's shared expert for SMs) */
     ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 1);
-    ctx->tune.norm_tail = env_switch("MINKE_CUDA_NORM_TAIL", 0);
-    ctx->tune.moe_late_plan = env_switch("MINKE_CUDA_MOE_LATE_PLAN", 0);
-    ctx->tune.hc_rs = env_switch("MINKE_CUDA_HC_RS", 0);
-    ctx->tune.bf16_f32 = env_switch("MINKE_CUDA_BF16_F32", 0);
-    ctx->tune.hc_post_occ = getenv("MINKE_CUDA_HC_POST_OCC") && atoi(getenv("MINKE_CUDA_HC_POST_OCC")) == 2 ? 2 : 1;
+    /* H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without, same calls (the same bits) */
+    ctx->tune.hc_rs = env_switch("MINKE_CUDA_HC_RS", 1);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -358,7 +355,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.gemv_pipe = ctx->tune.gemv_pipe != 0;
     ctx->tune.hc_moe_sum = ctx->tune.hc_moe_sum != 0;
     ctx->tune.moe_fast_step = ctx->tune.moe_fast_step != 0;
-    ctx->tune.moe_occ = ctx->tune.moe_occ == 2 || ctx->tune.moe_occ == 4 ? ctx->tune.moe_occ : 3;
+    ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
     ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
     ctx->tune.bf16_pipe = ctx->tune.bf16_pipe != 0;
     ctx->tune.moe_b_occ = ctx->tune.moe_b_occ == 2 ? 2 : 3;
@@ -386,11 +383,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.l2_lane_hint = ctx->tune.l2_lane_hint != 0;
     ctx->tune.branch = ctx->tune.branch != 0;
     ctx->tune.prio = ctx->tune.prio != 0;
-    ctx->tune.norm_tail = ctx->tune.norm_tail != 0;
-    ctx->tune.moe_late_plan = ctx->tune.moe_late_plan != 0;
     ctx->tune.hc_rs = ctx->tune.hc_rs != 0;
-    ctx->tune.bf16_f32 = ctx->tune.bf16_f32 != 0;
-    ctx->tune.hc_post_occ = ctx->tune.hc_post_occ == 2 ? 2 : 1;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -439,9 +439,6 @@ int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
  * ws holds both's partials), each exactly as its own launch: only when their launch plans agree
  * (_pair_ok). */
 int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2);
-int mk_cuda_gemv_fp8_pair_nq(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
-                             int m, float *y, float *y2, int round, const uint16_t *nw, float eps, const mk_cuda_actq *aq,
-                             mk_err *err);
 int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
                           int m, float *y, float *y2, int round, float *ws, mk_err *err);
 int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
@@ -452,11 +449,6 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
                             float *const *y, const int *round, mk_err *err);
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err);
-/* mk_cuda_gemv_bf16 on fp32 rows x, rounded to bf16 as they are loaded (the same bits as to_bf16 then
- * it): MK_ENOTSUP where mk_cuda_gemv_bf16 would not run k_gemv_bf16 (its row-invariant GEMM, the
- * head's pipelined warps) or x is not 16-byte aligned. */
-int mk_cuda_gemv_bf16_f32(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, float *y, int round, float *ws,
-                          mk_err *err);
 /* dq with G > 1: W [G gn, k] block-diagonal over G groups, xh / sx rows of G k (x's group i is
  * columns [i k, (i + 1) k)), y rows of G gn; each group computed as its own [gn, k] launch. */
 int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *xh, const float *sx, int m,

@@ -309,25 +309,12 @@ struct fp8_item {
     float sb[2];
 };
 
-/* The norm of the first matrix's output rows that k_gemv_fp8_pipe<true>'s last block runs
- * (mk_cuda_gemv_fp8_pair_nq): mk_d_rmsnorm_quant_row of each row of y in place (weight w, eps) into
- * q / sa; cnt: an arrival counter, zero between launches. */
-struct gemv_norm_tail {
-    const uint16_t *w;
-    float eps;
-    int perm;
-    uint8_t *q;
-    float *sa;
-    unsigned *cnt;
-};
-
-template <bool TAIL>
 __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
                                                           const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                           int m, int n, int k, int per, float *__restrict__ y,
                                                           int round, const uint8_t *__restrict__ W2,
                                                           const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2, const gemv_norm_tail nt) {
+                                                          float *__restrict__ y2) {
     mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
@@ -404,24 +391,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
         }
     };
     gemv_pipe2<fp8_item>(total, load, comp);
-    if (TAIL) { /* the last block to finish: the norm of y's rows (every slab of y is stored) */
-        __shared__ int last;
-        __shared__ float row[1024]; /* n <= 4 blockDim.x (the caller checks) */
-        __threadfence(); /* each thread's stores of y visible to every block before the arrival */
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(nt.cnt, 1u) == gridDim.y - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        for (int r = 0; r < m; r++) { /* the row through L2 into shared memory, then k_rmsnorm_quant's code */
-            for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = __ldcg(y + (size_t)r * n + i);
-            __syncthreads();
-            mk_d_rmsnorm_quant_row(row, n, nt.w, nt.eps, y + (size_t)r * n, nt.perm, nt.q + (size_t)r * n,
-                                   nt.sa + (size_t)r * (n >> 7));
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) *nt.cnt = 0;
-    }
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -627,33 +596,6 @@ int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_
     return a.per == b.per && a.nw == b.nw && a.splits == b.splits;
 }
 
-/* mk_cuda_gemv_fp8_pair as its pipelined launch whose last block then runs mk_cuda_rmsnorm_quant's code
- * on y (n values a row) in place, into aq: the same bits. MK_ENOTSUP (nothing launched) where that
- * launch does not apply: more than 8 rows, split-K, the row-invariant GEMM, the pipe off, or blocks
- * whose thread count is not the norm's (mk_cuda_rmsnorm_threads(n)) or that cannot hold its row. */
-int mk_cuda_gemv_fp8_pair_nq(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
-                             int m, float *y, float *y2, int round, const uint16_t *nw, float eps, const mk_cuda_actq *aq,
-                             mk_err *err) {
-    const int n = W->n, k = W->k, n2 = W2 ? W2->n : 0;
-    if (m < 1 || m > 8 || n % 128 || n / 16 > 65535 || k % 128 || !aq || !aq->q || !aq->sa || !ctx->tune.gemv_pipe ||
-        (W2 && !mk_cuda_gemv_fp8_pair_ok(ctx, W, W2)))
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv with norm: not this shape");
-    const gemv_plan p = plan_for(ctx, n / 16, k / 128);
-    const int th = p.nw * 32;
-    if (p.splits != 1 || ri_tiles_for(ctx, m, (n + n2) / 16) > 1 || th != mk_cuda_rmsnorm_threads(n) || th % 128 ||
-        n > 4 * th || n > 1024)
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv with norm: not this launch plan");
-    /* the last arrival counter: split-K slabs count at their slab index (< 65535) */
-    const gemv_norm_tail nt = {nw, eps, aq->perm, aq->q, aq->sa, ctx->counters + (MK_CUDA_COUNTERS - 1)};
-    MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), th, k_gemv_fp8_pipe<true>,
-                          (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
-                          W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL, W2 ? W2->scale : (const uint8_t *)NULL,
-                          n2, y2, nt),
-              err, "cuda: fp8 gemv with norm launch");
-    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) with norm launch");
-    return MK_OK;
-}
-
 int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err) {
     return mk_cuda_gemv_fp8_pair(ctx, W, NULL, xq, sa, m, y, NULL, round, ws, err);
@@ -686,11 +628,10 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         return MK_OK;
     }
     if (p.splits == 1 && m <= 8 && ctx->tune.gemv_pipe) { /* decode: the pipelined GEMV, the same bits */
-        const gemv_norm_tail none = {NULL, 0.0f, 0, NULL, NULL, NULL};
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe<false>,
+        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, none),
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
                   err, "cuda: fp8 gemv launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;
@@ -1028,19 +969,12 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast,
-                                                         bool pf = true, /* pf: the L2 prefetch below */
-                                                         bool late = false) {
+                                                         bool pf = true) { /* pf: the L2 prefetch below */
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
     if (bid.z) Wt = Wt3, St = St3, y = y3; /* the second matrix of a pair (w3 next to w1) */
-    if (late) { /* a fresh plan (MK_CUDA_MOE_PLAN_FRESH): its kernel, the one before, let this one start
-                 * early, so the plan is read after the wait, and the next kernel may start only then */
-        mk_d_pdl_wait();
-        mk_d_pdl_launch_dependents();
-    }
     const int G = TK < E ? TK : E, grp = bid.y;
-    /* the plan is two kernels old (written before the activations' quantization started), or, late,
-     * waited for above */
+    /* the plan is two kernels old (written before the activations' quantization started) */
     if (grp >= plan[0]) {
         mk_d_pdl_wait();
         return;
@@ -1141,10 +1075,8 @@ __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *_
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast, int pf) {
-    const bool late = pf & 2; /* pf bit 1: a fresh plan (moe_fp4_body) */
-    if (!late) mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast,
-                        pf & 1, late);
+    mk_d_pdl_launch_dependents();
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
 }
 
 
@@ -1409,17 +1341,7 @@ static size_t staged_smem(int k) { /* k_moe_fp4_staged's dynamic shared memory *
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                          const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                          const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err) {
-    return mk_cuda_moe_gemv_fp4_ex(ctx, 0, W, S, W3, S3, n, k, xq, sa, by_token, plan, T, K, E, y, y3, round, err);
-}
-
-int mk_cuda_moe_gemv_fp4_ex(mk_cuda_ctx *ctx, int flags, const void *const *W, const uint8_t *const *S,
-                            const void *const *W3, const uint8_t *const *S3, int n, int k, const uint8_t *xq,
-                            const float *sa, int by_token, const int32_t *plan, int T, int K, int E, float *y,
-                            float *y3, int round, mk_err *err) {
     if (T <= 0) return MK_OK;
-    const int late = (flags & MK_CUDA_MOE_PLAN_FRESH) ? 2 : 0; /* k_moe_gemv_fp4's pf bit 1 */
-    if (late && T != 1)
-        return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a fresh plan only for one token (T %d)", T);
     if (n % 16 || k % 128)
         return mk_fail(err, MK_ENOTSUP, "cuda: moe fp4 gemv: needs n %% 16 == 0 and k %% 128 == 0 (n %d, k %d)", n, k);
     int TK = T * K, G = TK < E ? TK : E, nw = GEMV_MAXW, nb = k / 128;
@@ -1433,14 +1355,11 @@ int mk_cuda_moe_gemv_fp4_ex(mk_cuda_ctx *ctx, int flags, const void *const *W, c
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);
-        e = ctx->tune.moe_occ == 4
-                ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 4>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
-                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf | late)
-            : ctx->tune.moe_occ == 3
+        e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
-                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf | late)
+                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, fast, ctx->tune.moe_pf | late);
+                              by_token, y, y3, round, fast, ctx->tune.moe_pf);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1472,7 +1391,7 @@ int mk_cuda_moe_gemv_fp4_ex(mk_cuda_ctx *ctx, int flags, const void *const *W, c
             kern = k_moe_gemv_fp4<2, 1, 3>;
         }
         e = gemv_launch(ctx, grid, nw * 32, kern, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round,
-                        fast, ctx->tune.moe_b_pf | late);
+                        fast, ctx->tune.moe_b_pf);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
@@ -1531,21 +1450,7 @@ struct bf16_set {
     int n[MK_CUDA_MULTI], round[MK_CUDA_MULTI], s0[MK_CUDA_MULTI + 1], count;
 };
 
-/* Eight fp32 activations as k_to_bf16 rounds them, packed as the 16 bytes of their bf16 row. */
-__device__ __forceinline__ uint4 bf16x8_of(const float *p) {
-    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-    uint4 r;
-    __nv_bfloat162 h;
-    h = __floats2bfloat162_rn(a.x, a.y), r.x = *(uint32_t *)&h;
-    h = __floats2bfloat162_rn(a.z, a.w), r.y = *(uint32_t *)&h;
-    h = __floats2bfloat162_rn(b.x, b.y), r.z = *(uint32_t *)&h;
-    h = __floats2bfloat162_rn(b.z, b.w), r.w = *(uint32_t *)&h;
-    return r;
-}
-
-/* XF: the activations are fp32 rows (xb is then a const float *), rounded to bf16 as they are loaded
- * (k_to_bf16's rounding: the same operands, the same bits; tuning bf16_f32). */
-template <int U, bool XF = false>
+template <int U>
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
                                                       int per, float *__restrict__ ws,
                                                       unsigned *__restrict__ counters) {
@@ -1559,7 +1464,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     const int n = M.n[j], round = M.round[j];
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
-        xb += (size_t)c8 * k * (XF ? 2 : 1);
+        xb += (size_t)c8 * k;
         y += (size_t)c8 * n;
         m = min(8, m - c8);
     }
@@ -1571,7 +1476,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16;
     const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
     const bool xcol = g < m;
-    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k * (XF ? 2 : 1)) + t * (XF ? 32 : 16);
+    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
     const int c0 = 2 * t, c1 = 2 * t + 1;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int st = s0; st < s1; st += U) {
@@ -1587,10 +1492,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
         mk_d_pdl_wait();
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (st + u < s1)
-                b[u] = !xcol ? make_uint4(0, 0, 0, 0)
-                       : XF  ? bf16x8_of((const float *)(xr + (size_t)(st + u) * 128))
-                             : mk_d_ld16(xr + (size_t)(st + u) * 64);
+            if (st + u < s1) b[u] = xcol ? mk_d_ld16(xr + (size_t)(st + u) * 64) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (st + u < s1) {
@@ -1728,33 +1630,24 @@ __global__ void __launch_bounds__(256, 1)
     if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
-/* mk_cuda_gemv_bf16 on bf16 rows xb, or (xf) on fp32 rows rounded as k_gemv_bf16<., true> loads them:
- * MK_ENOTSUP with xf where the plan is not k_gemv_bf16's (the row-invariant GEMM, the head's
- * pipelined warps) or the rows are not 16-byte aligned. */
-static int gemv_bf16_any(mk_cuda_ctx *ctx, const mk_wmat *W, const void *x, int xf, int m, float *y, int round,
-                         float *ws, mk_err *err) {
+int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
+                      int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
     if (m < 1 || n % 16 || n / 16 > 65535 || k % 32)
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 32 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
     gemv_plan p = plan_for(ctx, n / 16, k / 32);
-    const int ri = p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1;
-    const int pipe = !ri && ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8;
-    if (xf && (ri || pipe || ((uintptr_t)x & 15) || (p.splits > 1 && (!ws || m > 8))))
-        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv (fp32 input): not k_gemv_bf16's plan (m %d, n %d, k %d)", m,
-                       n, k);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
-    const uint16_t *xb = (const uint16_t *)x;
-    if (ri) { /* the row-invariant GEMM: the same bits */
+    if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) { /* the row-invariant GEMM: the same bits */
         dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
         MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round),
                   err, "cuda: bf16 row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
         return MK_OK;
     }
-    if (pipe) { /* the head: warps pipelined, same bits */
+    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) { /* the head: warps pipelined, same bits */
         const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
         const int nwarps = slabs < wave ? slabs : wave;
         MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
@@ -1766,21 +1659,10 @@ static int gemv_bf16_any(mk_cuda_ctx *ctx, const mk_wmat *W, const void *x, int 
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(xf ? gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8, true>, M, xb, m, k, p.per, ws, ctx->counters)
-                 : gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters),
-              err, "cuda: bf16 gemv launch");
-    if (ctx->trace_on) mk_cuda_trace_mark(ctx, xf ? "cuda: bf16 gemv (fp32 input) launch" : "cuda: bf16 gemv launch");
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
+              "cuda: bf16 gemv launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
-}
-
-int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
-                      int round, float *ws, mk_err *err) {
-    return gemv_bf16_any(ctx, W, xb, 0, m, y, round, ws, err);
-}
-
-int mk_cuda_gemv_bf16_f32(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, float *y, int round, float *ws,
-                          mk_err *err) {
-    return gemv_bf16_any(ctx, W, x, 1, m, y, round, ws, err);
 }
 
 int mk_cuda_gemv_bf16_multi_ok(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W) {

@@ -451,8 +451,7 @@ __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__
  * (bf16-rounded) into part like k_hc_mix_part: both outputs are those of k_hc_post then
  * k_hc_mix_part, bit for bit. A block needs no other block's outputs (no grid-wide sync). Reads
  * post / comb and writes neither (the finishing kernel, launched after it, may overwrite them). */
-template <int MINB> /* blocks an SM: 1 (up to 255 registers) or 2 (128, spilling; tuning hc_post_occ) */
-__global__ void __launch_bounds__(256, MINB) k_hc_post_part(const float *__restrict__ x, const float *__restrict__ res,
+__global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict__ x, const float *__restrict__ res,
                                                       const float *__restrict__ post,
                                                       const float *__restrict__ comb, int hc, int d,
                                                       float *__restrict__ out, const float *__restrict__ fn,
@@ -584,8 +583,7 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int
         return MK_OK;
     }
     if (pin)
-        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, ctx->tune.hc_post_occ == 2 ? k_hc_post_part<2> : k_hc_post_part<1>,
-                                 pin->ms.eo ? pin->x : pin->x + (size_t)t0 * d,
+        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_post_part, pin->ms.eo ? pin->x : pin->x + (size_t)t0 * d,
                                  pin->res + t0 * n, pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc,
                                  d, pin->out + t0 * n, fn, nmix, ctx->hc_partial, pin->ms, t0, ctx->tune.hc_rs);
     else

@@ -163,15 +163,6 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else if (kern == MK_CUDA_K_AUTO)
                 mk_cuda_note(ctx, NOTE_CHUNKS, "a linear with more than 8 rows runs the gemv in chunks of 8");
         }
-        if (!reuse && W->kind == MK_W_BF16 && (flags & MK_CUDA_LIN_X_F32) && ctx->tune.bf16_f32) {
-            mk_err e2; /* fp32 rows into the GEMV itself, where it runs k_gemv_bf16 */
-            memset(&e2, 0, sizeof e2);
-            st = mk_cuda_gemv_bf16_f32(ctx, W, x, m, y, round_bf16, ws, &e2);
-            if (st != MK_ENOTSUP) {
-                if (st && err) *err = e2;
-                return st;
-            }
-        }
         if (!reuse) {
             if (quantized) st = mk_cuda_quant_launch(ctx, x, m, k, W->kind == MK_W_FP4, xq, sa, err);
             else if (W->kind == MK_W_FP8_DQ) st = mk_cuda_f16_prep_launch(ctx, x, m, k, xb, sa, err);
@@ -242,21 +233,6 @@ extern "C" int mk_cuda_linear_pair_one_launch(const mk_cuda_ctx *ctx, int flags,
            resolve(ctx, MK_CUDA_K_AUTO, W2, m, flags) == MK_CUDA_K_GEMV;
 }
 
-/* The one-launch pair's input in the scratch: x's quantization at xq / sa (made here unless flags has
- * MK_CUDA_LIN_REUSE_X), the split-K workspace at ws. */
-static int pair_input(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
-                      void *scratch, size_t scratch_bytes, uint8_t **xq, float **sa, float **ws, mk_err *err) {
-    if (!scratch || scratch_bytes < mk_cuda_linear_pair_scratch(ctx, W1, W2, m))
-        return mk_fail(err, MK_EINVAL, "cuda: linear pair: scratch of %zu bytes, %zu needed", scratch_bytes,
-                       mk_cuda_linear_pair_scratch(ctx, W1, W2, m));
-    scratch_layout L = layout_for(ctx, W1, m);
-    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-    *xq = base + L.xq;
-    *sa = (float *)(base + L.sa);
-    *ws = (float *)(base + L.ws);
-    return flags & MK_CUDA_LIN_REUSE_X ? MK_OK : mk_cuda_quant_launch(ctx, x, m, W1->k, 0, *xq, *sa, err);
-}
-
 extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x,
                                    int m, float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes,
                                    mk_err *err) {
@@ -271,42 +247,25 @@ extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W
         return mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, flags | (same_x ? MK_CUDA_LIN_REUSE_X : 0), W2, x, m, y2,
                                  round_bf16, scratch, scratch_bytes, err);
     }
-    uint8_t *xq;
-    float *sa, *ws;
-    int st = pair_input(ctx, flags, W1, W2, x, m, scratch, scratch_bytes, &xq, &sa, &ws, err);
-    if (st) return st;
+    scratch_layout L = layout_for(ctx, W1, m);
+    if (!scratch || scratch_bytes < mk_cuda_linear_pair_scratch(ctx, W1, W2, m))
+        return mk_fail(err, MK_EINVAL, "cuda: linear pair: scratch of %zu bytes, %zu needed", scratch_bytes,
+                       mk_cuda_linear_pair_scratch(ctx, W1, W2, m));
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+    uint8_t *xq = base + L.xq;
+    float *sa = (float *)(base + L.sa), *ws = (float *)(base + L.ws);
     const int k = W1->k, nb = (k + 127) / 128;
+    if (!(flags & MK_CUDA_LIN_REUSE_X)) {
+        int st = mk_cuda_quant_launch(ctx, x, m, k, 0, xq, sa, err);
+        if (st) return st;
+    }
     for (int r0 = 0, step = mk_cuda_gemv_splits(ctx, W1) > 1 ? 8 : m; r0 < m; r0 += step) {
         int mm = m - r0 < step ? m - r0 : step;
-        st = mk_cuda_gemv_fp8_pair(ctx, W1, W2, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, y1 + (size_t)r0 * W1->n,
-                                   y2 + (size_t)r0 * W2->n, round_bf16, ws, err);
+        int st = mk_cuda_gemv_fp8_pair(ctx, W1, W2, xq + (size_t)r0 * k, sa + (size_t)r0 * nb, mm,
+                                       y1 + (size_t)r0 * W1->n, y2 + (size_t)r0 * W2->n, round_bf16, ws, err);
         if (st) return st;
     }
     return MK_OK;
-}
-
-extern "C" int mk_cuda_linear_pair_nq(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x,
-                                      int m, float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes,
-                                      const uint16_t *nw, float eps, const mk_cuda_actq *aq, mk_err *err) {
-    if (m < 0 || !W1 || !W2 || !W1->w || !W2->w || !aq || !aq->q || !aq->sa)
-        return mk_fail(err, MK_EINVAL, "cuda: linear pair with norm: bad arguments");
-    if (m == 0) return MK_OK;
-    if (ctx->tune.norm_tail && m <= 8 && mk_cuda_linear_pair_one_launch(ctx, flags, W1, W2, m)) {
-        uint8_t *xq;
-        float *sa, *ws;
-        int st = pair_input(ctx, flags, W1, W2, x, m, scratch, scratch_bytes, &xq, &sa, &ws, err);
-        if (st) return st;
-        mk_err e2;
-        memset(&e2, 0, sizeof e2);
-        st = mk_cuda_gemv_fp8_pair_nq(ctx, W1, W2, xq, sa, m, y1, y2, round_bf16, nw, eps, aq, &e2);
-        if (st != MK_ENOTSUP) {
-            if (st && err) *err = e2;
-            return st;
-        }
-        flags |= MK_CUDA_LIN_REUSE_X; /* x is quantized in the scratch now */
-    }
-    int st = mk_cuda_linear_pair(ctx, flags, W1, W2, x, m, y1, y2, round_bf16, scratch, scratch_bytes, err);
-    return st ? st : mk_cuda_rmsnorm_quant(ctx, y1, m, W1->n, nw, eps, y1, aq, err);
 }
 
 /* ---- several linears over one input (the compressors' and the indexer's bf16 projections of x) --- */

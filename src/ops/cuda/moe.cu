@@ -84,9 +84,8 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
                             const int64_t *__restrict__ tid2eid, const int32_t *__restrict__ tok,
                             int vocab, int32_t *__restrict__ idx, float *__restrict__ margin, float route_scale,
                             float *__restrict__ w, int32_t *__restrict__ plan, float *__restrict__ sw,
-                            int warp_plan, int early) {
-    /* with the plan: no early start (MOE_PLAN_NOTE), unless the next kernel reads it after its wait (early) */
-    if (!plan || early) mk_d_pdl_launch_dependents();
+                            int warp_plan) {
+    if (!plan) mk_d_pdl_launch_dependents(); /* with the plan: no early start (MOE_PLAN_NOTE) */
     mk_d_l2_prefetch_block(bias, sizeof(float) * (size_t)E); /* constant: requested before the wait */
     mk_d_pdl_wait();
     extern __shared__ float bsc[]; /* [E] biased scores */
@@ -159,14 +158,14 @@ __global__ void k_moe_route(float *__restrict__ sc, int E, int K, const float *_
 /* k_moe_route over T tokens, with the weights (w) and, for one token, the plan (plan, sw) or not. */
 static int moe_route_launch(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                             const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
-                            float *margin, float *w, int32_t *plan, float *sw, int early, mk_err *err) {
+                            float *margin, float *w, int32_t *plan, float *sw, mk_err *err) {
     if (T <= 0) return MK_OK;
     if (K < 1 || K > 64 || E < K || E > 8192)
         return mk_fail(err, MK_EINVAL, "cuda: moe_route: %d of %d experts", K, E);
     if (!bias && !tid2eid) return mk_fail(err, MK_EINVAL, "cuda: moe_route: no bias and no tid2eid");
     const int warp_plan = ctx->tune.route_warp && plan && w && K <= 32;
     (void)mk_cuda_launch_pdl(ctx, T, 256, sizeof(float) * E, k_moe_route, scores, E, K, bias, tid2eid, tok, vocab, idx,
-                             margin, route_scale, w, plan, sw, warp_plan, early);
+                             margin, route_scale, w, plan, sw, warp_plan);
     MK_CU_LAUNCHED(err, "cuda: moe_route launch");
     return MK_OK;
 }
@@ -174,31 +173,22 @@ static int moe_route_launch(mk_cuda_ctx *ctx, float *scores, int T, int E, int K
 extern "C" int mk_cuda_moe_route(mk_cuda_ctx *ctx, float *scores, int T, int E, int K,
                                  const float *bias, const int64_t *tid2eid, const int32_t *tok,
                                  int vocab, int32_t *idx, float *margin, mk_err *err) {
-    return moe_route_launch(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, 0.0f, idx, margin, NULL, NULL, NULL, 0,
-                            err);
+    return moe_route_launch(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, 0.0f, idx, margin, NULL, NULL, NULL, err);
 }
 
 extern "C" int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                                          const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale,
                                          int32_t *idx, float *margin, float *w, mk_err *err) {
     return moe_route_launch(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w, NULL, NULL,
-                            0, err);
+                            err);
 }
 
 extern "C" int mk_cuda_moe_route_plan(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                                       const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale,
                                       int32_t *idx, float *margin, float *w, int32_t *plan, float *sw, mk_err *err) {
-    return mk_cuda_moe_route_plan_ex(ctx, 0, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w,
-                                     plan, sw, err);
-}
-
-extern "C" int mk_cuda_moe_route_plan_ex(mk_cuda_ctx *ctx, int flags, float *scores, int T, int E, int K,
-                                         const float *bias, const int64_t *tid2eid, const int32_t *tok, int vocab,
-                                         float route_scale, int32_t *idx, float *margin, float *w, int32_t *plan,
-                                         float *sw, mk_err *err) {
     if (T == 1 && ctx->tune.moe_route_plan)
         return moe_route_launch(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w, plan, sw,
-                                (flags & MK_CUDA_MOE_ROUTE_EARLY) != 0, err);
+                                err);
     int st = mk_cuda_moe_route_weights(ctx, scores, T, E, K, bias, tid2eid, tok, vocab, route_scale, idx, margin, w, err);
     return st ? st : mk_cuda_moe_plan(ctx, idx, w, T, K, E, plan, sw, err);
 }
@@ -224,11 +214,7 @@ extern "C" int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T,
  * (to fetch their weights early), two kernels after the one that writes it (the activation
  * quantization runs between). That is safe only if the kernel between was launched after the
  * plan's kernel completed, so the kernels that write a plan never let the next kernel start
- * early (no launch_dependents: the implicit trigger at their end). The exception is a pair made for
- * it: a one-token route and plan launched with MK_CUDA_MOE_ROUTE_EARLY lets the next kernel start
- * early, and that kernel must be the expert GEMV with MK_CUDA_MOE_PLAN_FRESH, which waits before it
- * reads the plan and lets its own next kernel start only after that wait: the kernels after it (the
- * SwiGLU, then w2, which reads the plan before its wait) start after the plan's kernel completed. */
+ * early (no launch_dependents: the implicit trigger at their end). */
 
 size_t mk_cuda_moe_plan_ints(int T, int K, int E) {
     int TK = T * K, G = TK < E ? TK : E;

@@ -148,8 +148,7 @@ typedef struct {
     int moe_occ, moe_pf;   /* the decode expert GEMVs (k_moe_fp4_with_fp8 with the shared expert, and
                             * k_moe_gemv_fp4 of one token without it: the shared expert on the branch):
                             * moe_occ 3 (default) or 2 blocks an SM (3: one 128-block of weights in flight
-                            * per slab and warp step instead of two, 80 registers; experiment, not yet
-                            * measured: 4, the one-token GEMV alone at 64 registers); moe_pf 1: each block first requests
+                            * per slab and warp step instead of two, 80 registers); moe_pf 1: each block first requests
                             * its weight rows into L2, before its PDL wait (default 0). The same bits each
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
@@ -217,24 +216,11 @@ typedef struct {
                             * since the routed experts alone run at moe_occ's blocks an SM (H100, session
                             * 27: greedy step 1.016 / 1.013 ms against 1.029 / 1.026 / 1.025 without,
                             * same call; no gain at 2 blocks an SM), MINKE_CUDA_BRANCH=0 */
-    int norm_tail;         /* experiment: 1: mk_cuda_linear_pair_nq runs the norm in the GEMV launch's last
-                            * block (same bits); default 0 (not yet measured); MINKE_CUDA_NORM_TAIL */
-    int moe_late_plan;     /* experiment: 1: a decode step's routing lets the routed experts' w1 / w3 GEMV
-                            * start early, and the GEMV reads the plan after its wait, so no kernel runs
-                            * between them (MK_CUDA_MOE_ROUTE_EARLY / _PLAN_FRESH; same bits); default 0
-                            * (not yet measured); MINKE_CUDA_MOE_LATE_PLAN */
-    int hc_rs;             /* experiment: 1: the hc split path's chunk sums (k_hc_mix_part, k_hc_post_part)
-                            * add each warp's 25 columns as one reduce-scatter of shuffles (31 doubles a
-                            * warp) instead of 25 butterflies (125): the same trees, the same bits;
-                            * default 0 (not yet measured); MINKE_CUDA_HC_RS */
-    int bf16_f32;          /* experiment: 1: a bf16 GEMV called with MK_CUDA_LIN_X_F32 (the MoE gate) reads its
-                            * fp32 input and rounds it to bf16 as it loads it, instead of a k_to_bf16 launch
-                            * before it (k_gemv_bf16<., true>; same bits); default 0 (not yet measured);
-                            * MINKE_CUDA_BF16_F32 */
-    int hc_post_occ;       /* experiment: 2: k_hc_post_part (hc_post with the next hc_pre's chunk sums) compiled
-                            * for 2 blocks an SM (128 registers, spilling, instead of ~200), so its blocks fit
-                            * beside the tail of the kernel before it and start earlier; the same bits;
-                            * default 1 (not yet measured); MINKE_CUDA_HC_POST_OCC */
+    int hc_rs;             /* 1: the hc split path's chunk sums (k_hc_mix_part, k_hc_post_part) add each
+                            * warp's 25 columns as one reduce-scatter of shuffles (31 doubles a warp)
+                            * instead of 25 butterflies (125): the same trees, the same bits; default 1
+                            * (H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without,
+                            * same calls), MINKE_CUDA_HC_RS=0 */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
@@ -373,10 +359,6 @@ enum {
      * tensor-core GEMV (in chunks of 8 rows) where the shape allows it, else the simple kernel;
      * never the GEMM paths, whose split-K and tiling depend on m. */
     MK_CUDA_LIN_ROW_INVARIANT = 2,
-    /* With the tuning's bf16_f32: a bf16 GEMV may read x as fp32 and round it to bf16 itself (the same
-     * bits, one kernel fewer); the scratch then holds no bf16 copy of x, so no MK_CUDA_LIN_REUSE_X
-     * call may follow it. Ignored elsewhere. */
-    MK_CUDA_LIN_X_F32 = 4,
 };
 
 /* y1 = x W1^T and y2 = x W2^T (the same x, the same flags): one launch where both are FP8 GEMVs
@@ -528,13 +510,6 @@ typedef struct {
  * the norm's threads cover 128-blocks (d % 128 == 0, d <= 4096), else two. y may alias x. */
 int mk_cuda_rmsnorm_quant(mk_cuda_ctx *ctx, const float *x, int rows, int d, const uint16_t *w, float eps, float *y,
                           const mk_cuda_actq *aq, mk_err *err);
-/* mk_cuda_linear_pair, then mk_cuda_rmsnorm_quant of y1 in place (weight nw, eps; into aq): the same
- * bits. With the tuning's norm_tail, where the pair is one pipelined FP8 GEMV launch (at most 8 rows)
- * whose blocks have the norm's thread count, the launch's last block to finish runs the norm and the
- * quantization itself (one kernel boundary fewer: q_norm after wq_a / wkv); else the two ops. */
-int mk_cuda_linear_pair_nq(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
-                           float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes,
-                           const uint16_t *nw, float eps, const mk_cuda_actq *aq, mk_err *err);
 /* hc_pre / hc_head followed by mk_cuda_rmsnorm(x, nw, neps) of their output, in place: the same
  * bits, in one kernel fewer where the finishing kernel can run the norm itself (d = 4096). With
  * aq (or NULL), hc_pre_norm also writes mk_cuda_act_quant(x) there, the same bits, in the same
@@ -736,13 +711,6 @@ int mk_cuda_moe_route_weights(mk_cuda_ctx *ctx, float *scores, int T, int E, int
 int mk_cuda_moe_route_plan(mk_cuda_ctx *ctx, float *scores, int T, int E, int K, const float *bias,
                            const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
                            float *margin, float *w, int32_t *plan, float *sw, mk_err *err);
-/* mk_cuda_moe_route_plan with flags: MK_CUDA_MOE_ROUTE_EARLY lets the next kernel start before the
- * plan is written (one token's single launch; elsewhere no effect). The next kernel must then be
- * mk_cuda_moe_gemv_fp4_ex with MK_CUDA_MOE_PLAN_FRESH (moe.cu's MOE_PLAN_NOTE). */
-#define MK_CUDA_MOE_ROUTE_EARLY 1
-int mk_cuda_moe_route_plan_ex(mk_cuda_ctx *ctx, int flags, float *scores, int T, int E, int K, const float *bias,
-                              const int64_t *tid2eid, const int32_t *tok, int vocab, float route_scale, int32_t *idx,
-                              float *margin, float *w, int32_t *plan, float *sw, mk_err *err);
 int mk_cuda_moe_weights(mk_cuda_ctx *ctx, const float *scores, int T, int E, int K,
                         float route_scale, int32_t *idx, float *w, mk_err *err);
 size_t mk_cuda_moe_plan_ints(int T, int K, int E);
@@ -764,15 +732,6 @@ int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const ui
 int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
                          const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
                          const int32_t *plan, int T, int K, int E, float *y, float *y3, int round, mk_err *err);
-/* mk_cuda_moe_gemv_fp4 with flags: MK_CUDA_MOE_PLAN_FRESH (one token only, else MK_EINVAL): the kernel
- * before this one may still be writing the plan (mk_cuda_moe_route_plan_ex with MK_CUDA_MOE_ROUTE_EARLY),
- * so the kernel waits before it reads it, and lets the next kernel start only after that wait. The same
- * bits. */
-#define MK_CUDA_MOE_PLAN_FRESH 1
-int mk_cuda_moe_gemv_fp4_ex(mk_cuda_ctx *ctx, int flags, const void *const *W, const uint8_t *const *S,
-                            const void *const *W3, const uint8_t *const *S3, int n, int k, const uint8_t *xq,
-                            const float *sa, int by_token, const int32_t *plan, int T, int K, int E, float *y,
-                            float *y3, int round, mk_err *err);
 /* An FP8 GEMV (W, or the pair W + W2 of one k) over quantized rows xq / sa (mk_cuda_linear_xq's
  * layout) that may ride along in an expert GEMV's launch: mk_cuda_moe_gemv_fp4_with. */
 typedef struct {
