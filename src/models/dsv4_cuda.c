@@ -841,7 +841,6 @@ typedef struct {
     int replay_bad; /* a launch decided on the host from the positions was queued (see run_graph) */
     int side;      /* queuing the side branch (tuning branch): linears use w->lin_side */
     int cmp_done;  /* this layer's compressors (projections and steps) ran on the side branch */
-    int embed_in;  /* the embedding is still to be written into h: layer 0's hc_pre does it (embed_mix) */
     double t_mark; /* phase profiling: the last mark */
 } gcall;
 
@@ -1553,13 +1552,7 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     mk_cuda_actq aqa = {0}, tmp = {0};
     const int attn_q = lin_in_q(C, &L->wq_a, &aqa), moe_q = moe_fp4_mma(c, L) && lin_in_q(C, &L->sh1, &tmp);
     const mk_cuda_actq aqm = {w->mxq, w->msa, 1};
-    if (!pre_done && C->embed_in) {
-        C->embed_in = 0;
-        TRY(mk_cuda_embed_hc_pre_norm(ctx, C->g->embed, c->vocab, w->tok, T, hc, d, h, L->hc_attn_fn, L->hc_attn_scale,
-                                      L->hc_attn_base, c->hc_iters, c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps,
-                                      w->x, w->post, w->comb, attn_q ? &aqa : NULL, err));
-        mark(C, "embedding, mHC pre, norms");
-    } else if (!pre_done) {
+    if (!pre_done) {
         TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
                                 c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb,
                                 attn_q ? &aqa : NULL, err));
@@ -1804,11 +1797,7 @@ static int run_call(gcall *C, mk_err *err) {
     dsv4_cuda *g = w->g;
     const dsv4_config *c = &g->m->cfg;
     if (prof_on()) C->t_mark = ph_now();
-    /* the embedding: its own kernel, or (tuning embed_mix) written by layer 0's hc_pre as it reads it */
-    mk_cuda_tuning tu;
-    mk_cuda_ctx_get_tuning(g->ctx, &tu);
-    C->embed_in = tu.embed_mix && c->n_layers > 0;
-    if (!C->embed_in) TRY(mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C->R, c->hc, c->dim, w->h, err));
+    TRY(mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C->R, c->hc, c->dim, w->h, err));
     /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
      * collapse when every row is a logits row (a decode step: one token per piece, each wanting
      * logits) */

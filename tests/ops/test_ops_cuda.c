@@ -1697,92 +1697,6 @@ static void test_hc(int s, int hc, int d) {
     free(sub), free(out), free(gout);
 }
 
-/* mk_cuda_embed_hc_pre_norm under the tuning's embed_mix (layer 0's hc_pre reads the embedding and
- * writes h itself) = without it (k_embed_hc, then mk_cuda_hc_pre_norm), bit for bit: h, x, post,
- * comb, the quantized row and its scales; captured, the first with one kernel fewer where the split
- * path runs (s below the tuning's hc_ri), the same launches where the many-token path runs. One
- * token id lies outside the vocabulary (row 0, as k_embed_hc reads it). */
-static void test_embed_hc_pre_norm(int s, int hc, int d) {
-    const int vocab = 37, n = hc * d, nmix = (2 + hc) * hc;
-    uint16_t *emb = xmalloc(sizeof(uint16_t) * vocab * d), *nw = xmalloc(sizeof(uint16_t) * d);
-    for (size_t i = 0; i < (size_t)vocab * d; i++) emb[i] = mk_f32_to_bf16(rnd_n());
-    for (int i = 0; i < d; i++) nw[i] = mk_f32_to_bf16(1.0f + 0.1f * rnd_n());
-    int32_t *tok = xmalloc(sizeof(int32_t) * s);
-    for (int t = 0; t < s; t++) tok[t] = (int32_t)((7 * t + 3) % vocab);
-    tok[s - 1] = vocab + 5;
-    float *fn = xmalloc(sizeof(float) * nmix * n), scale[3] = {0.5f + rnd_u(), 0.5f + rnd_u(), 0.5f + rnd_u()},
-          base[64];
-    for (size_t i = 0; i < (size_t)nmix * n; i++) fn[i] = rnd_n() * 0.01f;
-    for (int i = 0; i < nmix; i++) base[i] = rnd_n() * 0.5f;
-    uint16_t *demb = dup_dev(emb, sizeof(uint16_t) * vocab * d), *dnw = dup_dev(nw, sizeof(uint16_t) * d);
-    int32_t *dtok = dup_dev(tok, sizeof(int32_t) * s);
-    float *dfn = dup_dev(fn, sizeof(float) * nmix * n), *dsc = dup_dev(scale, sizeof scale);
-    float *dba = dup_dev(base, sizeof(float) * nmix);
-    const size_t nh = (size_t)s * n, nx = (size_t)s * d, np = (size_t)s * (hc + hc * hc), ns = (size_t)s * (d / 128);
-    const size_t nout = nh + nx + np + ns + nx / 4; /* h, x, post + comb, scales, bytes (as 32-bit words) */
-    uint32_t *res[2];
-    size_t nodes[2] = {0, 0};
-    mk_cuda_tuning def, t;
-    mk_cuda_ctx_get_tuning(ctx, &def);
-    for (int mix = 0; mix <= 1; mix++) {
-        t = def;
-        t.embed_mix = mix;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        float *dh = poisoned_dev(sizeof(float) * nh), *dx = poisoned_dev(sizeof(float) * nx);
-        float *dpost = poisoned_dev(sizeof(float) * s * hc), *dcomb = poisoned_dev(sizeof(float) * s * hc * hc);
-        float *dsa = poisoned_dev(sizeof(float) * ns);
-        uint8_t *dq = poisoned_dev(nx);
-        const mk_cuda_actq aq = {dq, dsa, 1};
-        mk_cuda_graph *gr = NULL;
-        CK(mk_cuda_capture_begin(ctx, &err_));
-        CK(mk_cuda_embed_hc_pre_norm(ctx, demb, vocab, dtok, s, hc, d, dh, dfn, dsc, dba, 20, 1e-6f, 1e-6f, dnw, 1e-6f,
-                                     dx, dpost, dcomb, &aq, &err_));
-        CK(mk_cuda_capture_end(ctx, &gr, &err_));
-        nodes[mix] = mk_cuda_graph_nodes(gr);
-        if (gr) CK(mk_cuda_graph_launch(ctx, gr, &err_));
-        mk_cuda_graph_free(gr);
-        uint32_t *o = res[mix] = xmalloc(sizeof(uint32_t) * nout);
-        fetch(o, dh, sizeof(float) * nh);
-        fetch(o + nh, dx, sizeof(float) * nx);
-        fetch(o + nh + nx, dpost, sizeof(float) * s * hc);
-        fetch(o + nh + nx + s * hc, dcomb, sizeof(float) * s * hc * hc);
-        fetch(o + nh + nx + np, dsa, sizeof(float) * ns);
-        fetch(o + nh + nx + np + ns, dq, nx);
-        void *dv[] = {dh, dx, dpost, dcomb, dsa, dq};
-        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) mk_cuda_free(ctx, dv[i]);
-    }
-    mk_cuda_ctx_set_tuning(ctx, &def);
-    const int fused = def.hc_ri == 0 || s < def.hc_ri;
-    int same = !memcmp(res[0], res[1], sizeof(uint32_t) * nout);
-    char why[128] = "";
-    if (!same) snprintf(why, sizeof why, "the outputs differ");
-    if (same && (fused ? nodes[1] + 1 != nodes[0] : nodes[1] != nodes[0]))
-        same = 0, snprintf(why, sizeof why, "%zu captured nodes with embed_mix, %zu without", nodes[1], nodes[0]);
-    /* and h is the embedding: row tok (row 0 for the id outside the vocabulary) in every stream */
-    for (int r = 0; r < s && same; r++) {
-        const int id = tok[r] < vocab ? tok[r] : 0;
-        for (int j = 0; j < hc && same; j++)
-            for (int k = 0; k < d; k++) {
-                float v, e = mk_bf16_to_f32(emb[(size_t)id * d + k]);
-                memcpy(&v, &res[1][(size_t)r * n + (size_t)j * d + k], sizeof v);
-                if (memcmp(&v, &e, sizeof v)) {
-                    same = 0, snprintf(why, sizeof why, "h[%d][%d][%d] is not the embedding", r, j, k);
-                    break;
-                }
-            }
-    }
-    char shape[64];
-    snprintf(shape, sizeof shape, "s%d hc%d d%d", s, hc, d);
-    check_row("embedding in layer 0's hc_pre", shape,
-              fused ? "= embed_hc then hc_pre_norm (h, x, post, comb, act_quant), bit for bit, one kernel fewer"
-                    : "= embed_hc then hc_pre_norm (h, x, post, comb, act_quant), bit for bit, the same launches",
-              same, why);
-    free(res[0]), free(res[1]);
-    void *dev[] = {demb, dnw, dtok, dfn, dsc, dba};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free(emb), free(nw), free(tok), free(fn);
-}
-
 /* Device buffers of test_hc_post_pre: the inputs, then the outputs (poisoned before each run). */
 typedef struct {
     int hc, d;
@@ -3486,9 +3400,6 @@ int main(int argc, char **argv) {
     test_hc(3, 4, 4096);
     test_hc(40, 4, 512);
     test_hc(20, 4, 4096);
-    test_embed_hc_pre_norm(1, 4, 4096);
-    test_embed_hc_pre_norm(3, 4, 4096);
-    test_embed_hc_pre_norm(20, 4, 4096); /* the many-token path (hc_ri): k_embed_hc stays */
     test_hc_post_pre(1, 4, 4096);
     test_hc_post_pre(3, 4, 4096);
     test_hc_post_pre(20, 4, 4096);

@@ -206,19 +206,9 @@ __device__ __forceinline__ void hc_part_store(double *__restrict__ part, int t, 
 /* Split path, part 1: block (t, c) reduces chunk c of token t's row into part[(t*S + c)*32 + q]
  * (q < nmix: the mix dots, q = 31: the sum of squares): the chunk's values thread-strided in
  * double (thread i: lo + i, lo + i + blockDim.x, ...), warp trees, warps in order (hc_block_sum). */
-/* The embedding rows a split path's first kernel reads instead of h (mk_cuda_embed_hc_pre_norm):
- * h[t][j][k] = bf16 -> f32 of embed[tok[t]][k] for every stream j, as k_embed_hc writes it. */
-typedef struct {
-    const uint16_t *embed;
-    const int32_t *tok;
-    int vocab, d;
-} hc_embed_in;
-
-template <bool EMB>
 __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h, int n,
                                                      const float *__restrict__ fn, int nmix,
-                                                     double *__restrict__ part, int rs, hc_embed_in em,
-                                                     float *__restrict__ hw) {
+                                                     double *__restrict__ part, int rs) {
     /* launched with programmatic dependent launch: only the constant mix weights are read before the
      * wait (the thread's first position, as in k_hc_post_part) */
     mk_d_pdl_launch_dependents();
@@ -230,25 +220,12 @@ __global__ void __launch_bounds__(256) k_hc_mix_part(const float *__restrict__ h
     hc_fn_load(f0, fn, nmix, n, lo + threadIdx.x, hi);
     mk_d_pdl_wait();
     const float *ht = h + (size_t)t * n;
-    const uint16_t *er = NULL;
-    if (EMB) { /* the token's embedding row (an id outside the vocabulary reads row 0, as k_embed_hc) */
-        int id = em.tok[t];
-        if (id < 0 || id >= em.vocab) id = 0;
-        er = em.embed + (size_t)id * em.d;
-    }
     double acc[HC_MAXMIX + 1];
 #pragma unroll
     for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float v;
-        if (EMB) {
-            v = mk_d_bf16(er[i % em.d]);
-            hw[(size_t)t * n + i] = v;
-        } else {
-            v = ht[i];
-        }
-        if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, v, f0, nmix);
-        else hc_acc_add(acc, v, fn, nmix, n, i);
+        if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, ht[i], f0, nmix);
+        else hc_acc_add(acc, ht[i], fn, nmix, n, i);
     }
     hc_part_store(part, t, S, c, rs ? hc_block_sum_rs(acc, red) : hc_block_sum(acc, red));
 }
@@ -583,33 +560,13 @@ typedef struct {
     mk_cuda_moe_sum ms; /* ms.eo: x is the MoE combine of these operands (see mk_cuda_moe_sum) */
 } hc_post_in;
 
-/* Whether part 1 of a group of ns tokens of hc * d values runs k_hc_mix_ri (many tokens). */
-static int hc_part1_ri(const mk_cuda_ctx *ctx, int ns, size_t n) {
-    return ctx->tune.hc_ri && ns >= ctx->tune.hc_ri && n == (size_t)256 * MK_CUDA_HC_SPLIT;
-}
-
 /* Split path, part 1 for tokens [t0, t0 + ns) into ctx->hc_partial: k_hc_mix_part over h, or,
- * with pin, k_hc_post_part writing pin->out (= h) as it goes. With em (and no pin), h (= hw) is
- * first written from the embedding rows of the tokens: by k_hc_mix_part itself (EMB) where it runs,
- * else by k_embed_hc before k_hc_mix_ri. */
-static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const hc_embed_in *em, float *hw, const float *h, int t0,
-                    int ns, int hc, int d, const float *fn, int nmix, const char *what, mk_err *err) {
+ * with pin, k_hc_post_part writing pin->out (= h) as it goes. */
+static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int t0, int ns, int hc, int d,
+                    const float *fn, int nmix, const char *what, mk_err *err) {
     const dim3 grid((unsigned)ns, MK_CUDA_HC_SPLIT);
     const size_t n = (size_t)hc * d;
-    const int ri = hc_part1_ri(ctx, ns, n);
-    if (em && !pin && !ri) {
-        hc_embed_in e = *em;
-        e.tok += t0;
-        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part<true>, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial,
-                                 ctx->tune.hc_rs, e, hw + t0 * n);
-        MK_CU_LAUNCHED(err, what);
-        return MK_OK;
-    }
-    if (em) {
-        int st = mk_cuda_embed_hc(ctx, em->embed, em->vocab, em->tok + t0, ns, hc, d, hw + t0 * n, err);
-        if (st) return st;
-    }
-    if (ri) { /* many tokens */
+    if (ctx->tune.hc_ri && ns >= ctx->tune.hc_ri && n == (size_t)256 * MK_CUDA_HC_SPLIT) { /* many tokens */
         int st = mk_cuda_smem_optin(ctx, MK_OPTIN_HC_RI, (const void *)k_hc_mix_ri, hc_ri_smem(), err);
         if (st) return st;
         if (pin) { /* the hc_post first (its elementwise kernel: the same values), then its rows' sums */
@@ -630,8 +587,8 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const hc_embed_in *
                                  pin->res + t0 * n, pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc,
                                  d, pin->out + t0 * n, fn, nmix, ctx->hc_partial, pin->ms, t0, ctx->tune.hc_rs);
     else
-        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part<false>, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial,
-                                 ctx->tune.hc_rs, hc_embed_in{}, (float *)NULL);
+        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial,
+                                 ctx->tune.hc_rs);
     MK_CU_LAUNCHED(err, what);
     return MK_OK;
 }
@@ -666,8 +623,7 @@ static const hc_post_in *hc_sum_first(mk_cuda_ctx *ctx, const hc_post_in *pin, i
     return tmp;
 }
 
-static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const hc_embed_in *em, float *hw, const float *h, int s,
-                      int hc, int d, const float *fn,
+static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int s, int hc, int d, const float *fn,
                       const float *scale, const float *base, int iters, float hc_eps, float norm_eps, int norm,
                       const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
                       mk_err *err) {
@@ -683,7 +639,7 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const hc_embed_in
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        st = hc_part1(ctx, pin, em, hw, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
+        st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
         if (st) return st;
         const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
         if (fuse)
@@ -710,33 +666,16 @@ extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, i
                               const float *fn, const float *scale, const float *base, int iters,
                               float hc_eps, float norm_eps, float *x, float *post, float *comb,
                               mk_err *err) {
-    return hc_pre_any(ctx, NULL, NULL, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 0, NULL, 0.0f, x, post,
-                      comb, NULL, err);
+    return hc_pre_any(ctx, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 0, NULL, 0.0f, x, post, comb,
+                      NULL, err);
 }
 
 extern "C" int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                                    const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                                    const uint16_t *nw, float neps, float *x, float *post, float *comb,
                                    const mk_cuda_actq *aq, mk_err *err) {
-    return hc_pre_any(ctx, NULL, NULL, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, x, post,
-                      comb, aq, err);
-}
-
-extern "C" int mk_cuda_embed_hc_pre_norm(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab, const int32_t *tok, int s,
-                                         int hc, int d, float *h, const float *fn, const float *scale,
-                                         const float *base, int iters, float hc_eps, float norm_eps,
-                                         const uint16_t *nw, float neps, float *x, float *post, float *comb,
-                                         const mk_cuda_actq *aq, mk_err *err) {
-    if (!ctx->tune.embed_mix) {
-        int st = mk_cuda_embed_hc(ctx, embed, vocab, tok, s, hc, d, h, err);
-        if (st) return st;
-        return mk_cuda_hc_pre_norm(ctx, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, nw, neps, x, post, comb,
-                                   aq, err);
-    }
-    if (vocab < 1) return mk_fail(err, MK_EINVAL, "cuda: embed_hc_pre_norm: vocabulary of %d", vocab);
-    const hc_embed_in em = {embed, tok, vocab, d};
-    return hc_pre_any(ctx, NULL, &em, h, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, x, post,
-                      comb, aq, err);
+    return hc_pre_any(ctx, NULL, h, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, x, post, comb, aq,
+                      err);
 }
 
 extern "C" int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
@@ -748,8 +687,8 @@ extern "C" int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const 
     int st = hc_sum_check(ms, s, err);
     if (st) return st;
     const hc_post_in pin = {x, res, post, comb, out, ms ? *ms : mk_cuda_moe_sum{}};
-    return hc_pre_any(ctx, &pin, NULL, NULL, out, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, xo,
-                      post_o, comb_o, aq, err);
+    return hc_pre_any(ctx, &pin, out, s, hc, d, fn, scale, base, iters, hc_eps, norm_eps, 1, nw, neps, xo, post_o,
+                      comb_o, aq, err);
 }
 
 extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *res,
@@ -776,7 +715,7 @@ static int hc_head_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, 
     for (int t0 = 0; t0 < s; t0 += MK_CUDA_HC_SPLIT_TOK) { /* MK_CUDA_HC_SPLIT_TOK tokens at a time */
         const int ns = s - t0 < MK_CUDA_HC_SPLIT_TOK ? s - t0 : MK_CUDA_HC_SPLIT_TOK;
         const float *ht = h + (size_t)t0 * hc * d;
-        st = hc_part1(ctx, pin, NULL, NULL, h, t0, ns, hc, d, fn, hc, "cuda: hc_head (split) launch", err);
+        st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, hc, "cuda: hc_head (split) launch", err);
         if (st) return st;
         if (fuse)
             (void)mk_cuda_launch_pdl(ctx, ns, 1024, 0, k_hc_head_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base, hc_eps,

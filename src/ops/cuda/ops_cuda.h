@@ -221,9 +221,6 @@ typedef struct {
                             * instead of 25 butterflies (125): the same trees, the same bits; default 1
                             * (H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without,
                             * same calls), MINKE_CUDA_HC_RS=0 */
-    int embed_mix;         /* experiment: 1: mk_cuda_embed_hc_pre_norm builds h from the embedding rows in
-                            * the hc split path's first kernel (k_hc_mix_part) instead of a k_embed_hc
-                            * launch before it (the same bits); default 0; MINKE_CUDA_EMBED_MIX */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
@@ -521,13 +518,6 @@ int mk_cuda_hc_pre_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, 
                         const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                         const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
                         mk_err *err);
-/* mk_cuda_embed_hc(embed, vocab, tok -> h) then mk_cuda_hc_pre_norm of h: the same bits in h, x,
- * post, comb and aq's outputs. With the tuning's embed_mix, where the split path runs, the embedding
- * is read by the hc_pre's first kernel as it reduces h's chunks (it writes h too): one kernel fewer. */
-int mk_cuda_embed_hc_pre_norm(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab, const int32_t *tok, int s, int hc,
-                              int d, float *h, const float *fn, const float *scale, const float *base, int iters,
-                              float hc_eps, float norm_eps, const uint16_t *nw, float neps, float *x, float *post,
-                              float *comb, const mk_cuda_actq *aq, mk_err *err);
 int mk_cuda_hc_head_norm(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, const float *fn,
                          const float *scale, const float *base, float hc_eps, float norm_eps,
                          const uint16_t *nw, float neps, float *y, mk_err *err);
