@@ -3311,26 +3311,23 @@ int main(int argc, char **argv) {
     test_moe_fp4(9, 6, 16, 1024, 512); /* token 0 alone (the decode kernel's general path) = in the call */
     moe_extreme_scales = 0;
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
-     * step, the batches' GEMV settings, (v 8) the one-token GEMV at the other moe_occ and (v 9) the other
-     * moe_f16 (w1, w3 and w2 against the default's bits too) */
-    for (int v = 1; v <= 9; v++) {
+     * step, the batches' GEMV settings, and (v 8) the one-token GEMV at the other moe_occ (w1, w3 and w2
+     * against the default's bits too) */
+    for (int v = 1; v <= 8; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
-        if (v == 9) t.moe_f16 = !def.moe_f16; /* the f16 MMAs with the activations widened once */
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
         if (v >= 6 && v <= 7) t.moe_b_sl = def.moe_b_sl == 2 ? 1 : 2, t.moe_b_occ = v == 6 ? 2 : 3;
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_b_occ == def.moe_b_occ &&
-            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ &&
-            t.moe_f16 == def.moe_f16)
+            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ)
             continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d, "
-               "moe_f16 = %d) | | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl,
-               t.moe_occ, t.moe_f16);
+        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d) "
+               "| | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_occ);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
@@ -3339,7 +3336,7 @@ int main(int argc, char **argv) {
         moe_extreme_scales = 1;
         test_moe_fp4(9, 6, 16, 1024, 512);
         moe_extreme_scales = 0;
-        if (v >= 8) { /* the one-token GEMV's setting: = the default's bits, w2 included */
+        if (v == 8) { /* the one-token GEMV's setting: = the default's bits, w2 included */
             test_moe_decode_same(6, 16, 4096, 2048, &def, &t);
             test_moe_decode_same(6, 8, 1280, 384, &def, &t); /* 10 and 3 128-blocks a row: uneven and empty warp ranges */
             test_moe_decode_same(2, 64, 512, 256, &def, &t);

@@ -199,7 +199,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 1);
     /* H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without, same calls (the same bits) */
     ctx->tune.hc_rs = env_switch("MINKE_CUDA_HC_RS", 1);
-    ctx->tune.moe_f16 = env_switch("MINKE_CUDA_MOE_F16", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -385,7 +384,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.branch = ctx->tune.branch != 0;
     ctx->tune.prio = ctx->tune.prio != 0;
     ctx->tune.hc_rs = ctx->tune.hc_rs != 0;
-    ctx->tune.moe_f16 = ctx->tune.moe_f16 != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -864,19 +864,6 @@ __device__ __forceinline__ void fp4l_step(const uint4 &a0, const uint4 &a1, uint
 __device__ __forceinline__ bool fp4l_scales_plain(uint32_t sw) { /* no byte >= 249 */
     return (sw & ((sw & 0x7f7f7f7fu) + 0x07070707u) & 0x80808080u) == 0;
 }
-/* fp4l_step_fast's scaling and accumulation of 32-block q's MMA result c. */
-template <bool ONE>
-__device__ __forceinline__ void fp4l_acc_fast(const float (&c)[4], uint32_t sw0, uint32_t sw1, int q, float sa0,
-                                              float sa1, float (&acc)[4]) {
-    const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
-    const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
-    acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
-    acc[2] = fmaf(c[2], sa0 * s1, acc[2]);
-    if (!ONE) {
-        acc[1] = fmaf(c[1], sa1 * s0, acc[1]);
-        acc[3] = fmaf(c[3], sa1 * s1, acc[3]);
-    }
-}
 template <bool ONE>
 __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1, uint32_t sw0, uint32_t sw1,
                                                const uint2 (&x)[4], float sa0, float sa1, float (&acc)[4]) {
@@ -889,59 +876,13 @@ __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1,
     for (int q = 0; q < 4; q++) {
         float c[4];
         fp4l_mma_q(a0, a1, x, q, c);
-        fp4l_acc_fast<ONE>(c, sw0, sw1, q, sa0, sa1, acc);
-    }
-}
-
-/* The MOE_F16 path (tuning moe_f16): sm_90 has no e4m3 mma.sync, and runs one as two f16 MMAs from
- * zero, the first over each e4m3 register's low byte pair, the second over its high pair, chained
- * through C (the f16 mma probe, bench/gpu/results-2026-12-05-ring.md: way 3, 0 of 262144 outputs
- * differ from C = 0). fp4l_x_f16 widens block q's activation bytes to those f16 pairs once, for all
- * of a block's slabs, where the e4m3 MMA widens them again for each; fp4l_mma_q_h then runs the
- * two f16 MMAs on the widened nibbles. The same products, the same MMAs in the same order: the same
- * bits as fp4l_mma_q. */
-__device__ __forceinline__ void fp4l_x_f16(const uint2 &x, uint32_t (&xh)[4]) {
-    xh[0] = mk_d_e4m3x2_to_f16x2(x.x & 0xffffu), xh[1] = mk_d_e4m3x2_to_f16x2(x.y & 0xffffu);
-    xh[2] = mk_d_e4m3x2_to_f16x2(x.x >> 16), xh[3] = mk_d_e4m3x2_to_f16x2(x.y >> 16);
-}
-__device__ __forceinline__ void fp4l_mma_q_h(const uint4 &a0, const uint4 &a1, const uint32_t (&xh)[4], int q,
-                                             float (&c)[4]) {
-    const uint32_t w0 = q == 0 ? a0.x : q == 1 ? a0.y : q == 2 ? a0.z : a0.w;
-    const uint32_t w1 = q == 0 ? a1.x : q == 1 ? a1.y : q == 2 ? a1.z : a1.w;
-    uint32_t e0, o0, e1, o1;
-    mk_d_fp4x8_to_e4m3(w0, e0, o0);
-    mk_d_fp4x8_to_e4m3(w1, e1, o1);
-    c[0] = c[1] = c[2] = c[3] = 0.0f;
-    mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0 & 0xffffu), mk_d_e4m3x2_to_f16x2(e1 & 0xffffu),
-                 mk_d_e4m3x2_to_f16x2(o0 & 0xffffu), mk_d_e4m3x2_to_f16x2(o1 & 0xffffu), xh[0], xh[1]);
-    mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(e0 >> 16), mk_d_e4m3x2_to_f16x2(e1 >> 16), mk_d_e4m3x2_to_f16x2(o0 >> 16),
-                 mk_d_e4m3x2_to_f16x2(o1 >> 16), xh[2], xh[3]);
-}
-
-/* fp4l_step_fast for the SL slabs of the 128-block u, the activations widened once (tuning moe_f16):
- * for each 32-block q, the slabs in order. Each slab's accumulators see fp4l_step_fast's operations
- * in its order (q ascending), so the same bits; where a scale byte of any slab is >= 249, every slab
- * takes fp4l_step (the same values). */
-template <bool ONE, int SL, int U>
-__device__ __forceinline__ void fp4l_steps_h(const uint4 (&a)[SL][U][2], const uint32_t (&sw)[SL][U][2], int u,
-                                             const uint2 (&x)[4], float sa0, float sa1, float (&acc)[SL][4]) {
-    bool plain = true;
-#pragma unroll
-    for (int q = 0; q < SL; q++) plain = plain && fp4l_scales_plain(sw[q][u][0]) && fp4l_scales_plain(sw[q][u][1]);
-    if (!__all_sync(0xffffffffu, plain)) { /* warp-uniform, as in fp4l_step_fast */
-#pragma unroll
-        for (int q = 0; q < SL; q++) fp4l_step(a[q][u][0], a[q][u][1], sw[q][u][0], sw[q][u][1], x, sa0, sa1, acc[q]);
-        return;
-    }
-#pragma unroll
-    for (int qb = 0; qb < 4; qb++) {
-        uint32_t xh[4];
-        fp4l_x_f16(x[qb], xh);
-#pragma unroll
-        for (int q = 0; q < SL; q++) {
-            float c[4];
-            fp4l_mma_q_h(a[q][u][0], a[q][u][1], xh, qb, c);
-            fp4l_acc_fast<ONE>(c, sw[q][u][0], sw[q][u][1], qb, sa0, sa1, acc[q]);
+        const float s0 = __uint_as_float((((sw0 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
+        const float s1 = __uint_as_float((((sw1 >> (8 * q)) & 0xffu) << 23) + (6u << 23));
+        acc[0] = fmaf(c[0], sa0 * s0, acc[0]);
+        acc[2] = fmaf(c[2], sa0 * s1, acc[2]);
+        if (!ONE) {
+            acc[1] = fmaf(c[1], sa1 * s0, acc[1]);
+            acc[3] = fmaf(c[3], sa1 * s1, acc[3]);
         }
     }
 }
@@ -1018,7 +959,7 @@ __device__ __forceinline__ void moe_chunk_store(const float (&acc)[SL][4], float
  * With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2. Launched with programmatic dependent
  * launch: the plan is read at once (it was written two kernels before), the block's weight rows are
  * prefetched into L2 (pf), then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
-template <int U, int SL, bool H = false>
+template <int U, int SL>
 __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1091,15 +1032,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                     s1[u] = r1 >= 0 ? sa[(size_t)r1 * nb + kb + u] : 0.0f;
                 }
             }
-            if (H && fast) { /* tuning moe_f16: the activations widened once per 32-block (same bits) */
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (kb + u < kb1) {
-                        if (m == 1) fp4l_steps_h<true>(a, sw, u, x[u], s0[u], 0.0f, acc);
-                        else fp4l_steps_h<false>(a, sw, u, x[u], s0[u], s1[u], acc);
-                    }
-                }
-            } else if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
+            if (fast && m == 1) { /* a decode's slot: the one-column step (same bits; tuning moe_fast_step) */
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (kb + u < kb1) {
@@ -1132,7 +1065,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 }
 
 
-template <int U, int SL, int MINB = 2, bool H = false>
+template <int U, int SL, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1143,7 +1076,7 @@ __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *_
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast, int pf) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL, H>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
 }
 
 
@@ -1422,10 +1355,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);
-        e = ctx->tune.moe_occ == 3 && ctx->tune.moe_f16
-                ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3, true>, W, S, W3, S3, xq, sa, n, k, per, plan,
-                              TK, E, by_token, y, y3, round, fast, ctx->tune.moe_pf)
-            : ctx->tune.moe_occ == 3
+        e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
                               E, by_token, y, y3, round, fast, ctx->tune.moe_pf)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
@@ -1456,8 +1386,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
                      int, int, int) = k_moe_gemv_fp4<4, 1>;
         if (ctx->tune.moe_b_sl == 2 && n % 32 == 0) {
             grid.x = (unsigned)(n / 32);
-            kern = ctx->tune.moe_b_occ == 3 ? (ctx->tune.moe_f16 ? k_moe_gemv_fp4<1, 2, 3, true> : k_moe_gemv_fp4<1, 2, 3>)
-                                            : k_moe_gemv_fp4<2, 2>;
+            kern = ctx->tune.moe_b_occ == 3 ? k_moe_gemv_fp4<1, 2, 3> : k_moe_gemv_fp4<2, 2>;
         } else if (ctx->tune.moe_b_occ == 3) {
             kern = k_moe_gemv_fp4<2, 1, 3>;
         }

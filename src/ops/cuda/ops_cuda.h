@@ -221,10 +221,6 @@ typedef struct {
                             * instead of 25 butterflies (125): the same trees, the same bits; default 1
                             * (H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without,
                             * same calls), MINKE_CUDA_HC_RS=0 */
-    int moe_f16;           /* experiment: 1: the expert GEMV at 3 blocks an SM (k_moe_gemv_fp4<1, 2, 3>) runs
-                            * the two f16 MMAs sm_90 emulates its e4m3 MMA with itself, the activations
-                            * widened once per 32-block for both slabs instead of once per MMA (the same
-                            * bits); default 0; MINKE_CUDA_MOE_F16 */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
