@@ -29,7 +29,8 @@
 # DSV4_NCU_DETAIL="kernel-name regex" (ncu's speed-of-light, occupancy, warp-stall and memory sections for the
 # first 4 decode launches of the matching kernels -> ncu_detail.txt: why a kernel is where it is; DSV4_NCU_ENV="VAR=value,..."
 # sets tuning variables for that run and DSV4_NCU_SOURCE's; DSV4_NCU_SKIP: matching launches skipped first, 8 unless
-# set: the sampled steps' draw launches only 4 times, so k_sample_rows needs 0-2), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
+# set: the sampled steps' draw launches only 4 times, so k_sample_rows needs 0-2; the prompt's forward launches
+# k_hc_pre_fin and k_hc_post_part 15 times in all, so their decode launches need 15-16), DSV4_NCU_SOURCE="kernel-name regex" (stall samples per SASS
 # instruction of two launches of the matching kernels -> ncu_source.csv, summarised in ncu_source.md), DSV4_SASS="function-name regex" (cuobjdump's SASS of the matching kernels
 # -> sass.txt), DSV4_NCU_PROMPT: the prompt before the 4 profiled steps of every ncu run, 4 unless set (4096:
 # the indexer at ~1024 entries; the prefill's launches are then profiled too). A variant of DSV4_VARIANTS / _FULL / DSV4_LONG_VARIANTS / DSV4_TEST_VARIANTS may set several
