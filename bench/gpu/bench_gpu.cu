@@ -508,6 +508,100 @@ static void bench_decode(void) {
     out("\n");
 }
 
+/* ---- 2b. the decode experts: the expert GEMV against the wgmma design probe ----------------- */
+
+/* One decode step's routed experts (K = 6 picks of E = 64, V4-Flash widths), w1 / w3 in one launch and
+ * w2 in another, by mk_cuda_moe_gemv_fp4 (mma.sync, the model's kernel) and by mk_cuda_probe_wgmma_fp4
+ * (sm_90a wgmma, a design probe: bench/gpu/results-2026-12-07.md). Each call takes the next of 10
+ * plans of 6 experts not picked by the previous 9 calls, so the weights (~75 MB a step) come from
+ * HBM, not L2. Random bytes: the speed does not depend on the values. */
+#define MOEB_E 64
+#define MOEB_K 6
+#define MOEB_P 10
+typedef struct {
+    const void **tw; /* device tables: w1 [E], w3 [E], w2 [E] */
+    const uint8_t **ts;
+    int32_t *plan[MOEB_P];
+    uint8_t *xq, *aq;
+    float *sa, *saa, *y1, *y3, *y2;
+    int d, I, wg, w2;
+} moeb_arg;
+static void w_moeb(void *arg, int i) {
+    moeb_arg *A = (moeb_arg *)arg;
+    const void *const *W1 = A->tw, *const *W3 = W1 + MOEB_E, *const *W2 = W1 + 2 * MOEB_E;
+    const uint8_t *const *S1 = A->ts, *const *S3 = S1 + MOEB_E, *const *S2 = S1 + 2 * MOEB_E;
+    const int32_t *pl = A->plan[i % MOEB_P];
+    if (!A->w2 && !A->wg)
+        MK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, A->I, A->d, A->xq, A->sa, 1, pl, 1, MOEB_K, MOEB_E, A->y1, A->y3, 0,
+                                &err_));
+    else if (!A->w2)
+        MK(mk_cuda_probe_wgmma_fp4(ctx, W1, S1, W3, S3, A->I, A->d, A->xq, A->sa, 1, pl, MOEB_K, MOEB_E, A->y1, A->y3,
+                                   &err_));
+    else if (!A->wg)
+        MK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, A->d, A->I, A->aq, A->saa, 0, pl, 1, MOEB_K, MOEB_E, A->y2, NULL,
+                                0, &err_));
+    else
+        MK(mk_cuda_probe_wgmma_fp4(ctx, W2, S2, NULL, NULL, A->d, A->I, A->aq, A->saa, 0, pl, MOEB_K, MOEB_E, A->y2,
+                                   NULL, &err_));
+}
+__global__ void k_fill_f32(float *p, size_t n, float v) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
+}
+static void bench_moe_wgmma(void) {
+    if (mk_cuda_ctx_caps(ctx)->cc_major != 9) return;
+    const int d = 4096, I = 2048;
+    mk_wmat *W = (mk_wmat *)calloc(3 * MOEB_E, sizeof(mk_wmat));
+    const void *tw[3 * MOEB_E];
+    const uint8_t *ts[3 * MOEB_E];
+    for (int i = 0; i < 3 * MOEB_E; i++) {
+        W[i] = i < 2 * MOEB_E ? make_w(MK_W_FP4, I, d) : make_w(MK_W_FP4, d, I);
+        tw[i] = W[i].w, ts[i] = W[i].scale;
+    }
+    moeb_arg A;
+    memset(&A, 0, sizeof A);
+    A.d = d, A.I = I;
+    A.tw = (const void **)dalloc(sizeof tw), A.ts = (const uint8_t **)dalloc(sizeof ts);
+    CU(cudaMemcpy((void *)A.tw, tw, sizeof tw, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy((void *)A.ts, ts, sizeof ts, cudaMemcpyHostToDevice));
+    int32_t *didx = (int32_t *)dalloc(sizeof(int32_t) * MOEB_K);
+    float *dgw = (float *)dalloc(sizeof(float) * MOEB_K), *dsw = (float *)dalloc(sizeof(float) * MOEB_K);
+    const float gw[MOEB_K] = {0.3f, 0.2f, 0.2f, 0.1f, 0.1f, 0.1f};
+    CU(cudaMemcpy(dgw, gw, sizeof gw, cudaMemcpyHostToDevice));
+    for (int p = 0; p < MOEB_P; p++) {
+        int32_t idx[MOEB_K];
+        for (int j = 0; j < MOEB_K; j++) idx[j] = (p * MOEB_K + j) % MOEB_E;
+        CU(cudaMemcpy(didx, idx, sizeof idx, cudaMemcpyHostToDevice));
+        A.plan[p] = (int32_t *)dalloc(sizeof(int32_t) * mk_cuda_moe_plan_ints(1, MOEB_K, MOEB_E));
+        MK(mk_cuda_moe_plan(ctx, didx, dgw, 1, MOEB_K, MOEB_E, A.plan[p], dsw, &err_));
+    }
+    A.xq = (uint8_t *)dalloc((size_t)d), A.aq = (uint8_t *)dalloc((size_t)MOEB_K * I);
+    fill_bytes(A.xq, (size_t)d, 0), fill_bytes(A.aq, (size_t)MOEB_K * I, 0);
+    A.sa = (float *)dalloc(sizeof(float) * (d / 128)), A.saa = (float *)dalloc(sizeof(float) * (MOEB_K * I / 128));
+    k_fill_f32<<<8, 256, 0, stream>>>(A.sa, d / 128, 1.0f / 64);
+    k_fill_f32<<<8, 256, 0, stream>>>(A.saa, MOEB_K * I / 128, 1.0f / 64);
+    CU(cudaGetLastError());
+    A.y1 = (float *)dalloc(sizeof(float) * MOEB_K * I), A.y3 = (float *)dalloc(sizeof(float) * MOEB_K * I);
+    A.y2 = (float *)dalloc(sizeof(float) * MOEB_K * d);
+    out("## Decode experts: the expert GEMV (mma.sync) against the wgmma design probe\n\n");
+    out("6 picks of 64 experts of 2048 x 4096 FP4 (V4-Flash), a new set each call (10 plans); CUDA-graph replay of 50 calls\n\n");
+    out("| matrices | MB / call | expert GEMV (mma.sync) us | GB/s (of copy) | wgmma probe us | GB/s (of copy) |\n| --- | --- | --- | --- | --- | --- |\n");
+    for (int w2 = 0; w2 <= 1; w2++) {
+        const double mb = (double)MOEB_K * (w2 ? 1 : 2) * ((double)I * d / 2 + (double)I * d / 32);
+        A.w2 = w2, A.wg = 0;
+        const double t0 = time_graph(w_moeb, &A, 50, 9);
+        A.wg = 1;
+        const double t1 = time_graph(w_moeb, &A, 50, 9);
+        out("| %s | %.1f | %.2f | %.0f (%.0f%%) | %.2f | %.0f (%.0f%%) |\n", w2 ? "w2" : "w1 + w3", mb / 1e6, t0 * 1e6,
+            mb / t0 / 1e9, 100.0 * mb / t0 / 1e9 / bw_copy_rw, t1 * 1e6, mb / t1 / 1e9, 100.0 * mb / t1 / 1e9 / bw_copy_rw);
+    }
+    out("\n");
+    for (int i = 0; i < 3 * MOEB_E; i++) free_w(&W[i]);
+    free(W);
+    for (int p = 0; p < MOEB_P; p++) cudaFree(A.plan[p]);
+    void *dv[] = {(void *)A.tw, (void *)A.ts, didx, dgw, dsw, A.xq, A.aq, A.sa, A.saa, A.y1, A.y3, A.y2};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) cudaFree(dv[i]);
+}
+
 /* ---- 3. GEMM -------------------------------------------------------------------------------- */
 
 static void bench_gemm(void) {
@@ -667,6 +761,7 @@ int main(int argc, char **argv) {
     out("# minke GPU benchmark\n\n%s\n\n", desc);
     bench_bandwidth();
     bench_decode();
+    bench_moe_wgmma();
     bench_gemm();
     bench_sample();
     MK(mk_cuda_ctx_sync(ctx, &err_));

@@ -2425,6 +2425,63 @@ static void moe_experts_free(moe_experts *x) {
     free(x->H), free(x->D), free(x->tw), free(x->ts);
 }
 
+/* The wgmma FP4 expert GEMV probe (mk_cuda_probe_wgmma_fp4, a design probe for bench_gpu) against the
+ * expert GEMV on the same decode operands: w1 / w3 (the token's row) and w2 (each slot's row). Not bit
+ * for bit: wgmma's FP8 accumulation is coarser than mma.sync's (the wgmma probe: 4.6e-4 of the sum of
+ * |products| per 32-block step, against 1.5e-7), so the outputs are compared in norm (max |diff| /
+ * max |ref|) within 5e-3; the value is printed. Skipped off sm_90. */
+static void test_wgmma_fp4_probe(int K, int E, int d, int I) {
+    if (mk_cuda_ctx_caps(ctx)->cc_major != 9) return;
+    moe_experts ex = moe_experts_make(E, d, I, 0);
+    const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
+    const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
+    int32_t *idx = xmalloc(sizeof(int32_t) * K);
+    float *gw = xmalloc(sizeof(float) * K), *x = xmalloc(sizeof(float) * d), *a = xmalloc(sizeof(float) * K * I);
+    for (int j = 0; j < K; j++) idx[j] = (int)((j * 7 + 3) % E), gw[j] = 0.3f + 0.1f * (float)j;
+    fill_act(x, (size_t)d, 1.0f);
+    fill_act(a, (size_t)K * I, 1.0f);
+    size_t pn = mk_cuda_moe_plan_ints(1, K, E);
+    int32_t *didx = dup_dev(idx, sizeof(int32_t) * K), *dplan = poisoned_dev(sizeof(int32_t) * pn);
+    float *dgw = dup_dev(gw, sizeof(float) * K), *dsw = poisoned_dev(sizeof(float) * K);
+    float *dx = dup_dev(x, sizeof(float) * d), *da = dup_dev(a, sizeof(float) * K * I);
+    uint8_t *dq = poisoned_dev((size_t)d), *dqa = poisoned_dev((size_t)K * I);
+    float *dsa = poisoned_dev(sizeof(float) * (d / 128)), *dsaa = poisoned_dev(sizeof(float) * (K * I / 128));
+    CK(mk_cuda_moe_plan(ctx, didx, dgw, 1, K, E, dplan, dsw, &err_));
+    CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_));
+    CK(mk_cuda_act_quant(ctx, da, K, I, 1, dqa, dsaa, &err_));
+    float *out[2][3];
+    size_t nn[3] = {(size_t)K * I, (size_t)K * I, (size_t)K * d};
+    for (int r = 0; r < 2; r++) {
+        for (int j = 0; j < 3; j++) out[r][j] = poisoned_dev(sizeof(float) * nn[j]);
+        if (r == 0) {
+            CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, 1, K, E, out[0][0], out[0][1], 0,
+                                    &err_));
+            CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, 1, K, E, out[0][2], NULL, 0,
+                                    &err_));
+        } else {
+            CK(mk_cuda_probe_wgmma_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, K, E, out[1][0], out[1][1], &err_));
+            CK(mk_cuda_probe_wgmma_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, K, E, out[1][2], NULL,
+                                       &err_));
+        }
+    }
+    static const char *nm[3] = {"wgmma fp4 probe w1 (by token)", "wgmma fp4 probe w3 (by token)",
+                                "wgmma fp4 probe w2 (by slot)"};
+    char shape[64];
+    snprintf(shape, sizeof shape, "K%d E%d d%d I%d", K, E, d, I);
+    for (int j = 0; j < 3; j++) {
+        float *ref = xmalloc(sizeof(float) * nn[j]), *got = xmalloc(sizeof(float) * nn[j]);
+        fetch(ref, out[0][j], sizeof(float) * nn[j]);
+        fetch(got, out[1][j], sizeof(float) * nn[j]);
+        compare(nm[j], shape, ref, got, nn[j], NORM, 5e-3);
+        free(ref), free(got);
+        mk_cuda_free(ctx, out[0][j]), mk_cuda_free(ctx, out[1][j]);
+    }
+    moe_experts_free(&ex);
+    void *dev[] = {didx, dplan, dgw, dsw, dx, da, dq, dqa, dsa, dsaa};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(idx), free(gw), free(x), free(a);
+}
+
 static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tuning *base, const mk_cuda_tuning *alt) {
     const mk_cuda_tuning def = *base;
     moe_experts ex = moe_experts_make(E, d, I, 1);
@@ -3300,6 +3357,8 @@ int main(int argc, char **argv) {
     test_linear_grouped(8, 1024, 4096, 70); /* wo_a, prefill */
     test_linear_grouped(2, 64, 512, 20);    /* groups of 64 rows: chunks only */
     test_moe_fp4(1, 6, 8, 4096, 2048);  /* decode at V4-Flash widths */
+    test_wgmma_fp4_probe(6, 16, 4096, 2048); /* the wgmma design probe at V4-Flash widths */
+    test_wgmma_fp4_probe(2, 8, 1024, 512);
     test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048); /* V4-Flash: w1 / w3 with the shared expert's sh1 / sh3 */
     test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
     test_moe_with_fp8(6, 8, 1024, 384, 256, 128); /* one 128-block a warp; 12 slab pairs */

@@ -539,3 +539,128 @@ int mk_cuda_probe_wgmma_shapes(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t
     mk_cuda_free(ctx, dA), mk_cuda_free(ctx, dB), mk_cuda_free(ctx, dO);
     return st;
 }
+
+/* ---- wgmma FP4 expert GEMV probe (mk_cuda_probe_wgmma_fp4) -------------------------------------
+ * A design probe for the decode experts, not used by the model: how fast would the one-token expert
+ * GEMV be with sm_90a's native FP8 warpgroup MMA (no f16 emulation, one instruction per 64 rows x 32
+ * k) instead of mma.sync? It takes mk_cuda_moe_gemv_fp4's operands for a decode (lane-ordered FP4
+ * weights, the plan of T = 1, the permuted e4m3 row and its block scales) and computes the same
+ * products: a block of WG_KS warpgroups takes 64 rows of one picked expert (its group of the plan),
+ * warpgroup j a quarter of k; warp w of a warpgroup holds rows 16 w + g and + 8 as mma.sync's A
+ * fragment (the nibbles widened as fp4l_mma_q widens them), which is wgmma's register-A layout (the
+ * wgmma shape probe: the same bits as from shared memory). B is the token's row in shared memory,
+ * column 0 of n8 (columns 1-7 zero), each 32-block's slots in mma.sync's B order. Each 32-block's
+ * product starts from zero and is scaled into fp32 (as the GEMVs do); the warpgroups' partial sums
+ * are added in order at the end. wgmma's accumulation differs from mma.sync's (the wgmma probe), so
+ * the op test compares it with the expert GEMV within a tolerance, not bit for bit. */
+#define WG_KS 4
+__global__ void __launch_bounds__(128 * WG_KS, 2) k_probe_wgmma_fp4(const void *const *__restrict__ Wt,
+                                                                    const uint8_t *const *__restrict__ St,
+                                                                    const void *const *__restrict__ Wt3,
+                                                                    const uint8_t *const *__restrict__ St3,
+                                                                    const uint8_t *__restrict__ xq,
+                                                                    const float *__restrict__ sa, int n, int k,
+                                                                    const int32_t *__restrict__ plan, int TK, int E,
+                                                                    int by_token, float *__restrict__ y,
+                                                                    float *__restrict__ y3) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(128) uint8_t wg_smem[]; /* B: k / 32 tiles of 256 bytes, then the partials */
+    if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
+    const int G = TK < E ? TK : E, grp = blockIdx.y;
+    if (grp >= plan[0]) return;
+    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
+    const int ex = gexp[grp], slot = goff[grp], xr = by_token ? stok[slot] : slot;
+    const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int nb = k >> 7, nsb = k >> 5, ns = k >> 5;
+    const size_t rowb = (size_t)k >> 1;
+    /* B tiles: step s (32-block s) column 0 slot c at (c >> 4) * 128 + (c & 15), the other columns 0 */
+    const uint8_t *xrow = xq + (size_t)xr * k;
+    for (int i = tid; i < ns * 256; i += blockDim.x) {
+        const int s = i >> 8, o = i & 255, col = (o & 127) >> 4, c = (o >> 7) * 16 + (o & 15);
+        uint8_t v = 0;
+        if (col == 0) { /* slot c of block q = s & 3: the permuted row's byte (fp4l_mma_q's B fragment) */
+            const int q = s & 3, kb = s >> 2, tt = (c & 15) >> 2, ii = c & 3;
+            v = xrow[(size_t)kb * 128 + 32 * q + 8 * tt + (c >= 16 ? 4 : 0) + ii];
+        }
+        wg_smem[i] = v;
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int r0 = blockIdx.x * 64 + warp * 16 + g;
+    const uint8_t *w0 = W + (size_t)r0 * rowb + t * 16, *w1 = w0 + 8 * rowb;
+    const uint8_t *s0p = S + (size_t)r0 * nsb, *s1p = s0p + (size_t)8 * nsb;
+    const int per = (nb + WG_KS - 1) / WG_KS, kb0 = wg * per, kb1 = min(nb, kb0 + per);
+    float acc0 = 0.0f, acc1 = 0.0f; /* rows r0, r0 + 8, column 0 (lanes t == 0) */
+    uint4 a0 = make_uint4(0, 0, 0, 0), a1 = a0;
+    uint32_t sw0 = 0, sw1 = 0;
+    if (kb0 < kb1) {
+        a0 = mk_d_ld_stream(w0 + (size_t)kb0 * 64), a1 = mk_d_ld_stream(w1 + (size_t)kb0 * 64);
+        sw0 = *(const uint32_t *)(s0p + 4 * kb0), sw1 = *(const uint32_t *)(s1p + 4 * kb0);
+    }
+    for (int kb = kb0; kb < kb1; kb++) {
+        const uint4 c0 = a0, c1 = a1;
+        const uint32_t cs0 = sw0, cs1 = sw1;
+        if (kb + 1 < kb1) { /* the next 128-block's weights in flight during this one's MMAs */
+            a0 = mk_d_ld_stream(w0 + (size_t)(kb + 1) * 64), a1 = mk_d_ld_stream(w1 + (size_t)(kb + 1) * 64);
+            sw0 = *(const uint32_t *)(s0p + 4 * (kb + 1)), sw1 = *(const uint32_t *)(s1p + 4 * (kb + 1));
+        }
+        uint32_t e[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const uint32_t u0 = q == 0 ? c0.x : q == 1 ? c0.y : q == 2 ? c0.z : c0.w;
+            const uint32_t u1 = q == 0 ? c1.x : q == 1 ? c1.y : q == 2 ? c1.z : c1.w;
+            mk_d_fp4x8_to_e4m3(u0, e[q][0], e[q][2]);
+            mk_d_fp4x8_to_e4m3(u1, e[q][1], e[q][3]);
+        }
+        float d[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) d[q][0] = d[q][1] = d[q][2] = d[q][3] = 0.0f;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 0, 1, 1;\n"
+                         : "+f"(d[q][0]), "+f"(d[q][1]), "+f"(d[q][2]), "+f"(d[q][3])
+                         : "r"(e[q][0]), "r"(e[q][1]), "r"(e[q][2]), "r"(e[q][3]),
+                           "l"(mk_d_wgmma_desc(wg_smem + (size_t)(kb * 4 + q) * 256))
+                         : "memory");
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        const float sx = sa[(size_t)xr * nb + kb];
+#pragma unroll
+        for (int q = 0; q < 4; q++) { /* 64 undoes the widened nibbles' 2^-6 */
+            acc0 = fmaf(d[q][0], sx * (64.0f * mk_d_e8m0((cs0 >> (8 * q)) & 0xff)), acc0);
+            acc1 = fmaf(d[q][2], sx * (64.0f * mk_d_e8m0((cs1 >> (8 * q)) & 0xff)), acc1);
+        }
+    }
+    float *part = (float *)(wg_smem + (size_t)ns * 256); /* [WG_KS][64] */
+    if (t == 0) part[wg * 64 + warp * 16 + g] = acc0, part[wg * 64 + warp * 16 + g + 8] = acc1;
+    __syncthreads();
+    if (tid < 64) {
+        float v = 0.0f;
+        for (int j = 0; j < WG_KS; j++) v += part[j * 64 + tid];
+        y[(size_t)slot * n + blockIdx.x * 64 + tid] = v;
+    }
+#endif
+}
+
+int mk_cuda_probe_wgmma_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
+                            const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
+                            const int32_t *plan, int K, int E, float *y, float *y3, mk_err *err) {
+    if (ctx->caps.cc_major != 9)
+        return mk_fail(err, MK_ENOTSUP, "cuda: wgmma fp4 probe: sm_90a only (this device is %d.%d)", ctx->caps.cc_major,
+                       ctx->caps.cc_minor);
+    if (n % 64 || k % 128 || K < 1 || E < 1 || (W3 == NULL) != (y3 == NULL))
+        return mk_fail(err, MK_EINVAL, "cuda: wgmma fp4 probe: needs n %% 64 == 0, k %% 128 == 0, K, E >= 1 and W3 with y3 "
+                       "(n %d, k %d, K %d, E %d)", n, k, K, E);
+    const size_t smem = (size_t)(k / 32) * 256 + sizeof(float) * WG_KS * 64;
+    if (smem > ctx->caps.smem_optin)
+        return mk_fail(err, MK_ENOTSUP, "cuda: wgmma fp4 probe: k %d needs %zu bytes of shared memory", k, smem);
+    MK_CU_TRY(cudaFuncSetAttribute(k_probe_wgmma_fp4, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err,
+              "cuda: wgmma fp4 probe: shared memory");
+    const int G = K < E ? K : E;
+    k_probe_wgmma_fp4<<<dim3((unsigned)(n / 64), (unsigned)G, W3 ? 2u : 1u), 128 * WG_KS, smem, ctx->stream>>>(
+        W, S, W3, S3, xq, sa, n, k, plan, K, E, by_token, y, y3);
+    MK_CU_LAUNCHED(err, "cuda: wgmma fp4 probe launch");
+    return MK_OK;
+}

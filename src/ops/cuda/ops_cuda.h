@@ -785,6 +785,14 @@ int mk_cuda_probe_mma_f16(mk_cuda_ctx *ctx, int nt, const uint8_t *A, const uint
  * with A from registers; out host [6][64][64]: slots 0 / 1 n8 after the first / fourth step (columns
  * 0..7), 2 / 3 n64 (all 64 columns), 4 / 5 n8 with A in registers. MK_ENOTSUP off sm_90. */
 int mk_cuda_probe_wgmma_shapes(mk_cuda_ctx *ctx, const uint8_t *A, const uint8_t *B, float *out, mk_err *err);
+/* A design probe (not used by the model): the one-token expert GEMV of mk_cuda_moe_gemv_fp4 (T = 1,
+ * the same operands: lane-ordered FP4 weights, the plan of K picks, the permuted e4m3 row and its
+ * block scales; n % 64 == 0) with sm_90a's wgmma (m64n8k32, the widened weights from registers)
+ * instead of mma.sync: the same products, another accumulation (within a tolerance of the expert
+ * GEMV, not its bits). For bench_gpu's speed comparison; sm_90a only (MK_ENOTSUP elsewhere). */
+int mk_cuda_probe_wgmma_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *const *S, const void *const *W3,
+                            const uint8_t *const *S3, int n, int k, const uint8_t *xq, const float *sa, int by_token,
+                            const int32_t *plan, int K, int E, float *y, float *y3, mk_err *err);
 
 #ifdef __cplusplus
 }
