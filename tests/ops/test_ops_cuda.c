@@ -2425,6 +2425,36 @@ static void moe_experts_free(moe_experts *x) {
     free(x->H), free(x->D), free(x->tw), free(x->ts);
 }
 
+/* One token's decode operands for the expert GEMVs: K picks of E ((7 j + 3) % E), their plan, the
+ * token's row x [d] and the slots' activations a [K, I], both quantized (permuted layout). */
+typedef struct {
+    int32_t *dplan, *didx;
+    float *dgw, *dsw, *dx, *da, *dsa, *dsaa;
+    uint8_t *dq, *dqa;
+} moe_dec;
+static moe_dec moe_dec_make(int K, int E, int d, int I) {
+    int32_t *idx = xmalloc(sizeof(int32_t) * K);
+    float *gw = xmalloc(sizeof(float) * K), *x = xmalloc(sizeof(float) * d), *a = xmalloc(sizeof(float) * K * I);
+    for (int j = 0; j < K; j++) idx[j] = (int)((j * 7 + 3) % E), gw[j] = 0.3f + 0.1f * (float)j;
+    fill_act(x, (size_t)d, 1.0f);
+    fill_act(a, (size_t)K * I, 1.0f);
+    moe_dec m;
+    m.didx = dup_dev(idx, sizeof(int32_t) * K), m.dplan = poisoned_dev(sizeof(int32_t) * mk_cuda_moe_plan_ints(1, K, E));
+    m.dgw = dup_dev(gw, sizeof(float) * K), m.dsw = poisoned_dev(sizeof(float) * K);
+    m.dx = dup_dev(x, sizeof(float) * d), m.da = dup_dev(a, sizeof(float) * K * I);
+    m.dq = poisoned_dev((size_t)d), m.dqa = poisoned_dev((size_t)K * I);
+    m.dsa = poisoned_dev(sizeof(float) * (d / 128 + 1)), m.dsaa = poisoned_dev(sizeof(float) * (K * I / 128 + 1));
+    CK(mk_cuda_moe_plan(ctx, m.didx, m.dgw, 1, K, E, m.dplan, m.dsw, &err_));
+    CK(mk_cuda_act_quant(ctx, m.dx, 1, d, 1, m.dq, m.dsa, &err_));
+    CK(mk_cuda_act_quant(ctx, m.da, K, I, 1, m.dqa, m.dsaa, &err_));
+    free(idx), free(gw), free(x), free(a);
+    return m;
+}
+static void moe_dec_free(moe_dec *m) {
+    void *dev[] = {m->didx, m->dplan, m->dgw, m->dsw, m->dx, m->da, m->dq, m->dqa, m->dsa, m->dsaa};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+}
+
 /* The wgmma FP4 expert GEMV probe (mk_cuda_probe_wgmma_fp4, a design probe for bench_gpu) against the
  * expert GEMV on the same decode operands: w1 / w3 (the token's row) and w2 (each slot's row). Not bit
  * for bit: wgmma's FP8 accumulation is coarser than mma.sync's (the wgmma probe: 4.6e-4 of the sum of
@@ -2435,32 +2465,19 @@ static void test_wgmma_fp4_probe(int K, int E, int d, int I) {
     moe_experts ex = moe_experts_make(E, d, I, 0);
     const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
     const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
-    int32_t *idx = xmalloc(sizeof(int32_t) * K);
-    float *gw = xmalloc(sizeof(float) * K), *x = xmalloc(sizeof(float) * d), *a = xmalloc(sizeof(float) * K * I);
-    for (int j = 0; j < K; j++) idx[j] = (int)((j * 7 + 3) % E), gw[j] = 0.3f + 0.1f * (float)j;
-    fill_act(x, (size_t)d, 1.0f);
-    fill_act(a, (size_t)K * I, 1.0f);
-    size_t pn = mk_cuda_moe_plan_ints(1, K, E);
-    int32_t *didx = dup_dev(idx, sizeof(int32_t) * K), *dplan = poisoned_dev(sizeof(int32_t) * pn);
-    float *dgw = dup_dev(gw, sizeof(float) * K), *dsw = poisoned_dev(sizeof(float) * K);
-    float *dx = dup_dev(x, sizeof(float) * d), *da = dup_dev(a, sizeof(float) * K * I);
-    uint8_t *dq = poisoned_dev((size_t)d), *dqa = poisoned_dev((size_t)K * I);
-    float *dsa = poisoned_dev(sizeof(float) * (d / 128)), *dsaa = poisoned_dev(sizeof(float) * (K * I / 128));
-    CK(mk_cuda_moe_plan(ctx, didx, dgw, 1, K, E, dplan, dsw, &err_));
-    CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_));
-    CK(mk_cuda_act_quant(ctx, da, K, I, 1, dqa, dsaa, &err_));
+    moe_dec md = moe_dec_make(K, E, d, I);
     float *out[2][3];
     size_t nn[3] = {(size_t)K * I, (size_t)K * I, (size_t)K * d};
     for (int r = 0; r < 2; r++) {
         for (int j = 0; j < 3; j++) out[r][j] = poisoned_dev(sizeof(float) * nn[j]);
         if (r == 0) {
-            CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, 1, K, E, out[0][0], out[0][1], 0,
+            CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, md.dq, md.dsa, 1, md.dplan, 1, K, E, out[0][0], out[0][1], 0,
                                     &err_));
-            CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, 1, K, E, out[0][2], NULL, 0,
+            CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, md.dqa, md.dsaa, 0, md.dplan, 1, K, E, out[0][2], NULL, 0,
                                     &err_));
         } else {
-            CK(mk_cuda_probe_wgmma_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, K, E, out[1][0], out[1][1], &err_));
-            CK(mk_cuda_probe_wgmma_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, K, E, out[1][2], NULL,
+            CK(mk_cuda_probe_wgmma_fp4(ctx, W1, S1, W3, S3, I, d, md.dq, md.dsa, 1, md.dplan, K, E, out[1][0], out[1][1], &err_));
+            CK(mk_cuda_probe_wgmma_fp4(ctx, W2, S2, NULL, NULL, d, I, md.dqa, md.dsaa, 0, md.dplan, K, E, out[1][2], NULL,
                                        &err_));
         }
     }
@@ -2477,9 +2494,7 @@ static void test_wgmma_fp4_probe(int K, int E, int d, int I) {
         mk_cuda_free(ctx, out[0][j]), mk_cuda_free(ctx, out[1][j]);
     }
     moe_experts_free(&ex);
-    void *dev[] = {didx, dplan, dgw, dsw, dx, da, dq, dqa, dsa, dsaa};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free(idx), free(gw), free(x), free(a);
+    moe_dec_free(&md);
 }
 
 static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tuning *base, const mk_cuda_tuning *alt) {
@@ -2487,27 +2502,14 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
     moe_experts ex = moe_experts_make(E, d, I, 1);
     const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
     const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
-    int32_t *idx = xmalloc(sizeof(int32_t) * K);
-    float *gw = xmalloc(sizeof(float) * K), *x = xmalloc(sizeof(float) * d), *a = xmalloc(sizeof(float) * K * I);
-    for (int j = 0; j < K; j++) idx[j] = (int)((j * 7 + 3) % E), gw[j] = 0.3f + 0.1f * (float)j;
-    fill_act(x, (size_t)d, 1.0f);
-    fill_act(a, (size_t)K * I, 1.0f);
-    size_t pn = mk_cuda_moe_plan_ints(1, K, E);
-    int32_t *didx = dup_dev(idx, sizeof(int32_t) * K), *dplan = poisoned_dev(sizeof(int32_t) * pn);
-    float *dgw = dup_dev(gw, sizeof(float) * K), *dsw = poisoned_dev(sizeof(float) * K);
-    float *dx = dup_dev(x, sizeof(float) * d), *da = dup_dev(a, sizeof(float) * K * I);
-    uint8_t *dq = poisoned_dev((size_t)d), *dqa = poisoned_dev((size_t)K * I);
-    float *dsa = poisoned_dev(sizeof(float) * (d / 128 + 1)), *dsaa = poisoned_dev(sizeof(float) * (K * I / 128 + 1));
-    CK(mk_cuda_moe_plan(ctx, didx, dgw, 1, K, E, dplan, dsw, &err_));
-    CK(mk_cuda_act_quant(ctx, dx, 1, d, 1, dq, dsa, &err_));
-    CK(mk_cuda_act_quant(ctx, da, K, I, 1, dqa, dsaa, &err_));
+    moe_dec md = moe_dec_make(K, E, d, I);
     float *out[2][3];
     size_t sz[3] = {sizeof(float) * K * I, sizeof(float) * K * I, sizeof(float) * K * d};
     for (int r = 0; r < 2; r++) {
         mk_cuda_ctx_set_tuning(ctx, r ? alt : &def);
         for (int j = 0; j < 3; j++) out[r][j] = poisoned_dev(sz[j]);
-        CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, 1, K, E, out[r][0], out[r][1], 0, &err_));
-        CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, 1, K, E, out[r][2], NULL, 1, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, md.dq, md.dsa, 1, md.dplan, 1, K, E, out[r][0], out[r][1], 0, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, md.dqa, md.dsaa, 0, md.dplan, 1, K, E, out[r][2], NULL, 1, &err_));
     }
     mk_cuda_ctx_set_tuning(ctx, &def);
     int same = 1;
@@ -2526,9 +2528,7 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
     printf("| %-40s | %-26s | w1, w3 and w2 of one token = the default tuning's, bit for bit: %s |\n",
            "moe fp4 decode, this tuning", shape, same ? "ok" : "FAIL");
     moe_experts_free(&ex);
-    void *dev[] = {didx, dplan, dgw, dsw, dx, da, dq, dqa, dsa, dsaa};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free(idx), free(gw), free(x), free(a);
+    moe_dec_free(&md);
 }
 
 /* ---- MoE routing ------------------------------------------------------------------------------
