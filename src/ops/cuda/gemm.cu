@@ -654,10 +654,8 @@ int mk_cuda_probe_wgmma_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_
         return mk_fail(err, MK_EINVAL, "cuda: wgmma fp4 probe: needs n %% 64 == 0, k %% 128 == 0, K, E >= 1 and W3 with y3 "
                        "(n %d, k %d, K %d, E %d)", n, k, K, E);
     const size_t smem = (size_t)(k / 32) * 256 + sizeof(float) * WG_KS * 64;
-    if (smem > ctx->caps.smem_optin)
-        return mk_fail(err, MK_ENOTSUP, "cuda: wgmma fp4 probe: k %d needs %zu bytes of shared memory", k, smem);
-    MK_CU_TRY(cudaFuncSetAttribute(k_probe_wgmma_fp4, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err,
-              "cuda: wgmma fp4 probe: shared memory");
+    int st = mk_cuda_smem_optin(ctx, MK_OPTIN_WG_FP4, (const void *)k_probe_wgmma_fp4, smem, err);
+    if (st) return st;
     const int G = K < E ? K : E;
     k_probe_wgmma_fp4<<<dim3((unsigned)(n / 64), (unsigned)G, W3 ? 2u : 1u), 128 * WG_KS, smem, ctx->stream>>>(
         W, S, W3, S3, xq, sa, n, k, plan, K, E, by_token, y, y3);
