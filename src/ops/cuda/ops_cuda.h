@@ -221,6 +221,12 @@ typedef struct {
                             * instead of 25 butterflies (125): the same trees, the same bits; default 1
                             * (H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without,
                             * same calls), MINKE_CUDA_HC_RS=0 */
+    int hc_comb_side;      /* 1: in a captured step, hc_pre's Sinkhorn comb (read only by the hc_post after
+                            * the sub-layer) runs on a stream of its own, forked after the chunk sums and
+                            * joined by the next hc op, instead of as the finishing kernel's second block,
+                            * which the next kernel's programmatic wait waits for (the same kernel code:
+                            * the same bits); 2: the same at the least priority (tuning prio); default
+                            * 0 until measured, MINKE_CUDA_HC_COMB_SIDE */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
