@@ -1895,6 +1895,30 @@ static void test_hc_post_pre(int s, int hc, int d) {
         free(o2), free(x2), free(pc2), free(y2), free(oh2);
     }
 
+    { /* the tuning's hc_post_loads (k_hc_post_part's loads issued first) = without it, bit for bit: modes 1,
+       * 2 and 3 (the fused ops, in place, of the MoE sum), the pre and the head */
+        mk_cuda_tuning def, t;
+        mk_cuda_ctx_get_tuning(ctx, &def);
+        t = def;
+        t.hc_post_loads = !def.hc_post_loads;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        float *o2 = xmalloc(sizeof(float) * nh), *x2 = xmalloc(sizeof(float) * nx), *pc2 = xmalloc(sizeof(float) * npc);
+        float *y2 = xmalloc(sizeof(float) * nx), *oh2 = xmalloc(sizeof(float) * nh);
+        int ld_same = 1;
+        for (int m = 1; m < 4; m++) {
+            hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
+            ld_same = ld_same && !memcmp(o2, out[m], sizeof(float) * nh) && !memcmp(x2, x[m], sizeof(float) * nx) &&
+                      !memcmp(pc2, pc[m], sizeof(float) * npc) && !memcmp(y2, y[m], sizeof(float) * nx) &&
+                      !memcmp(oh2, oh[m], sizeof(float) * nh);
+        }
+        mk_cuda_ctx_set_tuning(ctx, &def);
+        char what[112];
+        snprintf(what, sizeof what, "hc_post_loads %d = hc_post_loads %d (modes 1, 2, 3; pre and head), bit for bit",
+                 t.hc_post_loads, def.hc_post_loads);
+        check_row("hc_post's loads issued first", shape, what, ld_same, "");
+        free(o2), free(x2), free(pc2), free(y2), free(oh2);
+    }
+
     if (s <= 8) { /* the tuning's hc_comb_side: two chained fused ops in place (the model's post -> pre pairs;
                    * the second's hc_post reads the first's comb) captured with comb on its own stream =
                    * the eager chain, bit for bit; each op's graph has one kernel more (the comb's) */

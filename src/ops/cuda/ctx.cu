@@ -199,6 +199,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 1);
     /* H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without, same calls (the same bits) */
     ctx->tune.hc_rs = env_switch("MINKE_CUDA_HC_RS", 1);
+    ctx->tune.hc_post_loads = env_switch("MINKE_CUDA_HC_POST_LOADS", 0);
     ctx->tune.hc_comb_side = getenv("MINKE_CUDA_HC_COMB_SIDE") ? atoi(getenv("MINKE_CUDA_HC_COMB_SIDE")) : 0;
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
@@ -385,6 +386,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.branch = ctx->tune.branch != 0;
     ctx->tune.prio = ctx->tune.prio != 0;
     ctx->tune.hc_rs = ctx->tune.hc_rs != 0;
+    ctx->tune.hc_post_loads = ctx->tune.hc_post_loads != 0;
     ctx->tune.hc_comb_side = ctx->tune.hc_comb_side == 2 ? 2 : ctx->tune.hc_comb_side != 0;
 }
 

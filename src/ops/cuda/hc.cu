@@ -434,6 +434,48 @@ __device__ __forceinline__ float hc_sum_x(const mk_cuda_moe_sum &ms, const int32
     return mk_d_moe_combined(ms.eo, ord, nord, ms.shared[(size_t)tg * d + k], d, k);
 }
 
+/* k_hc_post_part's element with every load issued before the first arithmetic (tuning
+ * hc_post_loads): the sub-layer value (x[k], or the MoE combine's rows and shared value), post[j],
+ * comb[i][j] and res[i][k]. Written the plain way (hc_sum_x, then hc_post_elem_x), each use waits for
+ * its loads before the next loads issue: the combine's loop, then post * x, then the hc loop are up to
+ * three memory round trips after the programmatic wait (ncu, session 33: the two stalls of the x path
+ * were 17% of the kernel's samples). The operations and their order are hc_sum_x's and
+ * hc_post_elem_x's: the same bits. The combine keeps up to HC_EO_REG slots in registers (V4: 6);
+ * further slots are loaded in its loop as before. */
+#define HC_EO_REG 8
+__device__ __forceinline__ float hc_post_elem_ld(const mk_cuda_moe_sum &ms, const int32_t *ord, int nord, int tg,
+                                                 const float *__restrict__ xt, const float *__restrict__ rt,
+                                                 const float *__restrict__ pt, const float *__restrict__ ct, int hc,
+                                                 int d, int j, int k) {
+    float ev[HC_EO_REG], sh = 0.0f, xk = 0.0f, c[HC_MAX], r[HC_MAX];
+    if (ms.eo) {
+#pragma unroll
+        for (int q = 0; q < HC_EO_REG; q++) ev[q] = q < nord ? ms.eo[(size_t)ord[q] * d + k] : 0.0f;
+        sh = ms.shared[(size_t)tg * d + k];
+    } else {
+        xk = xt[k];
+    }
+    const float p = pt[j];
+#pragma unroll
+    for (int i = 0; i < HC_MAX; i++) {
+        c[i] = i < hc ? ct[i * hc + j] : 0.0f;
+        r[i] = i < hc ? rt[(size_t)i * d + k] : 0.0f;
+    }
+    if (ms.eo) { /* mk_d_moe_combined's sum */
+        float y = 0.0f;
+#pragma unroll
+        for (int q = 0; q < HC_EO_REG; q++)
+            if (q < nord) y = __fadd_rn(y, ev[q]);
+        for (int q = HC_EO_REG; q < nord; q++) y = __fadd_rn(y, ms.eo[(size_t)ord[q] * d + k]);
+        xk = mk_d_bf16r(__fadd_rn(y, sh));
+    }
+    float acc = __fmul_rn(p, xk); /* hc_post_elem_x's */
+#pragma unroll
+    for (int i = 0; i < HC_MAX; i++)
+        if (i < hc) acc = __fadd_rn(acc, __fmul_rn(c[i], r[i]));
+    return acc;
+}
+
 /* out[t][j][k] = bf16(post[j] * x[k] + sum_i comb[i][j] * res[i][k]), one thread per output. */
 __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__ res,
                           const float *__restrict__ post, const float *__restrict__ comb, int s,
@@ -455,6 +497,7 @@ __global__ void k_hc_post(const float *__restrict__ x, const float *__restrict__
  * (bf16-rounded) into part like k_hc_mix_part: both outputs are those of k_hc_post then
  * k_hc_mix_part, bit for bit. A block needs no other block's outputs (no grid-wide sync). Reads
  * post / comb and writes neither (the finishing kernel, launched after it, may overwrite them). */
+template <bool LD>
 __global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict__ x, const float *__restrict__ res,
                                                       const float *__restrict__ post,
                                                       const float *__restrict__ comb, int hc, int d,
@@ -484,8 +527,13 @@ __global__ void __launch_bounds__(256, 1) k_hc_post_part(const float *__restrict
     for (int q = 0; q <= HC_MAXMIX; q++) acc[q] = 0.0;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         const int j = i / d, k = i - j * d;
-        const float xk = ms.eo ? hc_sum_x(ms, ord, nord, t0 + t, d, k) : xt[k];
-        const float o = mk_d_bf16r(hc_post_elem_x(xk, rt, pt, ct, hc, d, j, k));
+        float o;
+        if (LD) {
+            o = mk_d_bf16r(hc_post_elem_ld(ms, ord, nord, t0 + t, xt, rt, pt, ct, hc, d, j, k));
+        } else {
+            const float xk = ms.eo ? hc_sum_x(ms, ord, nord, t0 + t, d, k) : xt[k];
+            o = mk_d_bf16r(hc_post_elem_x(xk, rt, pt, ct, hc, d, j, k));
+        }
         ot[i] = o;
         if (i == lo + (int)threadIdx.x) hc_acc_add_f(acc, o, f0, nmix);
         else hc_acc_add(acc, o, fn, nmix, n, i);
@@ -587,9 +635,10 @@ static int hc_part1(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, int
         return MK_OK;
     }
     if (pin)
-        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_post_part, pin->ms.eo ? pin->x : pin->x + (size_t)t0 * d,
-                                 pin->res + t0 * n, pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc,
-                                 d, pin->out + t0 * n, fn, nmix, ctx->hc_partial, pin->ms, t0, ctx->tune.hc_rs);
+        (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, ctx->tune.hc_post_loads ? k_hc_post_part<true> : k_hc_post_part<false>,
+                                 pin->ms.eo ? pin->x : pin->x + (size_t)t0 * d, pin->res + t0 * n,
+                                 pin->post + (size_t)t0 * hc, pin->comb + (size_t)t0 * hc * hc, hc, d, pin->out + t0 * n,
+                                 fn, nmix, ctx->hc_partial, pin->ms, t0, ctx->tune.hc_rs);
     else
         (void)mk_cuda_launch_pdl(ctx, grid, 256, 0, k_hc_mix_part, h + t0 * n, (int)n, fn, nmix, ctx->hc_partial,
                                  ctx->tune.hc_rs);

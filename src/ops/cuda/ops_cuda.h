@@ -221,6 +221,11 @@ typedef struct {
                             * instead of 25 butterflies (125): the same trees, the same bits; default 1
                             * (H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without,
                             * same calls), MINKE_CUDA_HC_RS=0 */
+    int hc_post_loads;     /* 1: k_hc_post_part issues every load of its element (the sub-layer value or
+                            * the MoE combine's rows, post, comb, res) before its first arithmetic: one
+                            * memory round trip after the programmatic wait instead of up to three (the
+                            * same operations: the same bits); default 0 until measured,
+                            * MINKE_CUDA_HC_POST_LOADS */
     int hc_comb_side;      /* 1: in a captured step, hc_pre's Sinkhorn comb (read only by the hc_post after
                             * the sub-layer) runs on a stream of its own, forked after the chunk sums and
                             * joined by the next hc op, instead of as the finishing kernel's second block,
