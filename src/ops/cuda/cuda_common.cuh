@@ -55,19 +55,15 @@ struct mk_cuda_ctx {
     int prio_hi, prio_lo;           /* the device's greatest and least stream priorities (tuning prio) */
     cudaStream_t side, main;
     cudaEvent_t side_fork, side_done;
-    /* hc_pre's comb on its own stream (tuning hc_comb_side, hc.cu): forked after the chunk sums,
-       joined by the next hc op (which reads comb or rewrites the partials) or by capture_end */
-    int comb_pending;
-    cudaStream_t comb_s;
-    cudaEvent_t comb_fork, comb_done;
+    /* hc.cu: the next hc_pre's L2 request (mk_cuda_hc_prefetch_next; tuning hc_fn_pf) */
+    const void *hc_pf;
+    size_t hc_pf_bytes;
 };
 /* lane.cu, for ctx.cu: the lane's stream and events made (before a capture), the lane joined into
  * the main stream (before a capture ends), both freed */
 int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err);
 int mk_cuda_lane_join(mk_cuda_ctx *ctx, mk_err *err);
 void mk_cuda_lane_free(mk_cuda_ctx *ctx);
-/* lane.cu, for hc.cu: the main stream waits for the comb stream's pending kernel (nothing if none) */
-int mk_cuda_comb_join(mk_cuda_ctx *ctx, mk_err *err);
 #define MK_CUDA_HC_SPLIT 64     /* chunks of the hc*d row reduced by separate blocks */
 #define MK_CUDA_HC_SPLIT_TOK 1024 /* tokens per split-path launch pair (the partials buffer's size) */
 #define MK_CUDA_COUNTERS 65536

@@ -306,12 +306,28 @@ __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restri
  * With gridDim.y == 2 (tuning hc_fin_split) a token has two blocks that both add the chunks (the
  * same operations: the same mix): block y = 0 computes pre and post and the collapse (what the
  * next kernel reads), block y = 1 only comb, whose 39 dependent Sinkhorn steps (read by the
- * hc_post after the sub-layer) then run beside the collapse instead of before it. With only
- * (HC_PART_*), every block computes just that part: the collapse without comb on the main stream and
- * comb alone on the comb stream (tuning hc_comb_side, hc_pre_any), with any block size (the staging
- * is strided by blockDim.x; the comb block touches no row). */
+ * hc_post after the sub-layer) then run beside the collapse instead of before it. */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
+/* bytes at p (16-byte aligned, a multiple of 16) requested into L2 by the block's threads, one
+ * 16 KiB bulk prefetch each (the TMA unit's; nothing waits), with hint 2 under an evict_last policy. */
+__device__ __forceinline__ void hc_l2_bulk(const char *p, unsigned long long bytes, int hint) {
+    if (!p) return;
+    unsigned long long pol = 0;
+    if (hint == 2) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    for (unsigned long long off = (unsigned long long)threadIdx.x * 16384; off < bytes;
+         off += (unsigned long long)blockDim.x * 16384) {
+        const unsigned long long left = bytes - off;
+        const unsigned sz = (unsigned)(left < 16384 ? left : 16384);
+        if (hint == 2)
+            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p + off), "r"(sz),
+                         "l"(pol)
+                         : "memory");
+        else
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off), "r"(sz) : "memory");
+    }
+}
+
 template <bool NORM>
 __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
                                                     const double *__restrict__ part,
@@ -321,11 +337,12 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb,
                                                     uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm,
-                                                    int only) {
+                                                    const char *pf, unsigned long long pf_bytes, int pf_hint) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
-    const int parts = only ? only : gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
+    const int parts = gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
+    if (blockIdx.x == 0 && rows) hc_l2_bulk(pf, pf_bytes, pf_hint); /* the next hc op's weights (constant) */
     hc_row_vals rv;
     if (NORM && rows) hc_row_weights(nw, d, rv);
     if (threadIdx.x < 32) { /* the mixes' scales and biases, read by the serial part after the wait */
@@ -680,9 +697,11 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
                       const float *scale, const float *base, int iters, float hc_eps, float norm_eps, int norm,
                       const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
                       mk_err *err) {
+    const void *pfp = ctx->hc_pf; /* the L2 request (mk_cuda_hc_prefetch_next) is for this call */
+    const size_t pfb = ctx->hc_pf_bytes;
+    ctx->hc_pf = NULL;
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
-    if ((st = mk_cuda_comb_join(ctx, err))) return st; /* comb (read by pin's hc_post) and the partials */
     hc_post_in tmp;
     pin = hc_sum_first(ctx, pin, s, hc, d, &tmp, &st, err);
     if (st) return st;
@@ -695,38 +714,27 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
         const float *ht = h + (size_t)t0 * hc * d;
         st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
         if (st) return st;
-        /* the tuning's hc_comb_side (one token group in a capture): comb on the comb stream, forked
-         * here (after the chunk sums), joined by the next hc op (hc_comb_join) or capture_end */
-        const int side = ctx->tune.hc_comb_side && ctx->capturing && ctx->comb_s && !ctx->in_branch &&
-                         s <= MK_CUDA_HC_SPLIT_TOK;
-        if (side) {
-            MK_CU_TRY(cudaEventRecord(ctx->comb_fork, ctx->stream), err, "cuda: hc comb: fork record");
-            MK_CU_TRY(cudaStreamWaitEvent(ctx->comb_s, ctx->comb_fork, 0), err, "cuda: hc comb: fork wait");
-            cudaStream_t main_s = ctx->stream;
-            ctx->stream = ctx->comb_s;
-            ctx->in_branch = ctx->tune.hc_comb_side == 2; /* 2: at the side branch's (least) priority */
-            (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)ns), 256, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial,
-                                     scale, base, iters, hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f,
-                                     x + (size_t)t0 * d, post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                     (uint8_t *)NULL, (float *)NULL, 0, HC_PART_COMB);
-            ctx->stream = main_s;
-            ctx->in_branch = 0;
-            MK_CU_LAUNCHED(err, "cuda: hc_pre (comb) launch");
-            MK_CU_TRY(cudaEventRecord(ctx->comb_done, ctx->comb_s), err, "cuda: hc comb: done record");
-            ctx->comb_pending = 1;
+        const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
+        /* the next hc op's weights into L2 (tuning hc_fn_pf; the first group's launch only) */
+        const char *pf = NULL;
+        unsigned long long pf_bytes = 0;
+        if (ctx->tune.hc_fn_pf && pfp && t0 == 0) {
+            const uintptr_t b = ((uintptr_t)pfp + 15) & ~(uintptr_t)15;
+            const uintptr_t e = ((uintptr_t)pfp + pfb) & ~(uintptr_t)15;
+            if (e > b) pf = (const char *)b, pf_bytes = e - b;
         }
-        const int only = side ? HC_PART_PP : 0;
-        const dim3 fgrid((unsigned)ns, !side && ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
         if (fuse)
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
                                      iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
                                      comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
-                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0, only);
+                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0, pf,
+                                     pf_bytes, ctx->tune.hc_fn_pf);
         else
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
                                                               hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
                                                               post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                                              (uint8_t *)NULL, (float *)NULL, 0, only);
+                                                              (uint8_t *)NULL, (float *)NULL, 0, pf, pf_bytes,
+                                                              ctx->tune.hc_fn_pf);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
     if (norm && !fuse) {
@@ -735,6 +743,11 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
     }
     if (aq && !fq) return mk_cuda_act_quant(ctx, x, s, d, aq->perm, aq->q, aq->sa, err);
     return MK_OK;
+}
+
+extern "C" void mk_cuda_hc_prefetch_next(mk_cuda_ctx *ctx, const void *fn, size_t bytes) {
+    ctx->hc_pf = fn;
+    ctx->hc_pf_bytes = fn ? bytes : 0;
 }
 
 extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,
@@ -771,7 +784,6 @@ extern "C" int mk_cuda_hc_post(mk_cuda_ctx *ctx, const float *x, const float *re
                                float *out, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
-    if ((st = mk_cuda_comb_join(ctx, err))) return st; /* comb */
     size_t n = (size_t)s * hc * d;
     (void)mk_cuda_launch_pdl(ctx, (unsigned)((n + 255) / 256), 256, 0, k_hc_post, x, res, post, comb, s, hc, d, out);
     MK_CU_LAUNCHED(err, "cuda: hc_post launch");
@@ -784,7 +796,6 @@ static int hc_head_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, 
                        const uint16_t *nw, float neps, float *y, mk_err *err) {
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
-    if ((st = mk_cuda_comb_join(ctx, err))) return st; /* comb (read by pin's hc_post) and the partials */
     hc_post_in tmp;
     pin = hc_sum_first(ctx, pin, s, hc, d, &tmp, &st, err);
     if (st) return st;

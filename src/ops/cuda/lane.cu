@@ -88,16 +88,6 @@ int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err) {
     if (ctx->tune.branch && (st = stream_pair(&ctx->side, &ctx->side_fork, &ctx->side_done, "cuda: branch: stream",
                                               "cuda: branch: event", err)))
         return st;
-    if (ctx->tune.hc_comb_side && (st = stream_pair(&ctx->comb_s, &ctx->comb_fork, &ctx->comb_done,
-                                                    "cuda: hc comb: stream", "cuda: hc comb: event", err)))
-        return st;
-    return MK_OK;
-}
-
-int mk_cuda_comb_join(mk_cuda_ctx *ctx, mk_err *err) {
-    if (!ctx->comb_pending) return MK_OK;
-    ctx->comb_pending = 0;
-    MK_CU_TRY(cudaStreamWaitEvent(ctx->stream, ctx->comb_done, 0), err, "cuda: hc comb: join wait");
     return MK_OK;
 }
 
@@ -107,7 +97,6 @@ int mk_cuda_lane_join(mk_cuda_ctx *ctx, mk_err *err) {
     int st = MK_OK;
     if (ctx->in_branch) st = mk_cuda_branch_end(ctx, err);
     if (!st) st = mk_cuda_branch_join(ctx, err);
-    if (!st) st = mk_cuda_comb_join(ctx, err);
     if (st) return st;
     if (!ctx->lane_pending) return MK_OK;
     ctx->lane_pending = 0;
@@ -124,12 +113,8 @@ void mk_cuda_lane_free(mk_cuda_ctx *ctx) {
     if (ctx->side_fork) cudaEventDestroy(ctx->side_fork);
     if (ctx->side_done) cudaEventDestroy(ctx->side_done);
     if (ctx->side) cudaStreamDestroy(ctx->side);
-    if (ctx->comb_fork) cudaEventDestroy(ctx->comb_fork);
-    if (ctx->comb_done) cudaEventDestroy(ctx->comb_done);
-    if (ctx->comb_s) cudaStreamDestroy(ctx->comb_s);
-    ctx->lane = ctx->side = ctx->comb_s = NULL;
-    ctx->lane_fork = ctx->lane_join = ctx->side_fork = ctx->side_done = ctx->comb_fork = ctx->comb_done = NULL;
-    ctx->comb_pending = 0;
+    ctx->lane = ctx->side = NULL;
+    ctx->lane_fork = ctx->lane_join = ctx->side_fork = ctx->side_done = NULL;
 }
 
 extern "C" int mk_cuda_branch_begin(mk_cuda_ctx *ctx, mk_err *err) {

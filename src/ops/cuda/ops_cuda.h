@@ -226,12 +226,11 @@ typedef struct {
                             * memory round trip after the programmatic wait instead of up to three (the
                             * same operations: the same bits); default 0 until measured,
                             * MINKE_CUDA_HC_POST_LOADS */
-    int hc_comb_side;      /* 1: in a captured step, hc_pre's Sinkhorn comb (read only by the hc_post after
-                            * the sub-layer) runs on a stream of its own, forked after the chunk sums and
-                            * joined by the next hc op, instead of as the finishing kernel's second block,
-                            * which the next kernel's programmatic wait waits for (the same kernel code:
-                            * the same bits); 2: the same at the least priority (tuning prio); default
-                            * 0 until measured, MINKE_CUDA_HC_COMB_SIDE */
+    int hc_fn_pf;          /* 1: hc_pre's finishing kernel requests the mix weights of the hc op after the
+                            * coming sub-layer (mk_cuda_hc_prefetch_next) into L2 before its programmatic
+                            * wait, so that k_hc_post_part's first loads (1.5 MB a call, evicted by every
+                            * step's weight stream) hit L2; 2: the same with an evict_last policy. A hint:
+                            * no value depends on it; default 0 until measured, MINKE_CUDA_HC_FN_PF */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
@@ -553,6 +552,9 @@ int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res,
                              const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                              const uint16_t *nw, float neps, float *xo, float *post_o, float *comb_o,
                              const mk_cuda_actq *aq, const mk_cuda_moe_sum *ms, mk_err *err);
+/* The mix weights (fn, bytes) of the hc op after the coming sub-layer: the next hc_pre's finishing
+ * kernel requests them into L2 (tuning hc_fn_pf; a hint, for that one call; NULL: none). */
+void mk_cuda_hc_prefetch_next(mk_cuda_ctx *ctx, const void *fn, size_t bytes);
 int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                               const float *comb, int s, int hc, int d, float *out, const float *fn,
                               const float *scale, const float *base, float hc_eps, float norm_eps,
