@@ -1754,6 +1754,37 @@ static void hc_pp_run(const hc_pp_dev *D, int mode, int t0, int s, float *out, f
     fetch(oh, D->out, sizeof(float) * s * n);
 }
 
+/* test_hc_post_pre's outputs of modes 0-3 under the default tuning (host copies; sizes of s tokens). */
+typedef struct {
+    int s;
+    size_t nh, nx, npc;
+    float *const *out, *const *x, *const *pc, *const *y, *const *oh;
+} hc_pp_ref;
+
+/* The modes in mask (bit m: mode m) run again under tuning t (with pf: an L2 request of pf_bytes there
+ * before each), the default tuning restored after: whether every output equals ref's, bit for bit. */
+static int hc_pp_same(const hc_pp_dev *D, const hc_pp_ref *ref, const mk_cuda_tuning *t, unsigned mask, const void *pf,
+                      size_t pf_bytes) {
+    mk_cuda_tuning def;
+    mk_cuda_ctx_get_tuning(ctx, &def);
+    mk_cuda_ctx_set_tuning(ctx, t);
+    float *o2 = xmalloc(sizeof(float) * ref->nh), *x2 = xmalloc(sizeof(float) * ref->nx);
+    float *pc2 = xmalloc(sizeof(float) * ref->npc), *y2 = xmalloc(sizeof(float) * ref->nx);
+    float *oh2 = xmalloc(sizeof(float) * ref->nh);
+    int same = 1;
+    for (int m = 0; m < 4; m++) {
+        if (!(mask >> m & 1)) continue;
+        if (pf) mk_cuda_hc_prefetch_next(ctx, pf, pf_bytes);
+        hc_pp_run(D, m, 0, ref->s, o2, x2, pc2, y2, oh2);
+        same = same && !memcmp(o2, ref->out[m], sizeof(float) * ref->nh) &&
+               !memcmp(x2, ref->x[m], sizeof(float) * ref->nx) && !memcmp(pc2, ref->pc[m], sizeof(float) * ref->npc) &&
+               !memcmp(y2, ref->y[m], sizeof(float) * ref->nx) && !memcmp(oh2, ref->oh[m], sizeof(float) * ref->nh);
+    }
+    mk_cuda_ctx_set_tuning(ctx, &def);
+    free(o2), free(x2), free(pc2), free(y2), free(oh2);
+    return same;
+}
+
 /* hc_post fused with the following hc_pre_norm / hc_head_norm (mk_cuda_hc_post_pre_norm /
  * _head_norm): every output equals the two ops', bit for bit, also with post / comb overwritten
  * in place; and a token alone gets the bits it gets in a call of s. */
@@ -1871,70 +1902,34 @@ static void test_hc_post_pre(int s, int hc, int d) {
     printf("| %-40s | %-26s | = hc_post then hc_head_norm, bit for bit: %s |\n", "hc_post_head_norm", shape,
            same_head ? "PASS" : "FAIL");
 
-    { /* the tuning's hc_rs (each warp's chunk sums as one reduce-scatter) = without it, bit for bit: modes 0
-       * (k_hc_mix_part), 1 (k_hc_post_part) and 3 (with the MoE sum), the pre and the head */
+    { /* tunings that must not change a bit: each run under t against the default runs above */
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
+        const hc_pp_ref ref = {s, nh, nx, npc, out, x, pc, y, oh};
+        /* hc_rs (each warp's chunk sums as one reduce-scatter): modes 0 (k_hc_mix_part), 1 (k_hc_post_part)
+         * and 3 (with the MoE sum), the pre and the head */
         t = def;
         t.hc_rs = !def.hc_rs;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        float *o2 = xmalloc(sizeof(float) * nh), *x2 = xmalloc(sizeof(float) * nx), *pc2 = xmalloc(sizeof(float) * npc);
-        float *y2 = xmalloc(sizeof(float) * nx), *oh2 = xmalloc(sizeof(float) * nh);
-        int rs_same = 1;
-        for (int m = 0; m < 4; m++) {
-            if (m == 2) continue;
-            hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
-            rs_same = rs_same && !memcmp(o2, out[m], sizeof(float) * nh) && !memcmp(x2, x[m], sizeof(float) * nx) &&
-                      !memcmp(pc2, pc[m], sizeof(float) * npc) && !memcmp(y2, y[m], sizeof(float) * nx) &&
-                      !memcmp(oh2, oh[m], sizeof(float) * nh);
-        }
-        mk_cuda_ctx_set_tuning(ctx, &def);
-        char what[96];
+        char what[112];
         snprintf(what, sizeof what, "hc_rs %d = hc_rs %d (modes 0, 1, 3; pre and head), bit for bit", t.hc_rs, def.hc_rs);
-        check_row("hc split sums as a reduce-scatter", shape, what, rs_same, "");
-        free(o2), free(x2), free(pc2), free(y2), free(oh2);
-    }
-
-    { /* the tuning's hc_post_loads (k_hc_post_part's loads issued first) = without it, bit for bit: modes 1,
-       * 2 and 3 (the fused ops, in place, of the MoE sum), the pre and the head */
-        mk_cuda_tuning def, t;
-        mk_cuda_ctx_get_tuning(ctx, &def);
+        check_row("hc split sums as a reduce-scatter", shape, what, hc_pp_same(&D, &ref, &t, 0xb, NULL, 0), "");
+        /* hc_post_loads (k_hc_post_part's loads issued first): modes 1, 2 and 3 (the fused ops, in place, of the
+         * MoE sum) */
         t = def;
         t.hc_post_loads = !def.hc_post_loads;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        float *o2 = xmalloc(sizeof(float) * nh), *x2 = xmalloc(sizeof(float) * nx), *pc2 = xmalloc(sizeof(float) * npc);
-        float *y2 = xmalloc(sizeof(float) * nx), *oh2 = xmalloc(sizeof(float) * nh);
-        int ld_same = 1;
-        for (int m = 1; m < 4; m++) {
-            hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
-            ld_same = ld_same && !memcmp(o2, out[m], sizeof(float) * nh) && !memcmp(x2, x[m], sizeof(float) * nx) &&
-                      !memcmp(pc2, pc[m], sizeof(float) * npc) && !memcmp(y2, y[m], sizeof(float) * nx) &&
-                      !memcmp(oh2, oh[m], sizeof(float) * nh);
-        }
-        mk_cuda_ctx_set_tuning(ctx, &def);
-        char what[112];
         snprintf(what, sizeof what, "hc_post_loads %d = hc_post_loads %d (modes 1, 2, 3; pre and head), bit for bit",
                  t.hc_post_loads, def.hc_post_loads);
-        check_row("hc_post's loads issued first", shape, what, ld_same, "");
-        /* the tuning's hc_fn_pf (the finishing kernel requests the next hc op's weights into L2; here fn
-         * itself, from an odd offset and size): a hint, so the same bits, modes 1 and 3 */
+        check_row("hc_post's loads issued first", shape, what, hc_pp_same(&D, &ref, &t, 0xe, NULL, 0), "");
+        /* hc_fn_pf (the finishing kernel requests the next hc op's weights into L2; here fn itself, from an
+         * odd offset and size): a hint, so the same bits, modes 1 and 3 */
         int pf_same = 1;
         for (int hint = 1; hint <= 2; hint++) {
             t = def;
             t.hc_fn_pf = hint;
-            mk_cuda_ctx_set_tuning(ctx, &t);
-            for (int m = 1; m < 4; m += 2) {
-                mk_cuda_hc_prefetch_next(ctx, (const char *)D.fn + 4, sizeof(float) * (size_t)nmix * n - 7);
-                hc_pp_run(&D, m, 0, s, o2, x2, pc2, y2, oh2);
-                pf_same = pf_same && !memcmp(o2, out[m], sizeof(float) * nh) && !memcmp(x2, x[m], sizeof(float) * nx) &&
-                          !memcmp(pc2, pc[m], sizeof(float) * npc) && !memcmp(y2, y[m], sizeof(float) * nx) &&
-                          !memcmp(oh2, oh[m], sizeof(float) * nh);
-            }
+            pf_same = pf_same && hc_pp_same(&D, &ref, &t, 0xa, (const char *)D.fn + 4, sizeof(float) * (size_t)nmix * n - 7);
         }
-        mk_cuda_ctx_set_tuning(ctx, &def);
         check_row("hc_pre's L2 request of the next weights", shape, "hc_fn_pf 1, 2 = 0 (modes 1, 3), bit for bit",
                   pf_same, "");
-        free(o2), free(x2), free(pc2), free(y2), free(oh2);
     }
 
     /* batch invariance: the last token alone (mode 1: the fused ops) = in the call of s */
