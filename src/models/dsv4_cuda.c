@@ -1552,11 +1552,7 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     mk_cuda_actq aqa = {0}, tmp = {0};
     const int attn_q = lin_in_q(C, &L->wq_a, &aqa), moe_q = moe_fp4_mma(c, L) && lin_in_q(C, &L->sh1, &tmp);
     const mk_cuda_actq aqm = {w->mxq, w->msa, 1};
-    /* each hc_pre's finishing kernel may request into L2 the mix weights of the hc op after its
-     * sub-layer (mk_cuda_hc_prefetch_next, tuning hc_fn_pf): mixb / headb bytes */
-    const size_t mixb = sizeof(float) * (size_t)(2 + hc) * hc * hc * d, headb = sizeof(float) * (size_t)hc * hc * d;
     if (!pre_done) {
-        mk_cuda_hc_prefetch_next(ctx, L->hc_ffn_fn, mixb);
         TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
                                 c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb,
                                 attn_q ? &aqa : NULL, err));
@@ -1565,7 +1561,6 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.attn.in", layer));
     TRY(attention(C, layer, L, w->x, attn_q, w->sub, err));
     /* h2 = hc_post(sub, h), then the ffn hc_pre of h2 (post / comb read, then overwritten) */
-    mk_cuda_hc_prefetch_next(ctx, nx ? nx->fn : NULL, nx && nx->head ? headb : mixb);
     TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, h, w->post, w->comb, T, hc, d, w->h2, L->hc_ffn_fn, L->hc_ffn_scale,
                                  L->hc_ffn_base, c->hc_iters, c->hc_eps, c->norm_eps, L->ffn_norm, c->norm_eps, w->x,
                                  w->post, w->comb, moe_q ? &aqm : NULL, NULL, err));
@@ -1589,7 +1584,6 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     } else {
         mk_cuda_actq nq = {0};
         const int q = nx->wq_a && lin_in_q(C, nx->wq_a, &nq);
-        mk_cuda_hc_prefetch_next(ctx, nx->layer ? nx->layer->hc_ffn_fn : NULL, mixb);
         TRY(mk_cuda_hc_post_pre_norm(ctx, w->sub, w->h2, w->post, w->comb, T, hc, d, h, nx->fn, nx->scale, nx->base,
                                      c->hc_iters, c->hc_eps, c->norm_eps, nx->norm, c->norm_eps, w->x, w->post, w->comb,
                                      q ? &nq : NULL, sum ? &ms : NULL, err));

@@ -1761,10 +1761,9 @@ typedef struct {
     float *const *out, *const *x, *const *pc, *const *y, *const *oh;
 } hc_pp_ref;
 
-/* The modes in mask (bit m: mode m) run again under tuning t (with pf: an L2 request of pf_bytes there
- * before each), the default tuning restored after: whether every output equals ref's, bit for bit. */
-static int hc_pp_same(const hc_pp_dev *D, const hc_pp_ref *ref, const mk_cuda_tuning *t, unsigned mask, const void *pf,
-                      size_t pf_bytes) {
+/* The modes in mask (bit m: mode m) run again under tuning t, the default tuning restored after:
+ * whether every output equals ref's, bit for bit. */
+static int hc_pp_same(const hc_pp_dev *D, const hc_pp_ref *ref, const mk_cuda_tuning *t, unsigned mask) {
     mk_cuda_tuning def;
     mk_cuda_ctx_get_tuning(ctx, &def);
     mk_cuda_ctx_set_tuning(ctx, t);
@@ -1774,7 +1773,6 @@ static int hc_pp_same(const hc_pp_dev *D, const hc_pp_ref *ref, const mk_cuda_tu
     int same = 1;
     for (int m = 0; m < 4; m++) {
         if (!(mask >> m & 1)) continue;
-        if (pf) mk_cuda_hc_prefetch_next(ctx, pf, pf_bytes);
         hc_pp_run(D, m, 0, ref->s, o2, x2, pc2, y2, oh2);
         same = same && !memcmp(o2, ref->out[m], sizeof(float) * ref->nh) &&
                !memcmp(x2, ref->x[m], sizeof(float) * ref->nx) && !memcmp(pc2, ref->pc[m], sizeof(float) * ref->npc) &&
@@ -1912,24 +1910,14 @@ static void test_hc_post_pre(int s, int hc, int d) {
         t.hc_rs = !def.hc_rs;
         char what[112];
         snprintf(what, sizeof what, "hc_rs %d = hc_rs %d (modes 0, 1, 3; pre and head), bit for bit", t.hc_rs, def.hc_rs);
-        check_row("hc split sums as a reduce-scatter", shape, what, hc_pp_same(&D, &ref, &t, 0xb, NULL, 0), "");
+        check_row("hc split sums as a reduce-scatter", shape, what, hc_pp_same(&D, &ref, &t, 0xb), "");
         /* hc_post_loads (k_hc_post_part's loads issued first): modes 1, 2 and 3 (the fused ops, in place, of the
          * MoE sum) */
         t = def;
         t.hc_post_loads = !def.hc_post_loads;
         snprintf(what, sizeof what, "hc_post_loads %d = hc_post_loads %d (modes 1, 2, 3; pre and head), bit for bit",
                  t.hc_post_loads, def.hc_post_loads);
-        check_row("hc_post's loads issued first", shape, what, hc_pp_same(&D, &ref, &t, 0xe, NULL, 0), "");
-        /* hc_fn_pf (the finishing kernel requests the next hc op's weights into L2; here fn itself, from an
-         * odd offset and size): a hint, so the same bits, modes 1 and 3 */
-        int pf_same = 1;
-        for (int hint = 1; hint <= 2; hint++) {
-            t = def;
-            t.hc_fn_pf = hint;
-            pf_same = pf_same && hc_pp_same(&D, &ref, &t, 0xa, (const char *)D.fn + 4, sizeof(float) * (size_t)nmix * n - 7);
-        }
-        check_row("hc_pre's L2 request of the next weights", shape, "hc_fn_pf 1, 2 = 0 (modes 1, 3), bit for bit",
-                  pf_same, "");
+        check_row("hc_post's loads issued first", shape, what, hc_pp_same(&D, &ref, &t, 0xe), "");
     }
 
     /* batch invariance: the last token alone (mode 1: the fused ops) = in the call of s */

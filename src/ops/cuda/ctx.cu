@@ -199,8 +199,9 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.prio = env_switch("MINKE_CUDA_PRIO", 1);
     /* H100, session 32: greedy step 1.018-1.023 ms against 1.026-1.032 without, same calls (the same bits) */
     ctx->tune.hc_rs = env_switch("MINKE_CUDA_HC_RS", 1);
+    /* H100, session 33: greedy step 1.016-1.017 ms against 1.019-1.028 without (call 3; call 2 1.022-1.026 against
+     * 1.027-1.030), same calls (the same bits) */
     ctx->tune.hc_post_loads = env_switch("MINKE_CUDA_HC_POST_LOADS", 1);
-    ctx->tune.hc_fn_pf = getenv("MINKE_CUDA_HC_FN_PF") ? atoi(getenv("MINKE_CUDA_HC_FN_PF")) : 0;
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -387,7 +388,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.prio = ctx->tune.prio != 0;
     ctx->tune.hc_rs = ctx->tune.hc_rs != 0;
     ctx->tune.hc_post_loads = ctx->tune.hc_post_loads != 0;
-    ctx->tune.hc_fn_pf = ctx->tune.hc_fn_pf == 2 ? 2 : ctx->tune.hc_fn_pf != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -55,9 +55,6 @@ struct mk_cuda_ctx {
     int prio_hi, prio_lo;           /* the device's greatest and least stream priorities (tuning prio) */
     cudaStream_t side, main;
     cudaEvent_t side_fork, side_done;
-    /* hc.cu: the next hc_pre's L2 request (mk_cuda_hc_prefetch_next; tuning hc_fn_pf) */
-    const void *hc_pf;
-    size_t hc_pf_bytes;
 };
 /* lane.cu, for ctx.cu: the lane's stream and events made (before a capture), the lane joined into
  * the main stream (before a capture ends), both freed */

@@ -309,25 +309,6 @@ __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restri
  * hc_post after the sub-layer) then run beside the collapse instead of before it. */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
-/* bytes at p (16-byte aligned, a multiple of 16) requested into L2 by the block's threads, one
- * 16 KiB bulk prefetch each (the TMA unit's; nothing waits), with hint 2 under an evict_last policy. */
-__device__ __forceinline__ void hc_l2_bulk(const char *p, unsigned long long bytes, int hint) {
-    if (!p) return;
-    unsigned long long pol = 0;
-    if (hint == 2) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
-    for (unsigned long long off = (unsigned long long)threadIdx.x * 16384; off < bytes;
-         off += (unsigned long long)blockDim.x * 16384) {
-        const unsigned long long left = bytes - off;
-        const unsigned sz = (unsigned)(left < 16384 ? left : 16384);
-        if (hint == 2)
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p + off), "r"(sz),
-                         "l"(pol)
-                         : "memory");
-        else
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off), "r"(sz) : "memory");
-    }
-}
-
 template <bool NORM>
 __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
                                                     const double *__restrict__ part,
@@ -336,13 +317,11 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
                                                     float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb,
-                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm,
-                                                    const char *pf, unsigned long long pf_bytes, int pf_hint) {
+                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
     const int parts = gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
-    if (blockIdx.x == 0 && rows) hc_l2_bulk(pf, pf_bytes, pf_hint); /* the next hc op's weights (constant) */
     hc_row_vals rv;
     if (NORM && rows) hc_row_weights(nw, d, rv);
     if (threadIdx.x < 32) { /* the mixes' scales and biases, read by the serial part after the wait */
@@ -697,9 +676,6 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
                       const float *scale, const float *base, int iters, float hc_eps, float norm_eps, int norm,
                       const uint16_t *nw, float neps, float *x, float *post, float *comb, const mk_cuda_actq *aq,
                       mk_err *err) {
-    const void *pfp = ctx->hc_pf; /* the L2 request (mk_cuda_hc_prefetch_next) is for this call */
-    const size_t pfb = ctx->hc_pf_bytes;
-    ctx->hc_pf = NULL;
     int st = hc_check(s, hc, d, err);
     if (st || s == 0) return st;
     hc_post_in tmp;
@@ -715,26 +691,16 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
         st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
         if (st) return st;
         const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
-        /* the next hc op's weights into L2 (tuning hc_fn_pf; the first group's launch only) */
-        const char *pf = NULL;
-        unsigned long long pf_bytes = 0;
-        if (ctx->tune.hc_fn_pf && pfp && t0 == 0) {
-            const uintptr_t b = ((uintptr_t)pfp + 15) & ~(uintptr_t)15;
-            const uintptr_t e = ((uintptr_t)pfp + pfb) & ~(uintptr_t)15;
-            if (e > b) pf = (const char *)b, pf_bytes = e - b;
-        }
         if (fuse)
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
                                      iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
                                      comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
-                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0, pf,
-                                     pf_bytes, ctx->tune.hc_fn_pf);
+                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
         else
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
                                                               hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
                                                               post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                                              (uint8_t *)NULL, (float *)NULL, 0, pf, pf_bytes,
-                                                              ctx->tune.hc_fn_pf);
+                                                              (uint8_t *)NULL, (float *)NULL, 0);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
     if (norm && !fuse) {
@@ -743,11 +709,6 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
     }
     if (aq && !fq) return mk_cuda_act_quant(ctx, x, s, d, aq->perm, aq->q, aq->sa, err);
     return MK_OK;
-}
-
-extern "C" void mk_cuda_hc_prefetch_next(mk_cuda_ctx *ctx, const void *fn, size_t bytes) {
-    ctx->hc_pf = fn;
-    ctx->hc_pf_bytes = fn ? bytes : 0;
 }
 
 extern "C" int mk_cuda_hc_pre(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d,

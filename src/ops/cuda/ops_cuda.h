@@ -224,13 +224,8 @@ typedef struct {
     int hc_post_loads;     /* 1: k_hc_post_part issues every load of its element (the sub-layer value or
                             * the MoE combine's rows, post, comb, res) before its first arithmetic: one
                             * memory round trip after the programmatic wait instead of up to three (the
-                            * same operations: the same bits); default 0 until measured,
-                            * MINKE_CUDA_HC_POST_LOADS */
-    int hc_fn_pf;          /* 1: hc_pre's finishing kernel requests the mix weights of the hc op after the
-                            * coming sub-layer (mk_cuda_hc_prefetch_next) into L2 before its programmatic
-                            * wait, so that k_hc_post_part's first loads (1.5 MB a call, evicted by every
-                            * step's weight stream) hit L2; 2: the same with an evict_last policy. A hint:
-                            * no value depends on it; default 0 until measured, MINKE_CUDA_HC_FN_PF */
+                            * same operations: the same bits); default 1 (H100, session 33: greedy step
+                            * ~6 us shorter, two calls), MINKE_CUDA_HC_POST_LOADS=0 */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
@@ -552,9 +547,6 @@ int mk_cuda_hc_post_pre_norm(mk_cuda_ctx *ctx, const float *x, const float *res,
                              const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
                              const uint16_t *nw, float neps, float *xo, float *post_o, float *comb_o,
                              const mk_cuda_actq *aq, const mk_cuda_moe_sum *ms, mk_err *err);
-/* The mix weights (fn, bytes) of the hc op after the coming sub-layer: the next hc_pre's finishing
- * kernel requests them into L2 (tuning hc_fn_pf; a hint, for that one call; NULL: none). */
-void mk_cuda_hc_prefetch_next(mk_cuda_ctx *ctx, const void *fn, size_t bytes);
 int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res, const float *post,
                               const float *comb, int s, int hc, int d, float *out, const float *fn,
                               const float *scale, const float *base, float hc_eps, float norm_eps,
