@@ -1786,7 +1786,7 @@ static int hc_pp_same(const hc_pp_dev *D, const hc_pp_ref *ref, const mk_cuda_tu
 /* hc_post fused with the following hc_pre_norm / hc_head_norm (mk_cuda_hc_post_pre_norm /
  * _head_norm): every output equals the two ops', bit for bit, also with post / comb overwritten
  * in place; and a token alone gets the bits it gets in a call of s. */
-static void test_hc_post_pre(int s, int hc, int d) {
+static void test_hc_post_pre(int s, int hc, int d, int K) {
     const int nmix = (2 + hc) * hc;
     const size_t n = (size_t)hc * d, nh = (size_t)s * n, nx = (size_t)s * d, npc = (size_t)s * (hc + hc * hc);
     float *res = xmalloc(sizeof(float) * nh), *sub = xmalloc(sizeof(float) * nx), *fn = xmalloc(sizeof(float) * nmix * n);
@@ -1814,10 +1814,10 @@ static void test_hc_post_pre(int s, int hc, int d) {
     D.po = poisoned_dev(sizeof(float) * s * hc);
     D.co = poisoned_dev(sizeof(float) * s * hc * hc);
     D.y = poisoned_dev(sizeof(float) * nx);
-    /* sub as a MoE output: the combine of K = 6 expert rows per token (distinct experts of 16; every
+    /* sub as a MoE output: the combine of K (<= 16) expert rows per token (distinct experts of 16; every
      * other token names one twice, as a hash layer may: the plan keeps the first pick only) and a
      * shared row, which mode 3 hands to the fused ops instead of sub */
-    const int K = 6, E = 16;
+    const int E = 16;
     {
         int32_t *idx = xmalloc(sizeof(int32_t) * s * K);
         float *gw = xmalloc(sizeof(float) * s * K), *eo = xmalloc(sizeof(float) * s * K * d);
@@ -1878,7 +1878,7 @@ static void test_hc_post_pre(int s, int hc, int d) {
         hc_pp_run(&D, m, 0, s, out[m], x[m], pc[m], y[m], oh[m]);
     }
     char shape[64];
-    snprintf(shape, sizeof shape, "s%d hc%d d%d", s, hc, d);
+    snprintf(shape, sizeof shape, "s%d hc%d d%d K%d", s, hc, d, K);
     int same = 1, same_head = 1;
     const int same_sum = !memcmp(out[3], out[0], sizeof(float) * nh) && !memcmp(x[3], x[0], sizeof(float) * nx) &&
                          !memcmp(pc[3], pc[0], sizeof(float) * npc) && !memcmp(y[3], y[0], sizeof(float) * nx) &&
@@ -3484,10 +3484,11 @@ int main(int argc, char **argv) {
     test_hc(3, 4, 4096);
     test_hc(40, 4, 512);
     test_hc(20, 4, 4096);
-    test_hc_post_pre(1, 4, 4096);
-    test_hc_post_pre(3, 4, 4096);
-    test_hc_post_pre(20, 4, 4096);
-    test_hc_post_pre(40, 4, 512);
+    test_hc_post_pre(1, 4, 4096, 6);
+    test_hc_post_pre(3, 4, 4096, 6);
+    test_hc_post_pre(20, 4, 4096, 6);
+    test_hc_post_pre(40, 4, 512, 6);
+    test_hc_post_pre(3, 4, 512, 11); /* more combine slots than k_hc_post_part<true> keeps in registers (8) */
     {
         int ns[3] = {0, 300, 640};
         test_attn(64, 512, 3, ns, 1000);
