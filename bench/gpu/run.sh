@@ -16,7 +16,9 @@
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md; with DSV4_NCU_VARIANTS="A=1 B=1,C=1"
 # the same under each setting too, side by side -> ncu_variants.md), DSV4_PROFILE=1 (phase profile of
 # batch 1, a 1024-token prefill and batch 64 / 256 -> profile.txt), DSV4_VARIANTS="VAR=value ..."
-# (batch-1 decode again under each tuning variable -> variants.txt), DSV4_VARIANTS_FULL="VAR=value ..." (the
+# (batch-1 decode again under each tuning variable -> variants.txt), DSV4_RAW_VARIANTS="VAR=value ..." (batch-1 decode of
+# DSV4_RAW_STEPS (8) steps under each, the whole output kept -> raw_N.txt, and probe_summary.py's table of a probe's
+# prints -> raw_N.md), DSV4_VARIANTS_FULL="VAR=value ..." (the
 # same with batch 64 / 256 and the 2048-token prefill), DSV4_TRACE=1 (one decode step with
 # an event after every launch: trace.txt in launch order, trace.md by launch name; the same for a 2048-token
 # prefill: trace_prefill.txt / .md), DSV4_TEST_VARIANTS="VAR=value ..." (the golden, paged and engine model
@@ -182,6 +184,16 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
         env ${v//,/ } timeout -k 10 150 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |
             grep -E "decode step|achieved /|sampled step|penalties|greedy tokens|cuda: graph of" | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
         echo "$v: rc ${PIPESTATUS[0]}" | tee -a "$OUT/variants.txt"
+    done
+    RI=0
+    for v in ${DSV4_RAW_VARIANTS:-}; do # batch-1 decode under a tuning variable, the whole output kept (probes' prints)
+        RI=$((RI + 1))
+        stamp "batch-1 decode with $v, raw output -> raw_$RI.txt"
+        echo "$v" > "$OUT/raw_$RI.txt"
+        env ${v//,/ } timeout -k 10 150 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_RAW_STEPS:-8}" /dev/null none \
+            >> "$OUT/raw_$RI.txt" 2>&1
+        echo "$v: rc $?"
+        [ -x bench/gpu/probe_summary.py ] && python3 bench/gpu/probe_summary.py "$OUT/raw_$RI.txt" | tee "$OUT/raw_$RI.md"
     done
     for v in ${DSV4_LONG_VARIANTS:-}; do # batch-1 decode after a long prompt (DSV4_LONG_PROMPT tokens, 24 steps)
         stamp "batch-1 decode after a ${DSV4_LONG_PROMPT:-4096}-token prompt with $v"

@@ -1630,12 +1630,16 @@ static void test_hc(int s, int hc, int d) {
         printf("| %-40s | %-26s | its act_quant output = act_quant of x (both layouts), bit for bit: %s |\n",
                "hc_pre_norm + act_quant", shape, qsame ? "PASS" : "FAIL");
         /* the finishing kernel under the other hc_fin_split (comb in a block of its own beside the
-         * collapse, or not): the same x, post, comb and quantized row, bit for bit; hc_pre too */
-        {
+         * collapse, or not), the other hc_fin (the norm's partials added once) and with the phase probe:
+         * the same x, post, comb and quantized row, bit for bit; hc_pre too */
+        for (int ai = 0; ai < 3; ai++) {
             mk_cuda_tuning def, alt;
             mk_cuda_ctx_get_tuning(ctx, &def);
             alt = def;
-            alt.hc_fin_split = !def.hc_fin_split;
+            if (ai == 0) alt.hc_fin_split = !def.hc_fin_split;
+            if (ai >= 1) alt.hc_fin = !def.hc_fin;
+            if (ai == 2) alt.hc_probe = 1, alt.hc_fin_split = !def.hc_fin_split;
+            if (ai == 2 && s > 3) continue; /* the probe prints: small shapes only */
             const size_t np = (size_t)s * (hc + hc * hc);
             float *fx[2], *fp[2], *fs[2];
             uint8_t *fq[2];
@@ -1670,9 +1674,12 @@ static void test_hc(int s, int hc, int d) {
             mk_cuda_ctx_set_tuning(ctx, &def);
             n_checks++;
             if (!fsame) n_fail++;
-            printf("| %-40s | %-26s | hc_fin_split %d = %d (x, post, comb, act_quant), bit for bit: %s |\n",
-                   "hc_pre / hc_pre_norm finishing split", shape, alt.hc_fin_split, def.hc_fin_split,
-                   fsame ? "PASS" : "FAIL");
+            char what[96];
+            snprintf(what, sizeof what, "hc_fin_split %d hc_fin %d probe %d = %d %d %d", alt.hc_fin_split, alt.hc_fin,
+                     alt.hc_probe, def.hc_fin_split, def.hc_fin, def.hc_probe);
+            printf("| %-40s | %-26s | %s (x, post, comb, act_quant), bit for bit: %s |\n",
+                   ai == 0 ? "hc_pre / hc_pre_norm finishing split" : "hc_pre / hc_pre_norm finishing variant", shape,
+                   what, fsame ? "PASS" : "FAIL");
             for (int v = 0; v < 2; v++) free(fx[v]), free(fp[v]), free(fs[v]), free(fq[v]);
         }
         mk_cuda_free(ctx, dq1), mk_cuda_free(ctx, dq2), mk_cuda_free(ctx, ds1), mk_cuda_free(ctx, ds2);

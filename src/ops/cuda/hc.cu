@@ -157,11 +157,56 @@ __device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc
     }
 }
 
-template <bool NORM>
+/* mk_d_rms_scale's value with the warps' partials added by one thread (tuning hc_fin 1): the same
+ * sum in the same order, once instead of in every thread, broadcast through shared memory (one
+ * barrier more; 31 warps skip the 32-term serial sum and the division). */
+template <bool ONE>
+__device__ __forceinline__ float hc_rms_scale(double ss, int d, float eps) {
+    if (!ONE) return mk_d_rms_scale(ss, d, eps);
+    __shared__ double part[32];
+    __shared__ float rsh;
+    ss = mk_d_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double tot = 0.0;
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
+        const float var = (float)(tot / d);
+        rsh = 1.0f / sqrtf(__fadd_rn(var, eps));
+    }
+    __syncthreads();
+    return rsh;
+}
+
+/* The phase clocks of the finishing kernel (tuning hc_probe, a measurement tool): thread 0 of each
+ * of the token-0 blocks stamps clock64() at each phase and prints them at its end. */
+#define HC_NSTAMP 10
+#define HC_STAMP(pc, i)                        \
+    do {                                       \
+        if (PROBE) (pc)[i] = (long long)clock64(); \
+    } while (0)
+__device__ __forceinline__ unsigned long long hc_gtime(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void hc_probe_print(const long long *pc, int last, unsigned long long g0) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const unsigned long long g1 = hc_gtime();
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    long long dl[HC_NSTAMP];
+    for (int i = 0; i < HC_NSTAMP; i++) dl[i] = i > 0 && i <= last ? pc[i] - pc[i - 1] : 0;
+    printf("hcfin y%d sm%u ns%d g0 %llu g1 %llu wait %lld stage %lld sums %lld sink %lld bar %lld coll %lld rms %lld "
+           "norm %lld quant %lld\n", (int)blockIdx.y, smid, (int)gridDim.x, g0, g1, dl[1], dl[2], dl[3], dl[4], dl[5],
+           dl[6], dl[7], dl[8], dl[9]);
+}
+
+template <bool NORM, int FIN = 0, bool PROBE = false>
 __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, const float *pre,
                                  const uint16_t *__restrict__ nw, float neps, float *__restrict__ y,
                                  const hc_row_vals &rv, uint8_t *__restrict__ q = NULL, float *__restrict__ sq = NULL,
-                                 int perm = 0) {
+                                 int perm = 0, long long *pc = NULL) {
     if (!NORM) {
         hc_collapse_block(ht, hc, d, pre, y);
         return;
@@ -181,7 +226,9 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
             ss += (double)v[j] * v[j];
         }
     }
-    const float rs = mk_d_rms_scale(ss, d, neps);
+    HC_STAMP(pc, 6);
+    const float rs = hc_rms_scale<FIN == 1>(ss, d, neps);
+    HC_STAMP(pc, 7);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int k = threadIdx.x + j * blockDim.x;
@@ -191,7 +238,9 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
             y[k] = v[j] = mk_d_bf16r(o);
         }
     }
+    HC_STAMP(pc, 8);
     if (q) mk_d_quant_row(v, d, perm, q, sq);
+    HC_STAMP(pc, 9);
 }
 
 /* Thread q <= HC_MAXMIX stores column q of chunk c of token t: part[(t*S + c)*32 + q] (q < nmix: the
@@ -309,7 +358,7 @@ __device__ void hc_sinkhorn_warp(const float *mix, int hc, const float *__restri
  * hc_post after the sub-layer) then run beside the collapse instead of before it. */
 #define HC_FIN_MAXS 64
 static_assert(MK_CUDA_HC_SPLIT <= HC_FIN_MAXS, "k_hc_pre_fin stages at most HC_FIN_MAXS chunks");
-template <bool NORM>
+template <bool NORM, int FIN, bool PROBE>
 __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h, int hc, int d, int S,
                                                     const double *__restrict__ part,
                                                     const float *__restrict__ scale,
@@ -319,6 +368,9 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float *__restrict__ post, float *__restrict__ comb,
                                                     uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
+    long long pc[HC_NSTAMP];
+    const unsigned long long g0 = PROBE ? hc_gtime() : 0ull;
+    HC_STAMP(pc, 0);
     mk_d_pdl_launch_dependents();
     const int parts = gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
@@ -329,6 +381,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         mk_d_l2_prefetch_block(base, sizeof(float) * (2 + hc) * hc);
     }
     mk_d_pdl_wait();
+    HC_STAMP(pc, 1);
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
     __shared__ double stage[HC_FIN_MAXS * 32];
@@ -338,6 +391,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     if (NORM && rows) hc_row_load(ht, hc, d, rv);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
+    HC_STAMP(pc, 2);
     if (threadIdx.x < 32) { /* column q summed over the chunks in chunk order, one lane each */
         const int q = threadIdx.x;
         double a = 0.0;
@@ -348,13 +402,20 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         const float r = 1.0f / sqrtf(__fadd_rn((float)(ss / n), norm_eps));
         if (q < nmix) mix[q] = __fmul_rn((float)a, r);
         __syncwarp();
+        HC_STAMP(pc, 3);
         hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc,
                          parts);
+        HC_STAMP(pc, 4);
     }
-    if (!rows) return; /* the comb block: nothing else (the block's threads all return together) */
+    if (!rows) { /* the comb block: nothing else (the block's threads all return together) */
+        if (PROBE) hc_probe_print(pc, 4, g0);
+        return;
+    }
     __syncthreads();
-    hc_collapse_norm<NORM>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
-                           xq ? xsa + (size_t)t * (d >> 7) : NULL, perm);
+    HC_STAMP(pc, 5);
+    hc_collapse_norm<NORM, FIN, PROBE>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
+                                       xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, pc);
+    if (PROBE) hc_probe_print(pc, NORM ? 9 : 5, g0);
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
@@ -691,16 +752,22 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
         st = hc_part1(ctx, pin, h, t0, ns, hc, d, fn, (2 + hc) * hc, "cuda: hc_pre (split) launch", err);
         if (st) return st;
         const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
-        if (fuse)
-            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<true>, ht, hc, d, S, ctx->hc_partial, scale, base,
+        if (fuse) {
+            /* tuning hc_fin picks the collapse's variant, hc_probe adds the phase clocks */
+            const int v = (ctx->tune.hc_fin == 1 ? 1 : 0) + (ctx->tune.hc_probe ? 2 : 0);
+            void (*k)(const float *, int, int, int, const double *, const float *, const float *, int, float, float,
+                      const uint16_t *, float, float *, float *, float *, uint8_t *, float *, int) =
+                v == 0 ? k_hc_pre_fin<true, 0, false> : v == 1 ? k_hc_pre_fin<true, 1, false>
+                : v == 2 ? k_hc_pre_fin<true, 0, true> : k_hc_pre_fin<true, 1, true>;
+            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k, ht, hc, d, S, ctx->hc_partial, scale, base,
                                      iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
                                      comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
                                      fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
-        else
-            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false>, ht, hc, d, S, ctx->hc_partial, scale, base, iters,
-                                                              hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f, x + (size_t)t0 * d,
-                                                              post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                                              (uint8_t *)NULL, (float *)NULL, 0);
+        } else
+            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false, 0, false>, ht, hc, d, S, ctx->hc_partial,
+                                     scale, base, iters, hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f,
+                                     x + (size_t)t0 * d, post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
+                                     (uint8_t *)NULL, (float *)NULL, 0);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
     if (norm && !fuse) {

@@ -226,6 +226,12 @@ typedef struct {
                             * memory round trip after the programmatic wait instead of up to three (the
                             * same operations: the same bits); default 1 (H100, session 33: greedy step
                             * ~6 us shorter, two calls), MINKE_CUDA_HC_POST_LOADS=0 */
+    int hc_fin;            /* 1: hc_pre's finishing kernel adds the RMSNorm's 32 warp partials (in order)
+                            * in one thread and broadcasts the scale, instead of every thread adding
+                            * them (one barrier more; the same bits); default 0 (not yet run on a GPU),
+                            * MINKE_CUDA_HC_FIN */
+    int hc_probe;          /* 1 (a measurement tool): hc_pre's finishing kernel prints its phases' clocks
+                            * (thread 0 of token 0's blocks) at each launch; MINKE_CUDA_HC_PROBE */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
                             * greatest priority and the side branch's the least (node priorities, the
                             * graph instantiated to use them): where both are ready, the block scheduler
