@@ -252,8 +252,12 @@ __device__ __forceinline__ float mk_d_pow2_ceil(float x) {
 __device__ __forceinline__ float mk_d_act_scale(float amax) {
     return mk_d_pow2_ceil(__fmul_rn(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
 }
-__device__ __forceinline__ uint8_t mk_d_act_byte(float v, float s) {
-    float t = __fdiv_rn(v, s);
+/* 1 / s, exactly: s is a power of two (mk_d_pow2_ceil), so v * (1 / s) is the real number v / s and
+ * its rounding is __fdiv_rn(v, s)'s, without the division's instruction sequence. */
+__device__ __forceinline__ float mk_d_act_inv(float s) { return __frcp_rn(s); }
+/* An element's byte: v / s as v * inv (inv = mk_d_act_inv(s): the same bits). */
+__device__ __forceinline__ uint8_t mk_d_act_byte(float v, float inv) {
+    float t = __fmul_rn(v, inv);
     t = fminf(fmaxf(t, -448.0f), 448.0f);
     return (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
 }
@@ -413,6 +417,11 @@ __device__ __forceinline__ float mk_d_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+/* mk_d_warp_max of values that are >= 0 and not NaN, as one integer reduction: such floats order as
+ * their bit patterns do, so the result is the same value (the full warp must call it). */
+__device__ __forceinline__ float mk_d_warp_max_nn(float v) {
+    return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(v)));
+}
 
 /* Internal launchers shared between files (linear.cu dispatches to gemv.cu / gemm.cu). */
 int mk_cuda_quant_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
@@ -522,7 +531,8 @@ __device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int p
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = threadIdx.x >> 7;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const float a = mk_d_warp_max(threadIdx.x + j * blockDim.x < (unsigned)d ? fabsf(v[j]) : 0.0f);
+        /* fmaxf(|v|, 0) is |v|, or 0 for a NaN (which the maximum's fmaxf would pass over): >= 0, not NaN */
+        const float a = mk_d_warp_max_nn(threadIdx.x + j * blockDim.x < (unsigned)d ? fmaxf(fabsf(v[j]), 0.0f) : 0.0f);
         if (lane == 0) wmax[j][warp] = a;
     }
     __syncthreads();
@@ -532,7 +542,7 @@ __device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int p
         if (i >= d) continue;
         const float sc = mk_d_act_scale(fmaxf(fmaxf(wmax[j][4 * grp], wmax[j][4 * grp + 1]),
                                               fmaxf(wmax[j][4 * grp + 2], wmax[j][4 * grp + 3])));
-        q[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], sc);
+        q[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], mk_d_act_inv(sc));
         if ((i & 127) == 0) sa[i >> 7] = sc;
     }
 }
