@@ -390,7 +390,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.prio = ctx->tune.prio != 0;
     ctx->tune.hc_rs = ctx->tune.hc_rs != 0;
     ctx->tune.hc_post_loads = ctx->tune.hc_post_loads != 0;
-    ctx->tune.hc_fin = ctx->tune.hc_fin == 1 ? 1 : 0;
+    ctx->tune.hc_fin = ctx->tune.hc_fin == 1 || ctx->tune.hc_fin == 2 ? ctx->tune.hc_fin : 0;
     ctx->tune.hc_probe = ctx->tune.hc_probe != 0;
 }
 

@@ -525,26 +525,33 @@ __device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const u
  * held by the 128 threads of group b % (blockDim.x / 128) for one j, and its maximum |v| comes from
  * their four warps through shared memory (a maximum is exact in any order). Needs blockDim.x % 128
  * == 0, d % 128 == 0 and d <= 4 blockDim.x; all threads call it. */
-__device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
-                                               float *__restrict__ sa) {
+/* mk_d_quant_row of a row held by T threads of several blocks (a cluster's): this thread is thread tg of
+ * them (tg = r blockDim.x + threadIdx.x for the block of rank r) and holds elements tg + j T; blockDim.x
+ * % 128 == 0, so each 128-block is held by four warps of one block. */
+__device__ __forceinline__ void mk_d_quant_row_g(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
+                                                 float *__restrict__ sa, int tg, int T) {
     __shared__ float wmax[4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = threadIdx.x >> 7;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         /* fmaxf(|v|, 0) is |v|, or 0 for a NaN (which the maximum's fmaxf would pass over): >= 0, not NaN */
-        const float a = mk_d_warp_max_nn(threadIdx.x + j * blockDim.x < (unsigned)d ? fmaxf(fabsf(v[j]), 0.0f) : 0.0f);
+        const float a = mk_d_warp_max_nn(tg + j * T < d ? fmaxf(fabsf(v[j]), 0.0f) : 0.0f);
         if (lane == 0) wmax[j][warp] = a;
     }
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int i = threadIdx.x + j * blockDim.x;
+        const int i = tg + j * T;
         if (i >= d) continue;
         const float sc = mk_d_act_scale(fmaxf(fmaxf(wmax[j][4 * grp], wmax[j][4 * grp + 1]),
                                               fmaxf(wmax[j][4 * grp + 2], wmax[j][4 * grp + 3])));
         q[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], mk_d_act_inv(sc));
         if ((i & 127) == 0) sa[i >> 7] = sc;
     }
+}
+__device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
+                                               float *__restrict__ sa) {
+    mk_d_quant_row_g(v, d, perm, q, sa, (int)threadIdx.x, (int)blockDim.x);
 }
 
 /* mk_d_rmsnorm_row, then mk_d_quant_row of the normalized row into q / sa: the bits of

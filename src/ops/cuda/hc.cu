@@ -22,6 +22,9 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
 #define HC_MAX 4
 #define HC_MAXMIX ((2 + HC_MAX) * HC_MAX)
 /* The parts of hc_pre's Sinkhorn split a warp computes (hc_sinkhorn_warp): pre and post, comb. */
@@ -141,41 +144,73 @@ struct hc_row_vals {
     float hv[4][HC_MAX];
     float w[4];
 };
-__device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r) {
+/* (tg, T): this thread's place among the row's threads (k_hc_pre_fin_cl's cluster: tg = r 256 + threadIdx.x,
+ * T = 1024); one block: threadIdx.x, blockDim.x. */
+__device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r,
+                                               int tg = -1, int T = 0) {
+    if (tg < 0) tg = (int)threadIdx.x, T = (int)blockDim.x;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int k = threadIdx.x + j * blockDim.x;
+        const int k = tg + j * T;
         r.w[j] = nw && k < d ? mk_d_bf16(nw[k]) : 1.0f;
     }
 }
-__device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r) {
+__device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r, int tg = -1,
+                                            int T = 0) {
+    if (tg < 0) tg = (int)threadIdx.x, T = (int)blockDim.x;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int k = threadIdx.x + j * blockDim.x;
+        const int k = tg + j * T;
 #pragma unroll
         for (int i = 0; i < HC_MAX; i++) r.hv[j][i] = k < d && i < hc ? ht[(size_t)i * d + k] : 0.0f;
     }
 }
 
-/* mk_d_rms_scale's value with the warps' partials added by one thread (tuning hc_fin 1): the same
- * sum in the same order, once instead of in every thread, broadcast through shared memory (one
- * barrier more; 31 warps skip the 32-term serial sum and the division). */
-template <bool ONE>
+/* mk_d_rms_scale's value (FIN 0) with the warps' partials added by one thread (tuning hc_fin 1): the same
+ * sum in the same order, once instead of in every thread, broadcast through shared memory (one barrier
+ * more; the other warps skip the 32-term serial sum and the division). FIN 2 (tuning hc_fin 2): the
+ * row's 1024 threads are the HC_CL blocks of 256 of a cluster (k_hc_pre_fin's cluster form); thread 0 of
+ * each block loads the 32 warp partials from the blocks' shared memory in warp order (block rank r holds
+ * warps 8 r .. 8 r + 7), adds them as above, and the blocks then arrive on the cluster barrier that
+ * hc_fin_cl_exit waits for (no block leaves while another may still read its partials). */
+#define HC_CL 4
+template <int FIN>
 __device__ __forceinline__ float hc_rms_scale(double ss, int d, float eps) {
-    if (!ONE) return mk_d_rms_scale(ss, d, eps);
+    if (FIN == 0) return mk_d_rms_scale(ss, d, eps);
     __shared__ double part[32];
     __shared__ float rsh;
     ss = mk_d_warp_sum_d(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
+    if (FIN == 2) cg::this_cluster().sync();
+    else __syncthreads();
     if (threadIdx.x == 0) {
         double tot = 0.0;
-        for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
+        if (FIN == 2) {
+            cg::cluster_group cl = cg::this_cluster();
+            double pv[HC_CL * 8]; /* all 32 loads issued before the first add */
+#pragma unroll
+            for (int b = 0; b < HC_CL; b++) {
+                const double *pb = cl.map_shared_rank(part, b);
+#pragma unroll
+                for (int i = 0; i < 8; i++) pv[b * 8 + i] = pb[i];
+            }
+#pragma unroll
+            for (int i = 0; i < HC_CL * 8; i++) tot += pv[i];
+        } else {
+            for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
+        }
         const float var = (float)(tot / d);
         rsh = 1.0f / sqrtf(__fadd_rn(var, eps));
     }
     __syncthreads();
+    if (FIN == 2) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
     return rsh;
+}
+/* The end of a cluster-form block (FIN 2) that passed hc_rms_scale: wait until every block has read the
+ * partials. */
+template <int FIN>
+__device__ __forceinline__ void hc_fin_cl_exit(void) {
+    if (FIN == 2) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 /* The phase clocks of the finishing kernel (tuning hc_probe, a measurement tool): thread 0 of each
@@ -190,15 +225,17 @@ __device__ __forceinline__ unsigned long long hc_gtime(void) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ __forceinline__ void hc_probe_print(const long long *pc, int last, unsigned long long g0) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+__device__ __forceinline__ void hc_probe_print(const long long *pc, int last, unsigned long long g0, int tok = -1,
+                                               int yb = -1, int ns = -1) {
+    if (tok < 0) tok = (int)blockIdx.x, yb = (int)blockIdx.y, ns = (int)gridDim.x;
+    if (threadIdx.x != 0 || tok != 0) return;
     const unsigned long long g1 = hc_gtime();
     unsigned smid;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     long long dl[HC_NSTAMP];
     for (int i = 0; i < HC_NSTAMP; i++) dl[i] = i > 0 && i <= last ? pc[i] - pc[i - 1] : 0;
     printf("hcfin y%d sm%u ns%d g0 %llu g1 %llu wait %lld stage %lld sums %lld sink %lld bar %lld coll %lld rms %lld "
-           "norm %lld quant %lld\n", (int)blockIdx.y, smid, (int)gridDim.x, g0, g1, dl[1], dl[2], dl[3], dl[4], dl[5],
+           "norm %lld quant %lld\n", yb, smid, ns, g0, g1, dl[1], dl[2], dl[3], dl[4], dl[5],
            dl[6], dl[7], dl[8], dl[9]);
 }
 
@@ -211,11 +248,14 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         hc_collapse_block(ht, hc, d, pre, y);
         return;
     }
+    /* this thread's place among the row's threads: the cluster's (FIN 2) or the block's */
+    const int tg = FIN == 2 ? (int)(cg::this_cluster().block_rank() * blockDim.x + threadIdx.x) : (int)threadIdx.x;
+    const int T = FIN == 2 ? HC_CL * (int)blockDim.x : (int)blockDim.x;
     float v[4];
     double ss = 0.0;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int k = threadIdx.x + j * blockDim.x;
+        const int k = tg + j * T;
         v[j] = 0.0f;
         if (k < d) {
             float acc = 0.0f;
@@ -227,11 +267,11 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         }
     }
     HC_STAMP(pc, 6);
-    const float rs = hc_rms_scale<FIN == 1>(ss, d, neps);
+    const float rs = hc_rms_scale<FIN>(ss, d, neps);
     HC_STAMP(pc, 7);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int k = threadIdx.x + j * blockDim.x;
+        const int k = tg + j * T;
         if (k < d) {
             float o = __fmul_rn(v[j], rs);
             if (nw) o = __fmul_rn(rv.w[j], o);
@@ -239,7 +279,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         }
     }
     HC_STAMP(pc, 8);
-    if (q) mk_d_quant_row(v, d, perm, q, sq);
+    if (q) mk_d_quant_row_g(v, d, perm, q, sq, tg, T);
     HC_STAMP(pc, 9);
 }
 
@@ -372,10 +412,18 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     const unsigned long long g0 = PROBE ? hc_gtime() : 0ull;
     HC_STAMP(pc, 0);
     mk_d_pdl_launch_dependents();
-    const int parts = gridDim.y == 1 ? HC_PART_PP | HC_PART_COMB : blockIdx.y == 0 ? HC_PART_PP : HC_PART_COMB;
+    /* FIN 2 (the cluster form): grid (HC_CL, tokens, 1 or 2), cluster (HC_CL, 1, 1): the HC_CL blocks of
+     * 256 threads of a cluster are the row's 1024 threads (block rank r: threads 256 r ..), z = 1 the
+     * comb's cluster, of which only rank 0 works. Otherwise grid (tokens, 1 or 2) of 1024 threads. */
+    const int yb = FIN == 2 ? (int)blockIdx.z : (int)blockIdx.y, ny = FIN == 2 ? (int)gridDim.z : (int)gridDim.y;
+    const int t = FIN == 2 ? (int)blockIdx.y : (int)blockIdx.x;
+    const int rank = FIN == 2 ? (int)blockIdx.x : 0;
+    const int parts = ny == 1 ? HC_PART_PP | HC_PART_COMB : yb == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
+    if (!rows && rank != 0) return; /* the comb's cluster: rank 0 alone (no cluster barrier there) */
+    const int tg = rank * (int)blockDim.x + (int)threadIdx.x, T = FIN == 2 ? HC_CL * (int)blockDim.x : (int)blockDim.x;
     hc_row_vals rv;
-    if (NORM && rows) hc_row_weights(nw, d, rv);
+    if (NORM && rows) hc_row_weights(nw, d, rv, tg, T);
     if (threadIdx.x < 32) { /* the mixes' scales and biases, read by the serial part after the wait */
         mk_d_l2_prefetch_block(scale, sizeof(float) * 3);
         mk_d_l2_prefetch_block(base, sizeof(float) * (2 + hc) * hc);
@@ -384,11 +432,12 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     HC_STAMP(pc, 1);
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
+    __shared__ float post_x[HC_MAX], comb_x[HC_MAX * HC_MAX]; /* a cluster's ranks > 0: rank 0 writes post / comb */
     __shared__ double stage[HC_FIN_MAXS * 32];
-    const int t = blockIdx.x, nmix = (2 + hc) * hc, n = hc * d;
+    const int nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
     const double *pt = part + (size_t)t * S * 32;
-    if (NORM && rows) hc_row_load(ht, hc, d, rv);
+    if (NORM && rows) hc_row_load(ht, hc, d, rv, tg, T);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     HC_STAMP(pc, 2);
@@ -403,19 +452,20 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         if (q < nmix) mix[q] = __fmul_rn((float)a, r);
         __syncwarp();
         HC_STAMP(pc, 3);
-        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc,
-                         parts);
+        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, rank == 0 ? post + (size_t)t * hc : post_x,
+                         rank == 0 ? comb + (size_t)t * hc * hc : comb_x, parts);
         HC_STAMP(pc, 4);
     }
     if (!rows) { /* the comb block: nothing else (the block's threads all return together) */
-        if (PROBE) hc_probe_print(pc, 4, g0);
+        if (PROBE && rank == 0) hc_probe_print(pc, 4, g0, t, yb, ny);
         return;
     }
     __syncthreads();
     HC_STAMP(pc, 5);
     hc_collapse_norm<NORM, FIN, PROBE>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
                                        xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, pc);
-    if (PROBE) hc_probe_print(pc, NORM ? 9 : 5, g0);
+    if (PROBE && rank == 0) hc_probe_print(pc, NORM ? 9 : 5, g0, t, yb, ny);
+    hc_fin_cl_exit<FIN>();
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
@@ -754,15 +804,20 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
         const dim3 fgrid((unsigned)ns, ctx->tune.hc_fin_split ? 2 : 1); /* y = 1: comb beside the collapse */
         if (fuse) {
             /* tuning hc_fin picks the collapse's variant, hc_probe adds the phase clocks */
-            const int v = (ctx->tune.hc_fin == 1 ? 1 : 0) + (ctx->tune.hc_probe ? 2 : 0);
-            void (*k)(const float *, int, int, int, const double *, const float *, const float *, int, float, float,
-                      const uint16_t *, float, float *, float *, float *, uint8_t *, float *, int) =
-                v == 0 ? k_hc_pre_fin<true, 0, false> : v == 1 ? k_hc_pre_fin<true, 1, false>
-                : v == 2 ? k_hc_pre_fin<true, 0, true> : k_hc_pre_fin<true, 1, true>;
-            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k, ht, hc, d, S, ctx->hc_partial, scale, base,
-                                     iters, hc_eps, norm_eps, nw, neps, x + (size_t)t0 * d, post + (size_t)t0 * hc,
-                                     comb + (size_t)t0 * hc * hc, fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
-                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
+            typedef void (*fin_k)(const float *, int, int, int, const double *, const float *, const float *, int,
+                                  float, float, const uint16_t *, float, float *, float *, float *, uint8_t *, float *,
+                                  int);
+            static const fin_k ks[2][3] = {
+                {k_hc_pre_fin<true, 0, false>, k_hc_pre_fin<true, 1, false>, k_hc_pre_fin<true, 2, false>},
+                {k_hc_pre_fin<true, 0, true>, k_hc_pre_fin<true, 1, true>, k_hc_pre_fin<true, 2, true>}};
+            const int f = ctx->tune.hc_fin;
+            const int cl = f == 2; /* the cluster form: grid (HC_CL, tokens, parts) of 256 threads */
+            const dim3 g = cl ? dim3(HC_CL, (unsigned)ns, fgrid.y) : fgrid;
+            (void)mk_cuda_launch_cluster(ctx, g, cl ? 256 : 1024, 0, cl ? HC_CL : 0, 1, ks[ctx->tune.hc_probe][f], ht,
+                                         hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps, norm_eps, nw, neps,
+                                         x + (size_t)t0 * d, post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
+                                         fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
+                                         fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
         } else
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false, 0, false>, ht, hc, d, S, ctx->hc_partial,
                                      scale, base, iters, hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f,
