@@ -252,11 +252,16 @@ __device__ __forceinline__ float mk_d_pow2_ceil(float x) {
 __device__ __forceinline__ float mk_d_act_scale(float amax) {
     return mk_d_pow2_ceil(__fmul_rn(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
 }
+__device__ __forceinline__ uint8_t mk_d_act_byte(float v, float s) {
+    float t = __fdiv_rn(v, s);
+    t = fminf(fmaxf(t, -448.0f), 448.0f);
+    return (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
+}
 /* 1 / s, exactly: s is a power of two (mk_d_pow2_ceil), so v * (1 / s) is the real number v / s and
  * its rounding is __fdiv_rn(v, s)'s, without the division's instruction sequence. */
 __device__ __forceinline__ float mk_d_act_inv(float s) { return __frcp_rn(s); }
-/* An element's byte: v / s as v * inv (inv = mk_d_act_inv(s): the same bits). */
-__device__ __forceinline__ uint8_t mk_d_act_byte(float v, float inv) {
+/* mk_d_act_byte's byte with v / s as v * inv (inv = mk_d_act_inv(s)): the same bits. */
+__device__ __forceinline__ uint8_t mk_d_act_byte_inv(float v, float inv) {
     float t = __fmul_rn(v, inv);
     t = fminf(fmaxf(t, -448.0f), 448.0f);
     return (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
@@ -527,15 +532,21 @@ __device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const u
  * == 0, d % 128 == 0 and d <= 4 blockDim.x; all threads call it. */
 /* mk_d_quant_row of a row held by T threads of several blocks (a cluster's): this thread is thread tg of
  * them (tg = r blockDim.x + threadIdx.x for the block of rank r) and holds elements tg + j T; blockDim.x
- * % 128 == 0, so each 128-block is held by four warps of one block. */
+ * % 128 == 0, so each 128-block is held by four warps of one block. FAST (hc.cu's tuning hc_fin 1 and 2;
+ * not yet run on a GPU): the warp maxima as one redux.sync each (mk_d_warp_max_nn) and the bytes as
+ * v * (1 / s) (mk_d_act_byte_inv), the same values. */
+template <bool FAST = false>
 __device__ __forceinline__ void mk_d_quant_row_g(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
                                                  float *__restrict__ sa, int tg, int T) {
     __shared__ float wmax[4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = threadIdx.x >> 7;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        /* fmaxf(|v|, 0) is |v|, or 0 for a NaN (which the maximum's fmaxf would pass over): >= 0, not NaN */
-        const float a = mk_d_warp_max_nn(tg + j * T < d ? fmaxf(fabsf(v[j]), 0.0f) : 0.0f);
+        float a;
+        if (FAST) /* fmaxf(|v|, 0) is |v|, or 0 for a NaN (which the maximum's fmaxf passes over): >= 0, not NaN */
+            a = mk_d_warp_max_nn(tg + j * T < d ? fmaxf(fabsf(v[j]), 0.0f) : 0.0f);
+        else
+            a = mk_d_warp_max(tg + j * T < d ? fabsf(v[j]) : 0.0f);
         if (lane == 0) wmax[j][warp] = a;
     }
     __syncthreads();
@@ -545,7 +556,7 @@ __device__ __forceinline__ void mk_d_quant_row_g(const float (&v)[4], int d, int
         if (i >= d) continue;
         const float sc = mk_d_act_scale(fmaxf(fmaxf(wmax[j][4 * grp], wmax[j][4 * grp + 1]),
                                               fmaxf(wmax[j][4 * grp + 2], wmax[j][4 * grp + 3])));
-        q[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], mk_d_act_inv(sc));
+        q[mk_d_act_pos(i, perm)] = FAST ? mk_d_act_byte_inv(v[j], mk_d_act_inv(sc)) : mk_d_act_byte(v[j], sc);
         if ((i & 127) == 0) sa[i >> 7] = sc;
     }
 }

@@ -65,7 +65,7 @@ __device__ __forceinline__ void quant_sim_block(const float *__restrict__ x, flo
         v[j] = i < w ? xr[i] : 0.0f;
         amax = fmaxf(amax, fabsf(v[j]));
     }
-    amax = mk_d_warp_max_nn(amax); /* >= 0, not NaN (fmaxf from 0) */
+    amax = mk_d_warp_max(amax);
     float s;
     if (fp4) {
         amax = fmaxf(amax, 6.0f * 1.17549435e-38f);

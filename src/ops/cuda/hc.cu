@@ -279,7 +279,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         }
     }
     HC_STAMP(pc, 8);
-    if (q) mk_d_quant_row_g(v, d, perm, q, sq, tg, T);
+    if (q) mk_d_quant_row_g<FIN != 0>(v, d, perm, q, sq, tg, T);
     HC_STAMP(pc, 9);
 }
 

@@ -230,8 +230,10 @@ typedef struct {
                             * in one thread and broadcasts the scale, instead of every thread adding
                             * them (one barrier more); 2: that, with the row's 1024 threads as a cluster
                             * of 4 blocks of 256 on 4 SMs (the partials read across the cluster), each
-                            * block adding the chunks and computing pre itself. The same bits each way;
-                            * default 0 (not yet run on a GPU), MINKE_CUDA_HC_FIN */
+                            * block adding the chunks and computing pre itself. Both also quantize the
+                            * row with one redux.sync per warp maximum and v * (1 / s) for v / s (s a power
+                            * of two). The same bits each way; default 0 (not yet run on a GPU),
+                            * MINKE_CUDA_HC_FIN */
     int hc_probe;          /* 1 (a measurement tool): hc_pre's finishing kernel prints its phases' clocks
                             * (thread 0 of token 0's blocks) at each launch; MINKE_CUDA_HC_PROBE */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's

@@ -22,13 +22,13 @@ __device__ __forceinline__ void act_quant_block(const float (&v)[4], int w, int 
     float amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(v[j]));
-    const float s = mk_d_act_scale(mk_d_warp_max_nn(amax)), inv = mk_d_act_inv(s); /* amax: >= 0, not NaN */
+    const float s = mk_d_act_scale(mk_d_warp_max(amax));
     uint8_t *qr = q + (size_t)r * k + base;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int i = lane * 4 + j;
         if (i >= w) continue;
-        qr[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], inv);
+        qr[mk_d_act_pos(i, perm)] = mk_d_act_byte(v[j], s);
     }
     if (lane == 0) sa[(size_t)r * nb + b] = s;
 }
@@ -183,7 +183,7 @@ __global__ void k_f16_prep(float *__restrict__ x, int m, int k, __half *__restri
     }
 #pragma unroll
     for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(v[j]));
-    amax = mk_d_warp_max_nn(amax); /* >= 0, not NaN (fmaxf from 0) */
+    amax = mk_d_warp_max(amax);
     float s = 1.0f;
     if (amax > 0.0f && amax <= 3.402823466e38f) {
         uint32_t u = __float_as_uint(amax);
