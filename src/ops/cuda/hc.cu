@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
      * 256 threads of a cluster are the row's 1024 threads (block rank r: threads 256 r ..), z = 1 the
      * comb's cluster, of which only rank 0 works. Otherwise grid (tokens, 1 or 2) of 1024 threads. */
     const int yb = FIN == 2 ? (int)blockIdx.z : (int)blockIdx.y, ny = FIN == 2 ? (int)gridDim.z : (int)gridDim.y;
-    const int t = FIN == 2 ? (int)blockIdx.y : (int)blockIdx.x;
+    const int t = FIN == 2 ? (int)blockIdx.y : (int)blockIdx.x, ntok = FIN == 2 ? (int)gridDim.y : (int)gridDim.x;
     const int rank = FIN == 2 ? (int)blockIdx.x : 0;
     const int parts = ny == 1 ? HC_PART_PP | HC_PART_COMB : yb == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
@@ -457,14 +457,14 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         HC_STAMP(pc, 4);
     }
     if (!rows) { /* the comb block: nothing else (the block's threads all return together) */
-        if (PROBE && rank == 0) hc_probe_print(pc, 4, g0, t, yb, ny);
+        if (PROBE && rank == 0) hc_probe_print(pc, 4, g0, t, yb, ntok);
         return;
     }
     __syncthreads();
     HC_STAMP(pc, 5);
     hc_collapse_norm<NORM, FIN, PROBE>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
                                        xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, pc);
-    if (PROBE && rank == 0) hc_probe_print(pc, NORM ? 9 : 5, g0, t, yb, ny);
+    if (PROBE && rank == 0) hc_probe_print(pc, NORM ? 9 : 5, g0, t, yb, ntok);
     hc_fin_cl_exit<FIN>();
 }
 
