@@ -252,20 +252,16 @@ __device__ __forceinline__ float mk_d_pow2_ceil(float x) {
 __device__ __forceinline__ float mk_d_act_scale(float amax) {
     return mk_d_pow2_ceil(__fmul_rn(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
 }
-__device__ __forceinline__ uint8_t mk_d_act_byte(float v, float s) {
-    float t = __fdiv_rn(v, s);
+__device__ __forceinline__ uint8_t mk_d_e4m3_byte(float t) { /* t = v / s, clamped and converted */
     t = fminf(fmaxf(t, -448.0f), 448.0f);
     return (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
 }
+__device__ __forceinline__ uint8_t mk_d_act_byte(float v, float s) { return mk_d_e4m3_byte(__fdiv_rn(v, s)); }
 /* 1 / s, exactly: s is a power of two (mk_d_pow2_ceil), so v * (1 / s) is the real number v / s and
  * its rounding is __fdiv_rn(v, s)'s, without the division's instruction sequence. */
 __device__ __forceinline__ float mk_d_act_inv(float s) { return __frcp_rn(s); }
 /* mk_d_act_byte's byte with v / s as v * inv (inv = mk_d_act_inv(s)): the same bits. */
-__device__ __forceinline__ uint8_t mk_d_act_byte_inv(float v, float inv) {
-    float t = __fmul_rn(v, inv);
-    t = fminf(fmaxf(t, -448.0f), 448.0f);
-    return (uint8_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3);
-}
+__device__ __forceinline__ uint8_t mk_d_act_byte_inv(float v, float inv) { return mk_d_e4m3_byte(__fmul_rn(v, inv)); }
 __device__ __forceinline__ int mk_d_act_pos(int i, int perm) {
     const int e = i & 7;
     return perm ? (i & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1)) : i;
@@ -560,6 +556,7 @@ __device__ __forceinline__ void mk_d_quant_row_g(const float (&v)[4], int d, int
         if ((i & 127) == 0) sa[i >> 7] = sc;
     }
 }
+/* The row held by one block (the description above mk_d_quant_row_g). */
 __device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
                                                float *__restrict__ sa) {
     mk_d_quant_row_g(v, d, perm, q, sa, (int)threadIdx.x, (int)blockDim.x);

@@ -146,18 +146,16 @@ struct hc_row_vals {
 };
 /* (tg, T): this thread's place among the row's threads (k_hc_pre_fin_cl's cluster: tg = r 256 + threadIdx.x,
  * T = 1024); one block: threadIdx.x, blockDim.x. */
-__device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r,
-                                               int tg = -1, int T = 0) {
-    if (tg < 0) tg = (int)threadIdx.x, T = (int)blockDim.x;
+__device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r, int tg,
+                                               int T) {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int k = tg + j * T;
         r.w[j] = nw && k < d ? mk_d_bf16(nw[k]) : 1.0f;
     }
 }
-__device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r, int tg = -1,
-                                            int T = 0) {
-    if (tg < 0) tg = (int)threadIdx.x, T = (int)blockDim.x;
+__device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r, int tg,
+                                            int T) {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int k = tg + j * T;
@@ -225,9 +223,8 @@ __device__ __forceinline__ unsigned long long hc_gtime(void) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ __forceinline__ void hc_probe_print(const long long *pc, int last, unsigned long long g0, int tok = -1,
-                                               int yb = -1, int ns = -1) {
-    if (tok < 0) tok = (int)blockIdx.x, yb = (int)blockIdx.y, ns = (int)gridDim.x;
+__device__ __forceinline__ void hc_probe_print(const long long *pc, int last, unsigned long long g0, int tok, int yb,
+                                               int ns) {
     if (threadIdx.x != 0 || tok != 0) return;
     const unsigned long long g1 = hc_gtime();
     unsigned smid;
@@ -480,7 +477,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
     hc_row_vals rv;
-    if (NORM) hc_row_weights(nw, d, rv);
+    if (NORM) hc_row_weights(nw, d, rv, (int)threadIdx.x, (int)blockDim.x);
     if (threadIdx.x < 32) { /* the scale and biases, read by the serial part after the wait */
         mk_d_l2_prefetch_block(scale, sizeof(float));
         mk_d_l2_prefetch_block(base, sizeof(float) * hc);
@@ -490,7 +487,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
     __shared__ double stage[HC_FIN_MAXS * 32];
     const int t = blockIdx.x, n = hc * d;
     const double *pt = part + (size_t)t * S * 32;
-    if (NORM) hc_row_load(h + (size_t)t * n, hc, d, rv);
+    if (NORM) hc_row_load(h + (size_t)t * n, hc, d, rv, (int)threadIdx.x, (int)blockDim.x);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     if (threadIdx.x < 32) {
