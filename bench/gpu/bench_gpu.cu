@@ -22,6 +22,7 @@
  * 2^-7), activations random bf16 values: never zeros, which run faster than real data.
  * Usage: bench_gpu [results.md]   (the markdown also goes to stdout)
  */
+#include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/ops_cuda.h"
 
 #include <cuda_runtime.h>
@@ -602,6 +603,134 @@ static void bench_moe_wgmma(void) {
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) cudaFree(dv[i]);
 }
 
+/* ---- 2c. the expert GEMV's read pattern alone ------------------------------------------------ */
+
+/* k_pat<MODE>: the decode expert GEMV's loads (k_moe_gemv_fp4<1, 2, 3>: grid (64, 6, 2) of 256 threads,
+ * 3 blocks an SM, a block 32 rows = 2 slabs of 16 of one expert's 2048 x 4096 FP4 matrix, warp w the
+ * 128-blocks [4 w, 4 w + 4) of k, one 128-block an iteration: two 16-byte weight loads per slab and a
+ * thread, and the 4-byte scale words) without the arithmetic: the loaded words are XORed, so what is
+ * timed is how fast that pattern of addresses streams. MODE 0: the expert layout (row-major rows, a
+ * thread's 16 bytes at t 16 + kb 64 of rows g and g + 8: every 64-byte piece of a row comes from another
+ * warp or iteration); 1: the same loads from a tiled layout (a block's 64 KB contiguous, a warp's
+ * iteration one 2 KB run: [kb][slab][half][lane] x 16 bytes, its scales [kb][slab][half][g] x 4 bytes);
+ * 2: the expert layout with the warps' 128-blocks interleaved (warp w: kb = w + 8 i, so one iteration of
+ * the 8 warps covers 512 contiguous bytes of each row); 3: the expert layout, two 128-blocks an iteration
+ * (128 contiguous bytes of a row, k_moe_gemv_fp4<2, 2>'s loads). Modes 0-3 keep the iterations a rolled
+ * loop, as the expert GEMV's k loop is (its PTX: the next iteration's loads wait for this one's MMAs);
+ * 4 and 5 are 0 and 1 with the 4 iterations' loads all issued first (what a software pipeline of the
+ * k loop could reach at most). */
+#define PAT_E 64
+#define PAT_ROWS 2048
+#define PAT_ROWB 2048 /* bytes of a row: 4096 FP4 */
+#define PAT_SROWB 128 /* scale bytes of a row: 4096 / 32 */
+template <int MODE>
+__global__ void __launch_bounds__(256, 3) k_pat(const uint8_t *__restrict__ buf, const int32_t *__restrict__ ex,
+                                                uint32_t *sink) {
+    extern __shared__ uint32_t pad_smem[]; /* dynamic shared memory only to hold occupancy at 3 */
+    const size_t matb = (size_t)PAT_ROWS * PAT_ROWB, scb = (size_t)PAT_ROWS * PAT_SROWB;
+    const int e = ex[blockIdx.y], z = blockIdx.z;
+    const uint8_t *W = buf + (size_t)(e * 2 + z) * (matb + scb), *S = W + matb;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const bool tiled = MODE == 1 || MODE == 5, all_first = MODE >= 4;
+    const int U = MODE == 3 ? 2 : all_first ? 4 : 1;
+    /* a load's address: 128-block kb, slab q, half h (rows g / g + 8 of the slab) */
+    const uint8_t *Wb = W + (size_t)blockIdx.x * 32 * PAT_ROWB, *Sb = S + (size_t)blockIdx.x * 32 * PAT_SROWB;
+    uint32_t acc = 0;
+#pragma unroll 1
+    for (int i = 0; i < 4; i += U) {
+        uint4 a[4][2][2];
+        uint32_t sw[4][2][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kb = MODE == 2 ? warp + 8 * (i + u) : warp * 4 + i + u;
+#pragma unroll
+            for (int q = 0; q < 2; q++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = q * 16 + h * 8 + g; /* the row in the block's 32 */
+                    const uint8_t *wp = tiled ? Wb + (size_t)kb * 2048 + (q * 2 + h) * 512 + lane * 16
+                                              : Wb + (size_t)row * PAT_ROWB + t * 16 + (size_t)kb * 64;
+                    const uint8_t *sp = tiled ? Sb + kb * 128 + (q * 2 + h) * 32 + g * 4
+                                              : Sb + (size_t)row * PAT_SROWB + 4 * kb;
+                    a[u][q][h] = mk_d_ld_stream(wp);
+                    sw[u][q][h] = *(const uint32_t *)sp;
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int q = 0; q < 2; q++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    acc ^= a[u][q][h].x ^ a[u][q][h].y ^ a[u][q][h].z ^ a[u][q][h].w ^ sw[u][q][h];
+    }
+    if (acc == 0x12345678u) sink[0] = acc + pad_smem[0]; /* keeps the loads; practically never taken */
+}
+
+typedef struct {
+    const uint8_t *buf;
+    int32_t *ex[MOEB_P];
+    uint32_t *sink;
+    int mode;
+} pat_arg;
+#define PAT_SMEM (64 << 10)
+static void w_pat(void *arg, int i) {
+    pat_arg *A = (pat_arg *)arg;
+    const dim3 grid(64, MOEB_K, 2);
+    const int32_t *ex = A->ex[i % MOEB_P];
+    switch (A->mode) {
+    case 0: k_pat<0><<<grid, 256, PAT_SMEM, stream>>>(A->buf, ex, A->sink); break;
+    case 1: k_pat<1><<<grid, 256, PAT_SMEM, stream>>>(A->buf, ex, A->sink); break;
+    case 2: k_pat<2><<<grid, 256, PAT_SMEM, stream>>>(A->buf, ex, A->sink); break;
+    case 3: k_pat<3><<<grid, 256, PAT_SMEM, stream>>>(A->buf, ex, A->sink); break;
+    case 4: k_pat<4><<<grid, 256, PAT_SMEM, stream>>>(A->buf, ex, A->sink); break;
+    default: k_pat<5><<<grid, 256, PAT_SMEM, stream>>>(A->buf, ex, A->sink); break;
+    }
+    CU(cudaGetLastError());
+}
+static void bench_pattern(void) {
+    const size_t per = (size_t)PAT_ROWS * (PAT_ROWB + PAT_SROWB), bytes = per * 2 * PAT_E;
+    pat_arg A;
+    memset(&A, 0, sizeof A);
+    A.buf = (const uint8_t *)dalloc(bytes);
+    fill_bytes((void *)A.buf, bytes, 0);
+    A.sink = (uint32_t *)dalloc(64);
+    for (int p = 0; p < MOEB_P; p++) {
+        int32_t idx[MOEB_K];
+        for (int j = 0; j < MOEB_K; j++) idx[j] = (p * MOEB_K + j) % PAT_E;
+        A.ex[p] = (int32_t *)dalloc(sizeof idx);
+        CU(cudaMemcpy(A.ex[p], idx, sizeof idx, cudaMemcpyHostToDevice));
+    }
+    CU(cudaFuncSetAttribute(k_pat<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, PAT_SMEM));
+    CU(cudaFuncSetAttribute(k_pat<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, PAT_SMEM));
+    CU(cudaFuncSetAttribute(k_pat<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, PAT_SMEM));
+    CU(cudaFuncSetAttribute(k_pat<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, PAT_SMEM));
+    CU(cudaFuncSetAttribute(k_pat<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, PAT_SMEM));
+    CU(cudaFuncSetAttribute(k_pat<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, PAT_SMEM));
+    const double mb = (double)MOEB_K * 2 * per;
+    static const char *what[6] = {
+        "0: the expert layout (as now): a thread's 16 bytes at t 16 + kb 64 of rows g, g + 8; warp w kb 4 w .. 4 w + 3",
+        "1: tiled: a block's 64 KB contiguous, a warp's iteration one 2 KB run",
+        "2: the expert layout, warps' 128-blocks interleaved (kb = w + 8 i)",
+        "3: the expert layout, two 128-blocks an iteration (128 contiguous bytes a row)",
+        "4: the expert layout, the 4 iterations' loads all first",
+        "5: tiled, the 4 iterations' loads all first"};
+    out("## The expert GEMV's read pattern alone (loads XORed, no arithmetic)\n\n");
+    out("w1 + w3 of 6 picks of 64 experts of 2048 x 4096 FP4 with their scales, %.1f MB a call, a new set each call (10 "
+        "sets); grid (64, 6, 2) x 256 threads held at 3 blocks an SM; CUDA-graph replay of 50 calls\n\n", mb / 1e6);
+    out("| pattern | us | GB/s (of copy) |\n| --- | --- | --- |\n");
+    for (int rep = 0; rep < 2; rep++)
+        for (int m = 0; m < 6; m++) {
+            A.mode = m;
+            const double t = time_graph(w_pat, &A, 50, 9);
+            out("| %s | %.2f | %.0f (%.0f%%) |\n", what[m], t * 1e6, mb / t / 1e9, 100.0 * mb / t / 1e9 / bw_copy_rw);
+        }
+    out("\n");
+    cudaFree((void *)A.buf);
+    cudaFree(A.sink);
+    for (int p = 0; p < MOEB_P; p++) cudaFree(A.ex[p]);
+}
+
 /* ---- 3. GEMM -------------------------------------------------------------------------------- */
 
 static void bench_gemm(void) {
@@ -759,11 +888,17 @@ int main(int argc, char **argv) {
     char desc[1024];
     mk_cuda_ctx_describe(ctx, desc, sizeof desc);
     out("# minke GPU benchmark\n\n%s\n\n", desc);
+    /* BENCH_GPU_ONLY: a comma list of the sections after the bandwidth (decode, experts, pattern, gemm,
+     * sample); all of them without it */
+    const char *only = getenv("BENCH_GPU_ONLY");
+#define SECTION(name) (!only || strstr(only, name))
     bench_bandwidth();
-    bench_decode();
-    bench_moe_wgmma();
-    bench_gemm();
-    bench_sample();
+    if (SECTION("decode")) bench_decode();
+    if (SECTION("experts")) bench_moe_wgmma();
+    if (SECTION("pattern")) bench_pattern();
+    if (SECTION("gemm")) bench_gemm();
+    if (SECTION("sample")) bench_sample();
+#undef SECTION
     MK(mk_cuda_ctx_sync(ctx, &err_));
 #if MK_HAVE_CUBLAS
     cublasDestroy(cub);

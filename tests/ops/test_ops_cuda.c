@@ -1630,18 +1630,17 @@ static void test_hc(int s, int hc, int d) {
         printf("| %-40s | %-26s | its act_quant output = act_quant of x (both layouts), bit for bit: %s |\n",
                "hc_pre_norm + act_quant", shape, qsame ? "PASS" : "FAIL");
         /* the finishing kernel under the other hc_fin_split (comb in a block of its own beside the
-         * collapse, or not), the other hc_fin (the norm's partials added once) and with the phase probe:
-         * the same x, post, comb and quantized row, bit for bit; hc_pre too */
-        for (int ai = 0; ai < 6; ai++) {
+         * collapse, or not), the other hc_fin (the norm's partials added once or by every thread) and
+         * with the phase probe: the same x, post, comb and quantized row, bit for bit; hc_pre too */
+        for (int ai = 0; ai < 5; ai++) {
             mk_cuda_tuning def, alt;
             mk_cuda_ctx_get_tuning(ctx, &def);
             alt = def;
-            /* 0: the other split; 1, 2: hc_fin 1, 2; 3: hc_fin 2 and the other split; 4, 5: with the probe */
-            static const int fin_of[6] = {-1, 1, 2, 2, 1, 2};
-            if (ai == 0 || ai == 3 || ai == 4) alt.hc_fin_split = !def.hc_fin_split;
-            if (fin_of[ai] >= 0) alt.hc_fin = fin_of[ai] == def.hc_fin ? 0 : fin_of[ai];
-            if (ai >= 4) alt.hc_probe = 1;
-            if (ai >= 4 && s > 3) continue; /* the probe prints: small shapes only */
+            /* 0: the other split; 1: the other hc_fin; 2: both; 3: both with the probe; 4: the probe alone */
+            if (ai == 0 || ai == 2 || ai == 3) alt.hc_fin_split = !def.hc_fin_split;
+            if (ai >= 1 && ai <= 3) alt.hc_fin = !def.hc_fin;
+            if (ai >= 3) alt.hc_probe = 1;
+            if (ai >= 3 && s > 3) continue; /* the probe prints: small shapes only */
             const size_t np = (size_t)s * (hc + hc * hc);
             float *fx[2], *fp[2], *fs[2];
             uint8_t *fq[2];

@@ -526,11 +526,11 @@ __device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const u
  * held by the 128 threads of group b % (blockDim.x / 128) for one j, and its maximum |v| comes from
  * their four warps through shared memory (a maximum is exact in any order). Needs blockDim.x % 128
  * == 0, d % 128 == 0 and d <= 4 blockDim.x; all threads call it. */
-/* mk_d_quant_row of a row held by T threads of several blocks (a cluster's): this thread is thread tg of
- * them (tg = r blockDim.x + threadIdx.x for the block of rank r) and holds elements tg + j T; blockDim.x
- * % 128 == 0, so each 128-block is held by four warps of one block. FAST (hc.cu's tuning hc_fin 1 and 2;
- * not yet run on a GPU): the warp maxima as one redux.sync each (mk_d_warp_max_nn) and the bytes as
- * v * (1 / s) (mk_d_act_byte_inv), the same values. */
+/* mk_d_quant_row of a row held by T threads, of one block or of several (a cluster's): this thread is
+ * thread tg of them (tg = r blockDim.x + threadIdx.x for the block of rank r) and holds elements tg + j T;
+ * blockDim.x % 128 == 0, so each 128-block is held by four warps of one block. FAST (hc.cu's tuning
+ * hc_fin 1, the default: H100, session 35): the warp maxima as one redux.sync each (mk_d_warp_max_nn) and
+ * the bytes as v * (1 / s) (mk_d_act_byte_inv), the same values. */
 template <bool FAST = false>
 __device__ __forceinline__ void mk_d_quant_row_g(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
                                                  float *__restrict__ sa, int tg, int T) {

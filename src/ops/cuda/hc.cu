@@ -22,9 +22,6 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-
 #define HC_MAX 4
 #define HC_MAXMIX ((2 + HC_MAX) * HC_MAX)
 /* The parts of hc_pre's Sinkhorn split a warp computes (hc_sinkhorn_warp): pre and post, comb. */
@@ -144,8 +141,7 @@ struct hc_row_vals {
     float hv[4][HC_MAX];
     float w[4];
 };
-/* (tg, T): this thread's place among the row's threads (k_hc_pre_fin_cl's cluster: tg = r 256 + threadIdx.x,
- * T = 1024); one block: threadIdx.x, blockDim.x. */
+/* (tg, T): this thread's place among the row's threads (the callers' one block: threadIdx.x, blockDim.x). */
 __device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r, int tg,
                                                int T) {
 #pragma unroll
@@ -164,14 +160,9 @@ __device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc
     }
 }
 
-/* mk_d_rms_scale's value (FIN 0) with the warps' partials added by one thread (tuning hc_fin 1): the same
- * sum in the same order, once instead of in every thread, broadcast through shared memory (one barrier
- * more; the other warps skip the 32-term serial sum and the division). FIN 2 (tuning hc_fin 2): the
- * row's 1024 threads are the HC_CL blocks of 256 of a cluster (k_hc_pre_fin's cluster form); thread 0 of
- * each block loads the 32 warp partials from the blocks' shared memory in warp order (block rank r holds
- * warps 8 r .. 8 r + 7), adds them as above, and the blocks then arrive on the cluster barrier that
- * hc_fin_cl_exit waits for (no block leaves while another may still read its partials). */
-#define HC_CL 4
+/* mk_d_rms_scale's value (FIN 0) with the warps' partials added by one thread (FIN 1, tuning hc_fin's
+ * default): the same sum in the same order, once instead of in every thread, broadcast through shared
+ * memory (one barrier more; the other warps skip the 32-term serial sum and the division). */
 template <int FIN>
 __device__ __forceinline__ float hc_rms_scale(double ss, int d, float eps) {
     if (FIN == 0) return mk_d_rms_scale(ss, d, eps);
@@ -179,36 +170,15 @@ __device__ __forceinline__ float hc_rms_scale(double ss, int d, float eps) {
     __shared__ float rsh;
     ss = mk_d_warp_sum_d(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    if (FIN == 2) cg::this_cluster().sync();
-    else __syncthreads();
+    __syncthreads();
     if (threadIdx.x == 0) {
         double tot = 0.0;
-        if (FIN == 2) {
-            cg::cluster_group cl = cg::this_cluster();
-            double pv[HC_CL * 8]; /* all 32 loads issued before the first add */
-#pragma unroll
-            for (int b = 0; b < HC_CL; b++) {
-                const double *pb = cl.map_shared_rank(part, b);
-#pragma unroll
-                for (int i = 0; i < 8; i++) pv[b * 8 + i] = pb[i];
-            }
-#pragma unroll
-            for (int i = 0; i < HC_CL * 8; i++) tot += pv[i];
-        } else {
-            for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
-        }
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
         const float var = (float)(tot / d);
         rsh = 1.0f / sqrtf(__fadd_rn(var, eps));
     }
     __syncthreads();
-    if (FIN == 2) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
     return rsh;
-}
-/* The end of a cluster-form block (FIN 2) that passed hc_rms_scale: wait until every block has read the
- * partials. */
-template <int FIN>
-__device__ __forceinline__ void hc_fin_cl_exit(void) {
-    if (FIN == 2) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 /* The phase clocks of the finishing kernel (tuning hc_probe, a measurement tool): thread 0 of each
@@ -245,9 +215,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         hc_collapse_block(ht, hc, d, pre, y);
         return;
     }
-    /* this thread's place among the row's threads: the cluster's (FIN 2) or the block's */
-    const int tg = FIN == 2 ? (int)(cg::this_cluster().block_rank() * blockDim.x + threadIdx.x) : (int)threadIdx.x;
-    const int T = FIN == 2 ? HC_CL * (int)blockDim.x : (int)blockDim.x;
+    const int tg = (int)threadIdx.x, T = (int)blockDim.x; /* this thread's place among the row's threads */
     float v[4];
     double ss = 0.0;
 #pragma unroll
@@ -409,16 +377,11 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     const unsigned long long g0 = PROBE ? hc_gtime() : 0ull;
     HC_STAMP(pc, 0);
     mk_d_pdl_launch_dependents();
-    /* FIN 2 (the cluster form): grid (HC_CL, tokens, 1 or 2), cluster (HC_CL, 1, 1): the HC_CL blocks of
-     * 256 threads of a cluster are the row's 1024 threads (block rank r: threads 256 r ..), z = 1 the
-     * comb's cluster, of which only rank 0 works. Otherwise grid (tokens, 1 or 2) of 1024 threads. */
-    const int yb = FIN == 2 ? (int)blockIdx.z : (int)blockIdx.y, ny = FIN == 2 ? (int)gridDim.z : (int)gridDim.y;
-    const int t = FIN == 2 ? (int)blockIdx.y : (int)blockIdx.x, ntok = FIN == 2 ? (int)gridDim.y : (int)gridDim.x;
-    const int rank = FIN == 2 ? (int)blockIdx.x : 0;
+    /* grid (tokens, 1 or 2) of 1024 threads */
+    const int yb = (int)blockIdx.y, ny = (int)gridDim.y, t = (int)blockIdx.x, ntok = (int)gridDim.x;
     const int parts = ny == 1 ? HC_PART_PP | HC_PART_COMB : yb == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
-    if (!rows && rank != 0) return; /* the comb's cluster: rank 0 alone (no cluster barrier there) */
-    const int tg = rank * (int)blockDim.x + (int)threadIdx.x, T = FIN == 2 ? HC_CL * (int)blockDim.x : (int)blockDim.x;
+    const int tg = (int)threadIdx.x, T = (int)blockDim.x;
     hc_row_vals rv;
     if (NORM && rows) hc_row_weights(nw, d, rv, tg, T);
     if (threadIdx.x < 32) { /* the mixes' scales and biases, read by the serial part after the wait */
@@ -429,7 +392,6 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     HC_STAMP(pc, 1);
     __shared__ float mix[HC_MAXMIX];
     __shared__ float pre[HC_MAX];
-    __shared__ float post_x[HC_MAX], comb_x[HC_MAX * HC_MAX]; /* a cluster's ranks > 0: rank 0 writes post / comb */
     __shared__ double stage[HC_FIN_MAXS * 32];
     const int nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
@@ -449,20 +411,19 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
         if (q < nmix) mix[q] = __fmul_rn((float)a, r);
         __syncwarp();
         HC_STAMP(pc, 3);
-        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, rank == 0 ? post + (size_t)t * hc : post_x,
-                         rank == 0 ? comb + (size_t)t * hc * hc : comb_x, parts);
+        hc_sinkhorn_warp(mix, hc, scale, base, iters, hc_eps, pre, post + (size_t)t * hc, comb + (size_t)t * hc * hc,
+                         parts);
         HC_STAMP(pc, 4);
     }
     if (!rows) { /* the comb block: nothing else (the block's threads all return together) */
-        if (PROBE && rank == 0) hc_probe_print(pc, 4, g0, t, yb, ntok);
+        if (PROBE) hc_probe_print(pc, 4, g0, t, yb, ntok);
         return;
     }
     __syncthreads();
     HC_STAMP(pc, 5);
     hc_collapse_norm<NORM, FIN, PROBE>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
                                        xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, pc);
-    if (PROBE && rank == 0) hc_probe_print(pc, NORM ? 9 : 5, g0, t, yb, ntok);
-    hc_fin_cl_exit<FIN>();
+    if (PROBE) hc_probe_print(pc, NORM ? 9 : 5, g0, t, yb, ntok);
 }
 
 /* The head's split path, part 2 (part 1: k_hc_mix_part with nmix = hc): the chunks in order, pre,
@@ -804,17 +765,13 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
             typedef void (*fin_k)(const float *, int, int, int, const double *, const float *, const float *, int,
                                   float, float, const uint16_t *, float, float *, float *, float *, uint8_t *, float *,
                                   int);
-            static const fin_k ks[2][3] = {
-                {k_hc_pre_fin<true, 0, false>, k_hc_pre_fin<true, 1, false>, k_hc_pre_fin<true, 2, false>},
-                {k_hc_pre_fin<true, 0, true>, k_hc_pre_fin<true, 1, true>, k_hc_pre_fin<true, 2, true>}};
-            const int f = ctx->tune.hc_fin;
-            const int cl = f == 2; /* the cluster form: grid (HC_CL, tokens, parts) of 256 threads */
-            const dim3 g = cl ? dim3(HC_CL, (unsigned)ns, fgrid.y) : fgrid;
-            (void)mk_cuda_launch_cluster(ctx, g, cl ? 256 : 1024, 0, cl ? HC_CL : 0, 1, ks[ctx->tune.hc_probe][f], ht,
-                                         hc, d, S, ctx->hc_partial, scale, base, iters, hc_eps, norm_eps, nw, neps,
-                                         x + (size_t)t0 * d, post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                         fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
-                                         fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
+            static const fin_k ks[2][2] = {{k_hc_pre_fin<true, 0, false>, k_hc_pre_fin<true, 1, false>},
+                                           {k_hc_pre_fin<true, 0, true>, k_hc_pre_fin<true, 1, true>}};
+            (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, ks[ctx->tune.hc_probe][ctx->tune.hc_fin], ht, hc, d, S,
+                                     ctx->hc_partial, scale, base, iters, hc_eps, norm_eps, nw, neps,
+                                     x + (size_t)t0 * d, post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
+                                     fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
+                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
         } else
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false, 0, false>, ht, hc, d, S, ctx->hc_partial,
                                      scale, base, iters, hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f,

@@ -227,13 +227,11 @@ typedef struct {
                             * same operations: the same bits); default 1 (H100, session 33: greedy step
                             * ~6 us shorter, two calls), MINKE_CUDA_HC_POST_LOADS=0 */
     int hc_fin;            /* 1: hc_pre's finishing kernel adds the RMSNorm's 32 warp partials (in order)
-                            * in one thread and broadcasts the scale, instead of every thread adding
-                            * them (one barrier more); 2: that, with the row's 1024 threads as a cluster
-                            * of 4 blocks of 256 on 4 SMs (the partials read across the cluster), each
-                            * block adding the chunks and computing pre itself. Both also quantize the
+                            * in one thread and broadcasts the scale (one barrier more), and quantizes the
                             * row with one redux.sync per warp maximum and v * (1 / s) for v / s (s a power
-                            * of two). The same bits each way; default 0 (not yet run on a GPU),
-                            * MINKE_CUDA_HC_FIN */
+                            * of two); 0: the older form (mk_d_rms_scale: every thread adds the 32
+                            * partials itself; shuffle maxima and v / s). The same bits each way; default 1
+                            * (H100, session 35: ~2-3 us less per greedy step), MINKE_CUDA_HC_FIN=0 */
     int hc_probe;          /* 1 (a measurement tool): hc_pre's finishing kernel prints its phases' clocks
                             * (thread 0 of token 0's blocks) at each launch; MINKE_CUDA_HC_PROBE */
     int prio;              /* 1: in a captured step, kernels launched on the main stream get the device's
