@@ -188,7 +188,7 @@ static int up_layer(dsv4_cuda *g, const dsv4_layer *L, glayer *G, int is_mtp, mk
                 break;
             }
             rc = upw(g, hw[i], &dw, err);
-            if (!rc && lane_order) rc = mk_cuda_fp4_lane_order(g->ctx, &dw, err); /* the tensor-core path's order */
+            if (!rc && lane_order) rc = mk_cuda_fp4_expert_layout(g->ctx, &dw, err); /* the tensor-core path's layout */
             tw[(size_t)i * E + e] = dw.w;
             tw[(size_t)(3 + i) * E + e] = dw.scale;
         }

@@ -2074,8 +2074,8 @@ static void test_moe_with_fp8(int K, int E, int d, int I, int nA, int nB) {
         make_weights(&W3[e], MK_W_FP4, I, d);
         CK(mk_cuda_wmat_upload(ctx, &W1[e], &D1[e], &err_));
         CK(mk_cuda_wmat_upload(ctx, &W3[e], &D3[e], &err_));
-        CK(mk_cuda_fp4_lane_order(ctx, &D1[e], &err_));
-        CK(mk_cuda_fp4_lane_order(ctx, &D3[e], &err_));
+        CK(mk_cuda_fp4_expert_layout(ctx, &D1[e], &err_));
+        CK(mk_cuda_fp4_expert_layout(ctx, &D3[e], &err_));
         tw1[e] = D1[e].w, ts1[e] = D1[e].scale, tw3[e] = D3[e].w, ts3[e] = D3[e].scale;
     }
     void *dtw1 = dup_dev(tw1, sizeof(void *) * E), *dts1 = dup_dev(ts1, sizeof(void *) * E);
@@ -2202,24 +2202,35 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
         CK(mk_cuda_wmat_upload(ctx, &W1[e], &D1[e], &err_));
         CK(mk_cuda_wmat_upload(ctx, &W3[e], &D3[e], &err_));
         CK(mk_cuda_wmat_upload(ctx, &W2[e], &D2[e], &err_));
-        CK(mk_cuda_fp4_lane_order(ctx, &D1[e], &err_)); /* the order mk_cuda_moe_gemv_fp4 reads */
-        CK(mk_cuda_fp4_lane_order(ctx, &D3[e], &err_));
-        CK(mk_cuda_fp4_lane_order(ctx, &D2[e], &err_));
+        CK(mk_cuda_fp4_expert_layout(ctx, &D1[e], &err_)); /* the order mk_cuda_moe_gemv_fp4 reads */
+        CK(mk_cuda_fp4_expert_layout(ctx, &D3[e], &err_));
+        CK(mk_cuda_fp4_expert_layout(ctx, &D2[e], &err_));
         tw[0][e] = D1[e].w, ts[0][e] = D1[e].scale;
         tw[1][e] = D3[e].w, ts[1][e] = D3[e].scale;
         tw[2][e] = D2[e].w, ts[2][e] = D2[e].scale;
     }
-    int lane_ok = 1; /* lane order: word j of 32-block q of each 128-block moves to word q of 16-byte group j */
+    /* the experts' layout: word j of 32-block q of each 128-block moves to word q of 16-byte group j (lane
+     * order); with the tuning fp4_tiles 128-block kb of row r sits at unit (r / 16) nb 16 + 16 kb + r % 16
+     * and its 4 scale bytes likewise (slab tiles), else at unit r nb + kb */
+    int lane_ok = 1;
     {
-        size_t nbytes = (size_t)I * d / 2;
-        uint8_t *got = xmalloc(nbytes);
-        const uint8_t *w = W1[0].w;
+        mk_cuda_tuning tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu);
+        const int nb = d / 128;
+        size_t nbytes = (size_t)I * d / 2, sbytes = (size_t)I * (d / 32);
+        uint8_t *got = xmalloc(nbytes), *gs = xmalloc(sbytes);
+        const uint8_t *w = W1[0].w, *sc = W1[0].scale;
         fetch(got, D1[0].w, nbytes);
-        for (size_t b = 0; b < nbytes / 64 && lane_ok; b++)
+        fetch(gs, D1[0].scale, sbytes);
+        for (size_t b = 0; b < nbytes / 64 && lane_ok; b++) {
+            const size_t r = b / (size_t)nb, kb = b % (size_t)nb;
+            const size_t u = tu.fp4_tiles ? (r / 16) * (size_t)nb * 16 + kb * 16 + r % 16 : b;
             for (int q = 0; q < 4; q++)
                 for (int j = 0; j < 4; j++)
-                    lane_ok = lane_ok && !memcmp(got + b * 64 + 16 * j + 4 * q, w + b * 64 + 16 * q + 4 * j, 4);
-        free(got);
+                    lane_ok = lane_ok && !memcmp(got + u * 64 + 16 * j + 4 * q, w + b * 64 + 16 * q + 4 * j, 4);
+            lane_ok = lane_ok && !memcmp(gs + u * 4, sc + b * 4, 4);
+        }
+        free(got), free(gs);
     }
     void *dtw[3], *dts[3];
     for (int j = 0; j < 3; j++) dtw[j] = dup_dev(tw[j], sizeof(void *) * E), dts[j] = dup_dev(ts[j], sizeof(void *) * E);
@@ -2404,7 +2415,7 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
     n_checks++;
     if (!lane_ok) n_fail++;
     printf("| %-40s | %-26s | the uploaded bytes = the host's 4 x 4 word transpose per 128-block: %s |\n",
-           "fp4 lane order", shape, lane_ok ? "ok" : "FAIL");
+           "fp4 expert layout", shape, lane_ok ? "ok" : "FAIL");
     if (T > 1) {
         n_checks++;
         if (!staged_same) n_fail++;
@@ -2443,7 +2454,7 @@ static moe_experts moe_experts_make(int E, int d, int I, int poke) {
         make_weights(&x.H[i], MK_W_FP4, i < 2 * E ? I : d, i < 2 * E ? d : I);
         if (poke && i % 5 == 1) moe_poke_scales(&x.H[i]);
         CK(mk_cuda_wmat_upload(ctx, &x.H[i], &x.D[i], &err_));
-        CK(mk_cuda_fp4_lane_order(ctx, &x.D[i], &err_));
+        CK(mk_cuda_fp4_expert_layout(ctx, &x.D[i], &err_));
         x.tw[i] = x.D[i].w, x.ts[i] = x.D[i].scale;
     }
     x.dtw = dup_dev(x.tw, sizeof(void *) * 3 * E), x.dts = dup_dev(x.ts, sizeof(void *) * 3 * E);
@@ -2562,6 +2573,67 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
            "moe fp4 decode, this tuning", shape, same ? "ok" : "FAIL");
     moe_experts_free(&ex);
     moe_dec_free(&md);
+}
+
+/* The expert GEMVs of T tokens (w1 / w3 by token, w2 by slot with bf16 outputs) with the experts
+ * uploaded in slab tiles against uploaded in rows (tuning fp4_tiles), bit for bit: only the weights'
+ * places differ, not the arithmetic. T picks the kernel (1: decode; a few: the batches' GEMV, or the
+ * staged kernel with staged; many slots per expert: the row-invariant GEMM). The context is left as
+ * it was. */
+static void test_moe_layout_same(int T, int K, int E, int d, int I, int staged) {
+    mk_cuda_tuning def;
+    mk_cuda_ctx_get_tuning(ctx, &def);
+    const int TK = T * K;
+    int32_t *idx = xmalloc(sizeof(int32_t) * TK);
+    float *gw = xmalloc(sizeof(float) * TK), *x = xmalloc(sizeof(float) * T * d), *a = xmalloc(sizeof(float) * TK * I);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) /* E a power of two: 7 j distinct mod E */
+            idx[t * K + j] = (int32_t)((j * 7 + t * 3 + 3) % E), gw[t * K + j] = 0.3f + 0.1f * (float)j;
+    fill_act(x, (size_t)T * d, 1.0f);
+    fill_act(a, (size_t)TK * I, 1.0f);
+    int32_t *didx = dup_dev(idx, sizeof(int32_t) * TK), *dplan = poisoned_dev(sizeof(int32_t) * mk_cuda_moe_plan_ints(T, K, E));
+    float *dgw = dup_dev(gw, sizeof(float) * TK), *dsw = poisoned_dev(sizeof(float) * TK);
+    float *dx = dup_dev(x, sizeof(float) * T * d), *da = dup_dev(a, sizeof(float) * TK * I);
+    uint8_t *dq = poisoned_dev((size_t)T * d), *dqa = poisoned_dev((size_t)TK * I);
+    float *dsa = poisoned_dev(sizeof(float) * (T * d / 128 + 1)), *dsaa = poisoned_dev(sizeof(float) * (TK * I / 128 + 1));
+    CK(mk_cuda_moe_plan(ctx, didx, dgw, T, K, E, dplan, dsw, &err_));
+    CK(mk_cuda_act_quant(ctx, dx, T, d, 1, dq, dsa, &err_));
+    CK(mk_cuda_act_quant(ctx, da, TK, I, 1, dqa, dsaa, &err_));
+    size_t sz[3] = {sizeof(float) * TK * I, sizeof(float) * TK * I, sizeof(float) * TK * d};
+    float *out[2][3];
+    for (int r = 0; r < 2; r++) {
+        mk_cuda_tuning t = def;
+        t.fp4_tiles = r ? !def.fp4_tiles : def.fp4_tiles;
+        if (staged) t.moe_staged = 1;
+        mk_cuda_ctx_set_tuning(ctx, &t);
+        moe_experts ex = moe_experts_make(E, d, I, 1); /* uploaded in this tuning's layout */
+        const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
+        const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
+        for (int j = 0; j < 3; j++) out[r][j] = poisoned_dev(sz[j]);
+        CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, T, K, E, out[r][0], out[r][1], 0, &err_));
+        CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, T, K, E, out[r][2], NULL, 1, &err_));
+        CK(mk_cuda_ctx_sync(ctx, &err_));
+        moe_experts_free(&ex);
+    }
+    mk_cuda_ctx_set_tuning(ctx, &def);
+    int same = 1;
+    for (int j = 0; j < 3; j++) {
+        float *h0 = xmalloc(sz[j]), *h1 = xmalloc(sz[j]);
+        fetch(h0, out[0][j], sz[j]);
+        fetch(h1, out[1][j], sz[j]);
+        same = same && !memcmp(h0, h1, sz[j]);
+        free(h0), free(h1);
+        mk_cuda_free(ctx, out[0][j]), mk_cuda_free(ctx, out[1][j]);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "T%d K%d E%d d%d I%d%s", T, K, E, d, I, staged ? " staged" : "");
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | w1, w3, w2 from slab tiles = from rows, bit for bit: %s |\n", "moe fp4 expert layout", shape,
+           same ? "ok" : "FAIL");
+    void *dev[] = {didx, dplan, dgw, dsw, dx, da, dq, dqa, dsa, dsaa};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free(idx), free(gw), free(x), free(a);
 }
 
 /* ---- MoE routing ------------------------------------------------------------------------------
@@ -3405,21 +3477,30 @@ int main(int argc, char **argv) {
     /* the other decode kernels: blocks of 1 slab with either step, the default blocks with the other
      * step, the batches' GEMV settings, and (v 8) the one-token GEMV at the other moe_occ (w1, w3 and w2
      * against the default's bits too) */
-    for (int v = 1; v <= 8; v++) {
+    /* the experts in slab tiles against in rows (tuning fp4_tiles): each kernel, bit for bit */
+    test_moe_layout_same(1, 6, 16, 4096, 2048, 0);  /* decode at V4-Flash widths */
+    test_moe_layout_same(1, 6, 8, 1280, 384, 0);    /* 10 and 3 128-blocks a row: uneven and empty warp ranges */
+    test_moe_layout_same(9, 6, 16, 1024, 512, 0);   /* the batches' GEMV */
+    test_moe_layout_same(9, 6, 16, 1024, 512, 1);   /* the staged kernel */
+    test_moe_layout_same(64, 6, 8, 1024, 512, 0);   /* the row-invariant GEMM */
+    for (int v = 1; v <= 9; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
+        if (v == 9) t.fp4_tiles = !def.fp4_tiles; /* every expert test below in the other layout */
         if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
         if (v >= 4 && v <= 5) t.moe_b_occ = def.moe_b_occ == 3 ? 2 : 3, t.moe_b_pf = v == 4; /* the batches' GEMV */
         if (v >= 6 && v <= 7) t.moe_b_sl = def.moe_b_sl == 2 ? 1 : 2, t.moe_b_occ = v == 6 ? 2 : 3;
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_b_occ == def.moe_b_occ &&
-            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ)
+            t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ &&
+            t.fp4_tiles == def.fp4_tiles)
             continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d) "
-               "| | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_occ);
+        printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d, "
+               "fp4_tiles = %d) | | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_occ,
+               t.fp4_tiles);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
@@ -3438,6 +3519,7 @@ int main(int argc, char **argv) {
             test_moe_with_fp8(6, 8, 4096, 2048, 2048, 2048);
             test_moe_with_fp8(4, 16, 1024, 512, 512, 256);
         }
+        if (v == 9) test_wgmma_fp4_probe(6, 16, 4096, 2048);
         mk_cuda_ctx_set_tuning(ctx, &def);
     }
 

@@ -155,6 +155,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* the next five: H200, session 16 (results-2026-12-05-merges.md): batch-1 step 1.149 (fast step) / 1.123 (fin
      * split) / 1.140 (the four launch merges) / 1.111-1.143 (all) vs 1.160-1.167 ms with none, same call */
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
+    ctx->tune.fp4_tiles = env_switch("MINKE_CUDA_FP4_TILES", 0); /* not yet run in the model */
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
@@ -393,6 +394,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.hc_post_loads = ctx->tune.hc_post_loads != 0;
     ctx->tune.hc_fin = ctx->tune.hc_fin != 0;
     ctx->tune.hc_probe = ctx->tune.hc_probe != 0;
+    ctx->tune.fp4_tiles = ctx->tune.fp4_tiles != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -359,6 +359,19 @@ __device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t byt
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + off));
 }
 
+/* The routed experts' FP4 layout (mk_cuda_fp4_expert_layout, ops_cuda.h): where row `row`'s 128-block 0
+ * starts in W [n, k / 2 bytes] and its 4 scale bytes in S [n, k / 32], in rows (tl 0) or slab tiles
+ * (tl 1); 128-block kb of the row is MK_FP4_WKB(tl) * kb bytes further (its scales MK_FP4_SKB(tl) * kb).
+ * A slab's 16 rows take 16 * k / 2 bytes (8 k) and 16 * k / 32 scale bytes (k / 2) either way. */
+#define MK_FP4_WKB(tl) ((tl) ? 1024 : 64)
+#define MK_FP4_SKB(tl) ((tl) ? 64 : 4)
+__device__ __forceinline__ const uint8_t *mk_d_fp4_w(const uint8_t *W, int row, int k, int tl) {
+    return tl ? W + (size_t)(row >> 4) * ((size_t)k * 8) + (size_t)(row & 15) * 64 : W + (size_t)row * ((size_t)k >> 1);
+}
+__device__ __forceinline__ const uint8_t *mk_d_fp4_s(const uint8_t *S, int row, int k, int tl) {
+    return tl ? S + (size_t)(row >> 4) * ((size_t)k >> 1) + (size_t)(row & 15) * 4 : S + (size_t)row * ((size_t)k >> 5);
+}
+
 /* The 128-byte line at p into L2 (a hint: nothing waits for it). */
 __device__ __forceinline__ void mk_d_l2_prefetch(const void *p) {
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));

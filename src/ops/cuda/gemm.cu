@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(128 * WG_KS, 2) k_probe_wgmma_fp4(const void *
                                                                     const float *__restrict__ sa, int n, int k,
                                                                     const int32_t *__restrict__ plan, int TK, int E,
                                                                     int by_token, float *__restrict__ y,
-                                                                    float *__restrict__ y3) {
+                                                                    float *__restrict__ y3, int tl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) uint8_t wg_smem[]; /* B: k / 32 tiles of 256 bytes, then the partials */
     if (blockIdx.z) Wt = Wt3, St = St3, y = y3;
@@ -572,8 +572,8 @@ __global__ void __launch_bounds__(128 * WG_KS, 2) k_probe_wgmma_fp4(const void *
     const int ex = gexp[grp], slot = goff[grp], xr = by_token ? stok[slot] : slot;
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5, ns = k >> 5;
-    const size_t rowb = (size_t)k >> 1;
+    const int nb = k >> 7, ns = k >> 5;
+    const int wkb = MK_FP4_WKB(tl), skb = MK_FP4_SKB(tl); /* a 128-block's step in the experts' layout */
     /* B tiles: step s (32-block s) column 0 slot c at (c >> 4) * 128 + (c & 15), the other columns 0 */
     const uint8_t *xrow = xq + (size_t)xr * k;
     for (int i = tid; i < ns * 256; i += blockDim.x) {
@@ -588,22 +588,22 @@ __global__ void __launch_bounds__(128 * WG_KS, 2) k_probe_wgmma_fp4(const void *
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     const int r0 = blockIdx.x * 64 + warp * 16 + g;
-    const uint8_t *w0 = W + (size_t)r0 * rowb + t * 16, *w1 = w0 + 8 * rowb;
-    const uint8_t *s0p = S + (size_t)r0 * nsb, *s1p = s0p + (size_t)8 * nsb;
+    const uint8_t *w0 = mk_d_fp4_w(W, r0, k, tl) + t * 16, *w1 = mk_d_fp4_w(W, r0 + 8, k, tl) + t * 16;
+    const uint8_t *s0p = mk_d_fp4_s(S, r0, k, tl), *s1p = mk_d_fp4_s(S, r0 + 8, k, tl);
     const int per = (nb + WG_KS - 1) / WG_KS, kb0 = wg * per, kb1 = min(nb, kb0 + per);
     float acc0 = 0.0f, acc1 = 0.0f; /* rows r0, r0 + 8, column 0 (lanes t == 0) */
     uint4 a0 = make_uint4(0, 0, 0, 0), a1 = a0;
     uint32_t sw0 = 0, sw1 = 0;
     if (kb0 < kb1) {
-        a0 = mk_d_ld_stream(w0 + (size_t)kb0 * 64), a1 = mk_d_ld_stream(w1 + (size_t)kb0 * 64);
-        sw0 = *(const uint32_t *)(s0p + 4 * kb0), sw1 = *(const uint32_t *)(s1p + 4 * kb0);
+        a0 = mk_d_ld_stream(w0 + (size_t)kb0 * wkb), a1 = mk_d_ld_stream(w1 + (size_t)kb0 * wkb);
+        sw0 = *(const uint32_t *)(s0p + skb * kb0), sw1 = *(const uint32_t *)(s1p + skb * kb0);
     }
     for (int kb = kb0; kb < kb1; kb++) {
         const uint4 c0 = a0, c1 = a1;
         const uint32_t cs0 = sw0, cs1 = sw1;
         if (kb + 1 < kb1) { /* the next 128-block's weights in flight during this one's MMAs */
-            a0 = mk_d_ld_stream(w0 + (size_t)(kb + 1) * 64), a1 = mk_d_ld_stream(w1 + (size_t)(kb + 1) * 64);
-            sw0 = *(const uint32_t *)(s0p + 4 * (kb + 1)), sw1 = *(const uint32_t *)(s1p + 4 * (kb + 1));
+            a0 = mk_d_ld_stream(w0 + (size_t)(kb + 1) * wkb), a1 = mk_d_ld_stream(w1 + (size_t)(kb + 1) * wkb);
+            sw0 = *(const uint32_t *)(s0p + skb * (kb + 1)), sw1 = *(const uint32_t *)(s1p + skb * (kb + 1));
         }
         uint32_t e[4][4];
 #pragma unroll
@@ -658,7 +658,7 @@ int mk_cuda_probe_wgmma_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_
     if (st) return st;
     const int G = K < E ? K : E;
     k_probe_wgmma_fp4<<<dim3((unsigned)(n / 64), (unsigned)G, W3 ? 2u : 1u), 128 * WG_KS, smem, ctx->stream>>>(
-        W, S, W3, S3, xq, sa, n, k, plan, K, E, by_token, y, y3);
+        W, S, W3, S3, xq, sa, n, k, plan, K, E, by_token, y, y3, ctx->tune.fp4_tiles);
     MK_CU_LAUNCHED(err, "cuda: wgmma fp4 probe launch");
     return MK_OK;
 }

@@ -888,24 +888,63 @@ __device__ __forceinline__ void fp4l_step_fast(const uint4 &a0, const uint4 &a1,
 }
 
 /* In-place lane order of FP4 rows [n, k/2 bytes] (k % 128 == 0): a thread per 64-byte block. */
-__global__ void k_fp4_lane_order(uint32_t *__restrict__ w, size_t nblocks) {
-    const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (b >= nblocks) return;
-    uint4 *p = (uint4 *)(w + b * 16);
-    uint4 v[4] = {p[0], p[1], p[2], p[3]}; /* v[q]: 32-block q's words 0..3 */
+__device__ __forceinline__ void fp4_lane_store(uint4 *p, const uint4 (&v)[4]) { /* v[q]: 32-block q's words 0..3 */
     p[0] = make_uint4(v[0].x, v[1].x, v[2].x, v[3].x);
     p[1] = make_uint4(v[0].y, v[1].y, v[2].y, v[3].y);
     p[2] = make_uint4(v[0].z, v[1].z, v[2].z, v[3].z);
     p[3] = make_uint4(v[0].w, v[1].w, v[2].w, v[3].w);
 }
+__global__ void k_fp4_lane_order(uint32_t *__restrict__ w, size_t nblocks) {
+    const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (b >= nblocks) return;
+    uint4 *p = (uint4 *)(w + b * 16);
+    const uint4 v[4] = {p[0], p[1], p[2], p[3]};
+    fp4_lane_store(p, v);
+}
 
-extern "C" int mk_cuda_fp4_lane_order(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *err) {
-    if (dev->kind != MK_W_FP4 || dev->k % 128 || dev->n <= 0)
-        return mk_fail(err, MK_EINVAL, "cuda: fp4 lane order: needs FP4 weights with k %% 128 == 0 (kind %d, k %d)",
-                       (int)dev->kind, dev->k);
-    const size_t nblocks = (size_t)dev->n * (size_t)(dev->k / 128);
-    k_fp4_lane_order<<<(unsigned)((nblocks + 255) / 256), 256, 0, ctx->stream>>>((uint32_t *)dev->w, nblocks);
-    MK_CU_LAUNCHED(err, "cuda: fp4 lane order launch");
+/* Slab tiles in place (tuning fp4_tiles): block = one slab of 16 rows, staged in shared memory (its
+ * 16 k / 2 weight bytes and 16 k / 32 scale bytes), then written back in tile order: unit u = 16 kb + r
+ * of the slab's range holds row r's 128-block kb, in lane order, and its 4 scale bytes. */
+__global__ void __launch_bounds__(256) k_fp4_tiles(uint8_t *__restrict__ w, uint8_t *__restrict__ s, int k) {
+    extern __shared__ __align__(16) uint8_t tl_smem[];
+    const size_t rowb = (size_t)k >> 1, nsb = (size_t)k >> 5;
+    const int nb = k >> 7;
+    uint8_t *ws = w + (size_t)blockIdx.x * 16 * rowb, *ss = s + (size_t)blockIdx.x * 16 * nsb;
+    uint8_t *wsm = tl_smem, *ssm = tl_smem + 16 * rowb;
+    for (size_t i = threadIdx.x; i < rowb; i += blockDim.x) /* 16 rows x rowb bytes = rowb uint4 */
+        ((uint4 *)wsm)[i] = ((const uint4 *)ws)[i];
+    for (size_t i = threadIdx.x; i < 4 * nsb; i += blockDim.x) ((uint32_t *)ssm)[i] = ((const uint32_t *)ss)[i];
+    __syncthreads();
+    for (int u = threadIdx.x; u < 16 * nb; u += blockDim.x) {
+        const int kb = u >> 4, r = u & 15;
+        const uint4 *src = (const uint4 *)(wsm + (size_t)r * rowb + (size_t)kb * 64);
+        const uint4 v[4] = {src[0], src[1], src[2], src[3]};
+        fp4_lane_store((uint4 *)(ws + (size_t)u * 64), v);
+        ((uint32_t *)ss)[u] = *(const uint32_t *)(ssm + (size_t)r * nsb + (size_t)kb * 4);
+    }
+}
+
+extern "C" int mk_cuda_fp4_expert_layout(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *err) {
+    if (dev->kind != MK_W_FP4 || dev->k % 128 || dev->n <= 0 || dev->n % 16)
+        return mk_fail(err, MK_EINVAL,
+                       "cuda: fp4 expert layout: needs FP4 weights with n %% 16 == 0 and k %% 128 == 0 (kind %d, n %d, k %d)",
+                       (int)dev->kind, dev->n, dev->k);
+    if (!ctx->tune.fp4_tiles) {
+        const size_t nblocks = (size_t)dev->n * (size_t)(dev->k / 128);
+        k_fp4_lane_order<<<(unsigned)((nblocks + 255) / 256), 256, 0, ctx->stream>>>((uint32_t *)dev->w, nblocks);
+        MK_CU_LAUNCHED(err, "cuda: fp4 lane order launch");
+        return MK_OK;
+    }
+    if (!dev->scale) return mk_fail(err, MK_EINVAL, "cuda: fp4 expert layout: the weights have no scales");
+    const size_t smem = (size_t)16 * (dev->k / 2) + (size_t)16 * (dev->k / 32);
+    if (smem > ctx->caps.smem_optin)
+        return mk_fail(err, MK_ENOTSUP, "cuda: fp4 expert layout: k %d needs %zu bytes of shared memory a slab (at most %zu)",
+                       dev->k, smem, (size_t)ctx->caps.smem_optin);
+    if (smem > 48 * 1024)
+        MK_CU_TRY(cudaFuncSetAttribute(k_fp4_tiles, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err,
+                  "cuda: fp4 expert layout: shared memory");
+    k_fp4_tiles<<<(unsigned)(dev->n / 16), 256, smem, ctx->stream>>>((uint8_t *)dev->w, (uint8_t *)dev->scale, dev->k);
+    MK_CU_LAUNCHED(err, "cuda: fp4 tiles launch");
     return MK_OK;
 }
 
@@ -968,7 +1007,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int fast,
+                                                         float *__restrict__ y3, int round, int fast, int tl,
                                                          bool pf = true) { /* pf: the L2 prefetch below */
     __shared__ float red[GEMV_MAXW * 32 * 4 * SL];
     __shared__ float tile[SL][8 * 16];
@@ -982,7 +1021,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
     const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
     const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
-    if (pf) { /* this block's 16 SL weight rows into L2 while the previous kernel finishes */
+    if (pf) { /* this block's 16 SL weight rows (SL whole slabs either way) into L2 while the previous kernel finishes */
         const int lines = (int)(((size_t)k >> 1) / 128);
         for (int i = threadIdx.x; i < 16 * SL * lines; i += blockDim.x)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(bid.x * 16 * SL + i / lines) * (k >> 1) +
@@ -990,17 +1029,17 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5;
-    const size_t rowb = (size_t)k >> 1;
+    const int nb = k >> 7;
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
+    const int wkb = MK_FP4_WKB(tl), skb = MK_FP4_SKB(tl); /* a 128-block's step in the layout */
     const uint8_t *w0[SL], *w1[SL], *s0p[SL], *s1p[SL];
 #pragma unroll
     for (int q = 0; q < SL; q++) { /* slab q: rows n0 + 16 q .. */
         const int nq = (bid.x * SL + q) * 16;
-        w0[q] = W + (size_t)(nq + g) * rowb + t * 16;
-        w1[q] = w0[q] + 8 * rowb;
-        s0p[q] = S + (size_t)(nq + g) * nsb;
-        s1p[q] = s0p[q] + (size_t)8 * nsb;
+        w0[q] = mk_d_fp4_w(W, nq + g, k, tl) + t * 16;
+        w1[q] = mk_d_fp4_w(W, nq + g + 8, k, tl) + t * 16;
+        s0p[q] = mk_d_fp4_s(S, nq + g, k, tl);
+        s1p[q] = mk_d_fp4_s(S, nq + g + 8, k, tl);
     }
     mk_d_pdl_wait();
     for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
@@ -1020,10 +1059,10 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
                 if (kb + u < kb1) {
 #pragma unroll
                     for (int q = 0; q < SL; q++) {
-                        a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * 64);
-                        a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * 64);
-                        sw[q][u][0] = *(const uint32_t *)(s0p[q] + 4 * (kb + u));
-                        sw[q][u][1] = *(const uint32_t *)(s1p[q] + 4 * (kb + u));
+                        a[q][u][0] = mk_d_ld_stream(w0[q] + (size_t)(kb + u) * wkb);
+                        a[q][u][1] = mk_d_ld_stream(w1[q] + (size_t)(kb + u) * wkb);
+                        sw[q][u][0] = *(const uint32_t *)(s0p[q] + skb * (kb + u));
+                        sw[q][u][1] = *(const uint32_t *)(s1p[q] + skb * (kb + u));
                     }
 #pragma unroll
                     for (int j = 0; j < 4; j++)
@@ -1074,9 +1113,9 @@ __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *_
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int fast, int pf) {
+                                                         float *__restrict__ y3, int round, int fast, int tl, int pf) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, tl, pf);
 }
 
 
@@ -1093,7 +1132,7 @@ __global__ void __launch_bounds__(256, MINB) k_moe_fp4_with_fp8(const void *cons
                                                          const float *__restrict__ sa, int n, int k, int per,
                                                          const int32_t *__restrict__ plan, int TK, int E,
                                                          int by_token, float *__restrict__ y,
-                                                         float *__restrict__ y3, int round, int fast, int mx, int my, int mz,
+                                                         float *__restrict__ y3, int round, int fast, int tl, int mx, int my, int mz,
         const uint8_t *__restrict__ FW, const uint8_t *__restrict__ FS, const uint8_t *__restrict__ fxq,
         const float *__restrict__ fsa, int fm, int fn, int fk, int fper, float *__restrict__ fy,
         int fround, const uint8_t *__restrict__ FW2, const uint8_t *__restrict__ FS2, int fn2,
@@ -1102,7 +1141,7 @@ __global__ void __launch_bounds__(256, MINB) k_moe_fp4_with_fp8(const void *cons
     const int b = blockIdx.x, nm = mx * my * mz;
     const uint3 eb = make_uint3(b % mx, (b / mx) % my, b / (mx * my));
     if (b < nm)
-        moe_fp4_body<UM, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, pf);
+        moe_fp4_body<UM, 2>(eb, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, tl, pf);
     else
         gemv_fp8_body<UF>(make_uint3(0, b - nm, 0), 1, FW, FS, fxq, fsa, fm, fn, fk, fper, fy, fround,
                          (float *)NULL, (unsigned *)NULL, FW2, FS2, fn2, fy2);
@@ -1126,7 +1165,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
                                                            const float *__restrict__ sa, int n, int k, int per,
                                                            const int32_t *__restrict__ plan, int TK, int E,
                                                            int by_token, float *__restrict__ y,
-                                                           float *__restrict__ y3, int round) {
+                                                           float *__restrict__ y3, int round, int tl) {
     extern __shared__ __align__(16) uint8_t moe_dsm[];
     __shared__ float red2[2][GEMV_MAXW][32][4]; /* [chunk parity][warp][lane][C fragment] */
     mk_d_pdl_launch_dependents();
@@ -1141,23 +1180,24 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
     const uint8_t *W = (const uint8_t *)Wt[ex], *S = St[ex];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x, nthr = blockDim.x;
     const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5;
-    const size_t rowb = (size_t)k >> 1;
+    const int nb = k >> 7;
     const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
     const int n0 = blockIdx.x * 16;
+    const int wkb = MK_FP4_WKB(tl), skb = MK_FP4_SKB(tl); /* a 128-block's step in the layout */
     const int rs = (k >> 1) + 64, xs_k = k + 32;       /* padded row strides in shared memory */
     uint8_t *wsm = moe_dsm;                            /* [16][rs] the slab's FP4 rows */
     uint8_t *xs = moe_dsm + (size_t)16 * rs;           /* [2][8][xs_k] activation bytes */
     float *ss = (float *)(xs + (size_t)16 * xs_k);     /* [2][8][nb] activation block scales */
-    { /* the slab's weights into shared memory (they do not depend on the previous kernel) */
+    { /* the slab's weights into shared memory as rows (they do not depend on the previous kernel) */
         const int wp = k >> 5; /* 16-byte pieces per row */
         for (int i = tid; i < 16 * wp; i += nthr) {
             const int r = i / wp, c = i - r * wp;
-            mk_d_cp_async16(wsm + (size_t)r * rs + (size_t)c * 16, W + (size_t)(n0 + r) * rowb + (size_t)c * 16, 16);
+            mk_d_cp_async16(wsm + (size_t)r * rs + (size_t)c * 16,
+                            mk_d_fp4_w(W, n0 + r, k, tl) + (size_t)(c >> 2) * wkb + (size_t)(c & 3) * 16, 16);
         }
         mk_d_cp_async_commit();
     }
-    const uint8_t *s0p = S + (size_t)(n0 + g) * nsb, *s1p = s0p + (size_t)8 * nsb;
+    const uint8_t *s0p = mk_d_fp4_s(S, n0 + g, k, tl), *s1p = mk_d_fp4_s(S, n0 + g + 8, k, tl);
     mk_d_pdl_wait();
     const int pieces = k >> 4; /* 16-byte pieces per activation row */
     auto stage = [&](int buf, int c0) { /* the chunk's row ids first (independent loads), then the copies */
@@ -1203,7 +1243,7 @@ __global__ void __launch_bounds__(256, 2) k_moe_fp4_staged(const void *const *__
         for (int kb = kb0; kb < kb1; kb++) {
             const uint4 a0 = *(const uint4 *)(wsm + (size_t)g * rs + (size_t)kb * 64 + t * 16);
             const uint4 a1 = *(const uint4 *)(wsm + (size_t)(g + 8) * rs + (size_t)kb * 64 + t * 16);
-            const uint32_t sw0 = *(const uint32_t *)(s0p + 4 * kb), sw1 = *(const uint32_t *)(s1p + 4 * kb);
+            const uint32_t sw0 = *(const uint32_t *)(s0p + skb * kb), sw1 = *(const uint32_t *)(s1p + skb * kb);
             uint2 x[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) x[j] = g < m ? *(const uint2 *)(xp + (size_t)kb * 128 + 32 * j) : make_uint2(0, 0);
@@ -1236,7 +1276,7 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
                                                                    const float *__restrict__ sa, int n, int k, int per,
                                                                    const int32_t *__restrict__ plan, int TK, int E,
                                                                    int by_token, float *__restrict__ y,
-                                                                   float *__restrict__ y3, int round, int pf) {
+                                                                   float *__restrict__ y3, int round, int tl, int pf) {
     __shared__ __align__(16) uint8_t xs[RI_ST][8 * J * 128];
     __shared__ float ss[RI_ST][8 * J];
     __shared__ int rows[8 * J];
@@ -1251,13 +1291,14 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
     const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, nsb = k >> 5;
-    const size_t rowb = (size_t)k >> 1;
+    const int nb = k >> 7;
     const int slab = (int)blockIdx.x * 8 + warp;
     const bool active = slab < (n >> 4);
     const int n0 = active ? slab * 16 : 0;
-    const uint8_t *w0 = (const uint8_t *)Wt[ex] + (size_t)(n0 + g) * rowb + t * 16, *w1 = w0 + 8 * rowb;
-    const uint8_t *s0p = St[ex] + (size_t)(n0 + g) * nsb, *s1p = s0p + (size_t)8 * nsb;
+    const int wkb = MK_FP4_WKB(tl), skb = MK_FP4_SKB(tl); /* a 128-block's step in the layout */
+    const uint8_t *Wx = (const uint8_t *)Wt[ex];
+    const uint8_t *w0 = mk_d_fp4_w(Wx, n0 + g, k, tl) + t * 16, *w1 = mk_d_fp4_w(Wx, n0 + g + 8, k, tl) + t * 16;
+    const uint8_t *s0p = mk_d_fp4_s(St[ex], n0 + g, k, tl), *s1p = mk_d_fp4_s(St[ex], n0 + g + 8, k, tl);
     mk_d_pdl_wait();
     for (int tb = c_lo; tb < c_hi; tb += 8 * J) {
         const int mt = min(8 * J, c_hi - tb);
@@ -1277,8 +1318,8 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
         for (int u = 0; u < WD; u++) {
             an0[u] = an1[u] = make_uint4(0, 0, 0, 0), swn0[u] = swn1[u] = 0;
             if (active && u < nb) {
-                an0[u] = mk_d_ld_stream(w0 + (size_t)u * 64), an1[u] = mk_d_ld_stream(w1 + (size_t)u * 64);
-                swn0[u] = *(const uint32_t *)(s0p + 4 * u), swn1[u] = *(const uint32_t *)(s1p + 4 * u);
+                an0[u] = mk_d_ld_stream(w0 + (size_t)u * wkb), an1[u] = mk_d_ld_stream(w1 + (size_t)u * wkb);
+                swn0[u] = *(const uint32_t *)(s0p + skb * u), swn1[u] = *(const uint32_t *)(s1p + skb * u);
             }
         }
         float tot[4 * J], part[4 * J];
@@ -1292,12 +1333,12 @@ __global__ void __launch_bounds__(256, J == 8 ? 1 : 2) k_moe_fp4_ri(const void *
                 ri_advance<RI_ST>(stage, kb, nb);
                 a0 = an0[u], a1 = an1[u], sw0 = swn0[u], sw1 = swn1[u];
                 if (active && lane < 16 && kb + pf < nb) /* lane r: row n0 + r's 128-block kb + pf, into L2 */
-                    mk_d_l2_prefetch((const uint8_t *)Wt[ex] + (size_t)(n0 + lane) * rowb + (size_t)(kb + pf) * 64);
+                    mk_d_l2_prefetch(mk_d_fp4_w(Wx, n0 + lane, k, tl) + (size_t)(kb + pf) * wkb);
                 if (active && kb + WD < nb) {
-                    an0[u] = mk_d_ld_stream(w0 + (size_t)(kb + WD) * 64);
-                    an1[u] = mk_d_ld_stream(w1 + (size_t)(kb + WD) * 64);
-                    swn0[u] = *(const uint32_t *)(s0p + 4 * (kb + WD));
-                    swn1[u] = *(const uint32_t *)(s1p + 4 * (kb + WD));
+                    an0[u] = mk_d_ld_stream(w0 + (size_t)(kb + WD) * wkb);
+                    an1[u] = mk_d_ld_stream(w1 + (size_t)(kb + WD) * wkb);
+                    swn0[u] = *(const uint32_t *)(s0p + skb * (kb + WD));
+                    swn1[u] = *(const uint32_t *)(s1p + skb * (kb + WD));
                 }
                 if (!active) continue;
                 uint32_t e0[4], o0[4], e1[4], o1[4];
@@ -1350,16 +1391,16 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         return mk_fail(err, MK_EINVAL, "cuda: moe fp4 gemv: a second matrix needs its scales and output");
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
-    const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step;
+    const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step, tl = ctx->tune.fp4_tiles;
     if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);
         e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
-                              E, by_token, y, y3, round, fast, ctx->tune.moe_pf)
+                              E, by_token, y, y3, round, fast, tl, ctx->tune.moe_pf)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, fast, ctx->tune.moe_pf);
+                              by_token, y, y3, round, fast, tl, ctx->tune.moe_pf);
     } else if (T > 1 && ctx->tune.moe_ri && ctx->tune.gemv_tiles >= 4 && TK >= ctx->tune.moe_ri * G) {
         /* many slots per expert (prefill): the row-invariant GEMM */
         grid.x = (unsigned)((n / 16 + 7) / 8);
@@ -1367,23 +1408,23 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         const int pf = ctx->tune.ri_l2_pf;
         e = ctx->tune.gemv_tiles < 8
                 ? gemv_launch(ctx, grid, 256, k_moe_fp4_ri<4, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, pf)
+                              by_token, y, y3, round, tl, pf)
             : ctx->tune.ri_wdepth == 2
                 ? gemv_launch(ctx, grid, 256, k_moe_fp4_ri<8, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, pf)
+                              by_token, y, y3, round, tl, pf)
                 : gemv_launch(ctx, grid, 256, k_moe_fp4_ri<8, 1>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, pf);
+                              by_token, y, y3, round, tl, pf);
     } else if (T > 1 && ctx->tune.moe_staged && staged_smem(k) <= ctx->caps.smem_optin) { /* several slots per expert */
         int st = mk_cuda_smem_optin(ctx, MK_OPTIN_MOE_STAGED, (const void *)k_moe_fp4_staged, staged_smem(k), err);
         if (st) return st;
         e = mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), staged_smem(k), k_moe_fp4_staged, W, S, W3, S3, xq, sa, n, k,
-                               per, plan, TK, E, by_token, y, y3, round);
+                               per, plan, TK, E, by_token, y, y3, round, tl);
     } else { /* tuning moe_b_occ / moe_b_pf / moe_b_sl: 3 blocks an SM, no L2 prefetch, two slabs a block by
               * default (H100 batch 64: 7.87 ms a step against 10.00; results-2026-12-06-topk.md); the same
               * sums each way */
         void (*kern)(const void *const *, const uint8_t *const *, const void *const *, const uint8_t *const *,
                      const uint8_t *, const float *, int, int, int, const int32_t *, int, int, int, float *, float *,
-                     int, int, int) = k_moe_gemv_fp4<4, 1>;
+                     int, int, int, int) = k_moe_gemv_fp4<4, 1>;
         if (ctx->tune.moe_b_sl == 2 && n % 32 == 0) {
             grid.x = (unsigned)(n / 32);
             kern = ctx->tune.moe_b_occ == 3 ? k_moe_gemv_fp4<1, 2, 3> : k_moe_gemv_fp4<2, 2>;
@@ -1391,7 +1432,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
             kern = k_moe_gemv_fp4<2, 1, 3>;
         }
         e = gemv_launch(ctx, grid, nw * 32, kern, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round,
-                        fast, ctx->tune.moe_b_pf);
+                        fast, tl, ctx->tune.moe_b_pf);
     }
     MK_CU_TRY(e, err, "cuda: moe fp4 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: moe fp4 gemv launch");
@@ -1423,13 +1464,13 @@ int mk_cuda_moe_gemv_fp4_with(mk_cuda_ctx *ctx, const void *const *W, const uint
      * prefetch (bench/gpu/results-2026-12-06-topk.md); the same blocks and sums: the same bits */
     void (*kern)(const void *const *, const uint8_t *const *, const void *const *, const uint8_t *const *,
                  const uint8_t *, const float *, int, int, int, const int32_t *, int, int, int, float *, float *, int,
-                 int, int, int, int, const uint8_t *, const uint8_t *, const uint8_t *, const float *, int, int, int,
+                 int, int, int, int, int, const uint8_t *, const uint8_t *, const uint8_t *, const float *, int, int, int,
                  int, float *, int, const uint8_t *, const uint8_t *, int, float *, int) =
         ctx->tune.moe_occ == 3 ? k_moe_fp4_with_fp8<1, 2, 3> : k_moe_fp4_with_fp8<2, 4, 2>;
     cudaError_t e = gemv_launch(ctx, dim3((unsigned)(mx * my * mz + fslabs)), GEMV_MAXW * 32,
                                 kern, W, S,
                                 W3, S3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, ctx->tune.moe_fast_step,
-                                mx, my, mz,
+                                ctx->tune.fp4_tiles, mx, my, mz,
                                 (const uint8_t *)f->W->w, f->W->scale, f->xq, f->sa, f->m, f->W->n, f->W->k, p.per, f->y,
                                 f->round, f->W2 ? (const uint8_t *)f->W2->w : (const uint8_t *)NULL,
                                 f->W2 ? f->W2->scale : (const uint8_t *)NULL, n2, f->y2, ctx->tune.moe_pf);

@@ -152,6 +152,12 @@ typedef struct {
                             * its weight rows into L2, before its PDL wait (default 0). The same bits each
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
+    int fp4_tiles;         /* 1: the routed experts' FP4 weights and scales are uploaded in slab tiles
+                            * (mk_cuda_fp4_expert_layout: a slab's 16 rows one 1 KB run per 128-block)
+                            * and every expert kernel reads them there; the same bits. bench_gpu's read
+                            * pattern probe, H100 session 35: the decode GEMV's loads stream at 97% of copy
+                            * from tiles against 81% from rows. Not yet run in the model: default 0,
+                            * MINKE_CUDA_FP4_TILES. Set before the weights are uploaded. */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
@@ -699,11 +705,15 @@ int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, 
                         const float *iw, float iw_scale, mk_cuda_paged ikv, int R, int IH, int ID, int n_cap,
                         float *sc, int32_t *cnt, int sel_cap, int32_t *sel, mk_err *err);
 
-/* Rearranges uploaded FP4 weights (k % 128 == 0) in place into the lane order that
- * mk_cuda_moe_gemv_fp4 reads: in each row's 64-byte 128-block the 4 x 4 matrix of 4-byte words
- * [32-block][word] is transposed. Only for the routed experts' matrices: every other FP4 consumer
- * reads the natural order. */
-int mk_cuda_fp4_lane_order(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *err);
+/* Rearranges uploaded FP4 weights (n % 16 == 0, k % 128 == 0) in place into the expert layout that
+ * mk_cuda_moe_gemv_fp4 reads. Lane order always: in each row's 64-byte 128-block the 4 x 4 matrix of
+ * 4-byte words [32-block][word] is transposed. With the tuning fp4_tiles also slab tiles: the 64-byte
+ * 128-block kb of row r moves to ((r / 16) * (k / 128) + kb) * 1024 + (r % 16) * 64 and its 4 scale
+ * bytes to ((r / 16) * (k / 128) + kb) * 64 + (r % 16) * 4, so the 16 rows of a slab are one 1 KB run
+ * of weights and one 64-byte run of scales per 128-block (mk_d_fp4_w / mk_d_fp4_s give the places; every
+ * byte stays inside its slab's range). The expert kernels must run under the same fp4_tiles as the
+ * upload. Only for the routed experts' matrices: every other FP4 consumer reads the natural order. */
+int mk_cuda_fp4_expert_layout(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *err);
 
 /* MoE (moe.cu). route: scores [T, E] gate logits -> sqrt(softplus); idx [T, K] the top-k of
  * scores + bias (margin [T] k-th minus (k+1)-th) or, with bias NULL, tid2eid[tok[t]] (margin inf).
@@ -736,7 +746,7 @@ int mk_cuda_moe_gemv(mk_cuda_ctx *ctx, int kind, const void *const *W1, const ui
 /* Tensor-core path for FP4 experts: gemv_fp4 y [slot, n] (fp32, or bf16-rounded with round) = the
  * slot's row of xq (e4m3 [rows, k] in the FP4 kernel's permuted layout, scales sa [rows, k / 128],
  * from mk_cuda_act_quant with perm = 1; rows by token with by_token, else by slot) times its
- * expert's W^T (tables W / S [E]; W in lane order, mk_cuda_fp4_lane_order). One MMA per 32-block
+ * expert's W^T (tables W / S [E]; W and S in the experts' layout, mk_cuda_fp4_expert_layout). One MMA per 32-block
  * for 8 slots; a slot's result does not depend on the other slots of its expert (gemv.cu). swiglu: out [slot, n] from
  * the w1 and w3 results and the slot weights sw, as mk_cuda_moe_gemv's fused pass computes it. */
 /* W3 / S3 / y3 (or all NULL): a second matrix of the same shape on the same activations in the same
