@@ -2601,20 +2601,28 @@ static void test_moe_layout_same(int T, int K, int E, int d, int I, int staged) 
     CK(mk_cuda_act_quant(ctx, da, TK, I, 1, dqa, dsaa, &err_));
     size_t sz[3] = {sizeof(float) * TK * I, sizeof(float) * TK * I, sizeof(float) * TK * d};
     float *out[2][3];
+    moe_experts ex = moe_experts_make(E, d, I, 1); /* the host weights, uploaded again below in each layout */
     for (int r = 0; r < 2; r++) {
         mk_cuda_tuning t = def;
         t.fp4_tiles = r ? !def.fp4_tiles : def.fp4_tiles;
         if (staged) t.moe_staged = 1;
         mk_cuda_ctx_set_tuning(ctx, &t);
-        moe_experts ex = moe_experts_make(E, d, I, 1); /* uploaded in this tuning's layout */
+        for (int i = 0; i < 3 * E; i++) { /* the same host weights in this tuning's layout */
+            mk_cuda_wmat_free(ctx, &ex.D[i]);
+            CK(mk_cuda_wmat_upload(ctx, &ex.H[i], &ex.D[i], &err_));
+            CK(mk_cuda_fp4_expert_layout(ctx, &ex.D[i], &err_));
+            ex.tw[i] = ex.D[i].w, ex.ts[i] = ex.D[i].scale;
+        }
+        CK(mk_cuda_upload(ctx, ex.dtw, ex.tw, sizeof(void *) * 3 * E, &err_));
+        CK(mk_cuda_upload(ctx, ex.dts, ex.ts, sizeof(void *) * 3 * E, &err_));
         const void *const *W1 = (const void *const *)ex.dtw, *const *W3 = W1 + E, *const *W2 = W1 + 2 * E;
         const uint8_t *const *S1 = (const uint8_t *const *)ex.dts, *const *S3 = S1 + E, *const *S2 = S1 + 2 * E;
         for (int j = 0; j < 3; j++) out[r][j] = poisoned_dev(sz[j]);
         CK(mk_cuda_moe_gemv_fp4(ctx, W1, S1, W3, S3, I, d, dq, dsa, 1, dplan, T, K, E, out[r][0], out[r][1], 0, &err_));
         CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, dqa, dsaa, 0, dplan, T, K, E, out[r][2], NULL, 1, &err_));
         CK(mk_cuda_ctx_sync(ctx, &err_));
-        moe_experts_free(&ex);
     }
+    moe_experts_free(&ex);
     mk_cuda_ctx_set_tuning(ctx, &def);
     int same = 1;
     for (int j = 0; j < 3; j++) {
