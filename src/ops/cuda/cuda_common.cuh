@@ -136,8 +136,7 @@ void mk_cuda_note(mk_cuda_ctx *ctx, unsigned bit, const char *msg);
 enum { MK_OPTIN_GEMM64 = 0, MK_OPTIN_GEMM128, MK_OPTIN_ATTN8, MK_OPTIN_ATTN4, MK_OPTIN_ATTN2,
        MK_OPTIN_ATTN1, MK_OPTIN_MOE_STAGED, MK_OPTIN_HC_RI, MK_OPTIN_ATTN16, MK_OPTIN_SAMPLE,
        MK_OPTIN_SAMPLE_AGG, MK_OPTIN_SAMPLE_CL, MK_OPTIN_SAMPLE_CL_AGG, MK_OPTIN_ATTN4_MLP, MK_OPTIN_ATTN2_MLP, MK_OPTIN_ATTN1_MLP,
-       MK_OPTIN_ATTN4_CL, MK_OPTIN_ATTN2_CL, MK_OPTIN_ATTN1_CL, MK_OPTIN_WG_FP4, MK_OPTIN_MOE_CP3,
-       MK_OPTIN_MOE_CP4 };
+       MK_OPTIN_ATTN4_CL, MK_OPTIN_ATTN2_CL, MK_OPTIN_ATTN1_CL, MK_OPTIN_WG_FP4 };
 int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t bytes, mk_err *err);
 
 /* Threads per row of the RMSNorm kernel (basic.cu): about 4 values each, by d only (a row's bits

@@ -1119,112 +1119,6 @@ __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *_
 }
 
 
-/* k_moe_gemv_fp4<., 2>'s blocks (two slabs, the same sums in the same order: the same bits) with each
- * warp's weights and scales brought into shared memory by cp.async, S 128-blocks ahead (tuning moe_cp =
- * S; slab tiles only). A 128-block's loads no longer wait behind the previous one's MMAs: the warp
- * computes from shared memory while its next S - 1 128-blocks stream in, and the registers that held
- * them are free. early (tuning moe_cp_early): the first S 128-blocks are requested before the PDL wait
- * (the weights do not depend on the previous kernel). A warp's region: S stages of 4 x 512 bytes of
- * weights ([slab][half][lane] x 16 bytes) and 4 x 128 bytes of scales ([slab][half][lane] x 4 bytes);
- * a lane reads back only what it copied, so its own cp.async wait is the only synchronization. */
-#define MOE_CP_STAGE (4 * 512 + 4 * 128)
-__device__ __forceinline__ void moe_cp_issue(uint8_t *st, const uint8_t *wb, const uint8_t *sb, int k, int kb, int lane) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) { /* j = 2 q + h: slab q (8 k weight bytes, k / 2 scale bytes on), rows g + 8 h */
-        mk_d_cp_async16(st + j * 512 + lane * 16,
-                        wb + (size_t)(j >> 1) * ((size_t)k * 8) + (j & 1) * 512 + (size_t)kb * 1024, 16);
-        mk_d_cp_async4(st + 4 * 512 + j * 128 + lane * 4, sb + (size_t)(j >> 1) * ((size_t)k >> 1) + (j & 1) * 32 + kb * 64,
-                       4);
-    }
-}
-
-template <int S, int MINB>
-__global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4_cp(const void *const *__restrict__ Wt,
-                                                              const uint8_t *const *__restrict__ St,
-                                                              const void *const *__restrict__ Wt3,
-                                                              const uint8_t *const *__restrict__ St3,
-                                                              const uint8_t *__restrict__ xq,
-                                                              const float *__restrict__ sa, int n, int k, int per,
-                                                              const int32_t *__restrict__ plan, int TK, int E,
-                                                              int by_token, float *__restrict__ y,
-                                                              float *__restrict__ y3, int round, int fast, int early) {
-    extern __shared__ __align__(16) uint8_t cp_smem[];
-    __shared__ float red[GEMV_MAXW * 32 * 4 * 2];
-    __shared__ float tile[2][8 * 16];
-    mk_d_pdl_launch_dependents();
-    const uint3 bid = blockIdx;
-    if (bid.z) Wt = Wt3, St = St3, y = y3;
-    const int G = TK < E ? TK : E, grp = bid.y;
-    if (grp >= plan[0]) { /* the plan is two kernels old */
-        mk_d_pdl_wait();
-        return;
-    }
-    const int32_t *gexp = plan + 1, *goff = gexp + G, *stok = goff + G + 1;
-    const int ex = gexp[grp], c_lo = goff[grp], c_hi = goff[grp + 1];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7;
-    const int kb0 = warp * per, kb1 = min(nb, kb0 + per), nit = kb1 - kb0;
-    /* slab 0 of the block, this lane's row g, piece t (slab tiles: mk_d_fp4_w / _s with tl 1) */
-    const uint8_t *wb = mk_d_fp4_w((const uint8_t *)Wt[ex], (int)bid.x * 32 + g, k, 1) + t * 16;
-    const uint8_t *sb = mk_d_fp4_s(St[ex], (int)bid.x * 32 + g, k, 1);
-    uint8_t *ring = cp_smem + (size_t)warp * S * MOE_CP_STAGE;
-    if (early) { /* the first S 128-blocks before the wait (one commit group each, empty past the range) */
-#pragma unroll
-        for (int s = 0; s < S; s++) {
-            if (s < nit) moe_cp_issue(ring + s * MOE_CP_STAGE, wb, sb, k, kb0 + s, lane);
-            mk_d_cp_async_commit();
-        }
-    }
-    mk_d_pdl_wait();
-    for (int c0 = c_lo; c0 < c_hi; c0 += 8) {
-        if (c0 > c_lo || !early) {
-#pragma unroll
-            for (int s = 0; s < S; s++) {
-                if (s < nit) moe_cp_issue(ring + s * MOE_CP_STAGE, wb, sb, k, kb0 + s, lane);
-                mk_d_cp_async_commit();
-            }
-        }
-        const moe_cols mc = moe_chunk_cols(stok, by_token, c0, c_hi, g, t);
-        const int m = mc.m, r0 = mc.r0, r1 = mc.r1;
-        const uint8_t *xp = xq + (size_t)mc.xr * k + 8 * t;
-        float acc[2][4];
-#pragma unroll
-        for (int q = 0; q < 2; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
-        for (int i = 0; i < nit; i++) {
-            const int kb = kb0 + i;
-            uint2 x[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) x[j] = g < m ? *(const uint2 *)(xp + (size_t)kb * 128 + 32 * j) : make_uint2(0, 0);
-            const float s0 = r0 >= 0 ? sa[(size_t)r0 * nb + kb] : 0.0f, s1 = r1 >= 0 ? sa[(size_t)r1 * nb + kb] : 0.0f;
-            mk_d_cp_async_wait<S - 1>(); /* this 128-block's group (S groups were committed from it on) */
-            uint8_t *st = ring + (i % S) * MOE_CP_STAGE;
-            uint4 a[2][2];
-            uint32_t sw[2][2];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                a[j >> 1][j & 1] = *(const uint4 *)(st + j * 512 + lane * 16);
-                sw[j >> 1][j & 1] = *(const uint32_t *)(st + 4 * 512 + j * 128 + lane * 4);
-            }
-            if (fast && m == 1) {
-#pragma unroll
-                for (int q = 0; q < 2; q++) fp4l_step_fast<true>(a[q][0], a[q][1], sw[q][0], sw[q][1], x, s0, 0.0f, acc[q]);
-            } else if (fast) {
-#pragma unroll
-                for (int q = 0; q < 2; q++) fp4l_step_fast<false>(a[q][0], a[q][1], sw[q][0], sw[q][1], x, s0, s1, acc[q]);
-            } else {
-#pragma unroll
-                for (int q = 0; q < 2; q++) fp4l_step(a[q][0], a[q][1], sw[q][0], sw[q][1], x, s0, s1, acc[q]);
-            }
-            /* the stage's values are in registers and used: 128-block i + S into it */
-            if (i + S < nit) moe_cp_issue(st, wb, sb, k, kb + S, lane);
-            mk_d_cp_async_commit();
-        }
-        mk_d_cp_async_wait<0>();
-        moe_chunk_store<2>(acc, red, tile, m, c0, n, bid.x, y, round);
-    }
-}
-
 /* The decode expert GEMV (k_moe_gemv_fp4<2, 2>, grid (mx, my, mz)) and an FP8 GEMV (one matrix or a
  * pair, k_gemv_fp8<4>, grid (1, fy, 1): at most 8 rows, no split) in one launch: blocks [0, mx my mz)
  * are the expert GEMV's, the rest the FP8 GEMV's slabs; every block runs its kernel's code, so each
@@ -1498,18 +1392,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
     dim3 grid((unsigned)(n / 16), (unsigned)G, W3 ? 2u : 1u);
     cudaError_t e;
     const int sl = ctx->tune.moe_slabs, fast = ctx->tune.moe_fast_step, tl = ctx->tune.fp4_tiles;
-    const int cps = ctx->tune.moe_cp; /* 0, or the stages of k_moe_gemv_fp4_cp (slab tiles only) */
-    if (T == 1 && sl == 2 && n % 32 == 0 && cps && tl) { /* decode, weights into shared memory by cp.async */
-        grid.x = (unsigned)(n / 32);
-        const size_t smem = (size_t)GEMV_MAXW * cps * MOE_CP_STAGE;
-        const void *kf = cps == 4 ? (const void *)k_moe_gemv_fp4_cp<4, 2> : (const void *)k_moe_gemv_fp4_cp<3, 3>;
-        int st = mk_cuda_smem_optin(ctx, cps == 4 ? MK_OPTIN_MOE_CP4 : MK_OPTIN_MOE_CP3, kf, smem, err);
-        if (st) return st;
-        e = cps == 4 ? mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), smem, k_moe_gemv_fp4_cp<4, 2>, W, S, W3, S3, xq, sa, n, k,
-                                          per, plan, TK, E, by_token, y, y3, round, fast, ctx->tune.moe_cp_early)
-                     : mk_cuda_launch_pdl(ctx, grid, dim3(nw * 32), smem, k_moe_gemv_fp4_cp<3, 3>, W, S, W3, S3, xq, sa, n, k,
-                                          per, plan, TK, E, by_token, y, y3, round, fast, ctx->tune.moe_cp_early);
-    } else if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
+    if (T == 1 && sl == 2 && n % 32 == 0) { /* decode, two slabs per block (tuning) */
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);

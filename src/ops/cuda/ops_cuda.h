@@ -159,12 +159,6 @@ typedef struct {
                             * experts 151.6 us a step in the graph against 160.7); bench_gpu's read pattern
                             * probe: the decode GEMV's loads alone stream at 97% of copy from tiles, 81% from
                             * rows. MINKE_CUDA_FP4_TILES=0: rows. Set before the weights are uploaded. */
-    int moe_cp, moe_cp_early; /* moe_cp 3 | 4: the one-token expert GEMV without the shared expert
-                            * (k_moe_gemv_fp4_cp; slab tiles only) brings each warp's weights and scales into
-                            * shared memory by cp.async, 3 (3 blocks an SM) or 4 (2 blocks) 128-blocks ahead,
-                            * instead of one 128-block in registers at a time; moe_cp_early 1: the first
-                            * ones requested before the PDL wait. The same sums: the same bits. Not yet run
-                            * on a GPU: default 0 / 0, MINKE_CUDA_MOE_CP, MINKE_CUDA_MOE_CP_EARLY */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
