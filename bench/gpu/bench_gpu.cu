@@ -751,8 +751,7 @@ __global__ void k_stamp(unsigned long long *ts, int i, int spin_ns) {
     }
 }
 static void stamp_launch(cudaStream_t st, unsigned long long *ts, int i, int pdl) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(4), cfg.blockDim = dim3(64), cfg.stream = st;
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
