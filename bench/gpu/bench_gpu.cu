@@ -731,99 +731,6 @@ static void bench_pattern(void) {
     for (int p = 0; p < MOEB_P; p++) cudaFree(A.ex[p]);
 }
 
-/* ---- 2d. the start of a graph with side streams and programmatic edges ---------------------------
- * Every replay of the model's decode graph shows ~10 us between its first kernel and its second, and
- * only when the graph has side streams and programmatic (PDL) edges (results-2026-12-07-s35.md). A
- * synthetic graph: 40 small kernels on the main stream, each stamping %globaltimer at its start and
- * spinning ~2 us, launched with the PDL attribute (or not), with nside forks to side streams (one
- * kernel there each, joined 2 nodes later) from node f0 on, every 4 nodes. Replayed back to back (10
- * launches, the last one's stamps read): the gap from node 0 to node 1, and node 0 to node 39. */
-__global__ void k_stamp(unsigned long long *ts, int i, int spin_ns) {
-    unsigned long long t0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    if (threadIdx.x == 0 && blockIdx.x == 0) ts[i] = t0;
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    for (;;) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if (t - t0 >= (unsigned long long)spin_ns) break;
-    }
-}
-static void stamp_launch(cudaStream_t st, unsigned long long *ts, int i, int pdl) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(4), cfg.blockDim = dim3(64), cfg.stream = st;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = pdl;
-    cfg.attrs = &at, cfg.numAttrs = 1;
-    CU(cudaLaunchKernelEx(&cfg, k_stamp, ts, i, 2000));
-}
-static void bench_graph_start(void) {
-    unsigned long long *ts = (unsigned long long *)dalloc(sizeof(unsigned long long) * 128);
-    cudaStream_t side[6];
-    cudaEvent_t fk[6], jn[6];
-    for (int j = 0; j < 6; j++) {
-        CU(cudaStreamCreateWithFlags(&side[j], cudaStreamNonBlocking));
-        CU(cudaEventCreateWithFlags(&fk[j], cudaEventDisableTiming));
-        CU(cudaEventCreateWithFlags(&jn[j], cudaEventDisableTiming));
-    }
-    static const struct { int nside, pdl, f0; const char *what; } cf[] = {
-        {0, 1, 10, "one stream, PDL"},
-        {1, 1, 10, "1 side stream (fork at node 10), PDL"},
-        {6, 1, 10, "6 side streams (forks at nodes 10, 14, ..), PDL"},
-        {6, 0, 10, "6 side streams, no PDL"},
-        {6, 1, 1, "6 side streams, forks from node 1 on, PDL"},
-        {1, 1, 30, "1 side stream (fork at node 30), PDL"},
-    };
-    out("## The start of a replayed graph with side streams (synthetic: 40 kernels of ~2 us, stamps)\n\n");
-    out("| graph | node 0 -> node 1 start, us | node 0 -> node 39 start, us |\n| --- | --- | --- |\n");
-    for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-        int open[6] = {0};
-        for (int i = 0; i < 40; i++) {
-            for (int j = 0; j < cf[c].nside; j++) /* join side stream j 2 nodes after its fork */
-                if (open[j] && i == cf[c].f0 + 4 * j + 2) {
-                    CU(cudaStreamWaitEvent(stream, jn[j], 0));
-                    open[j] = 0;
-                }
-            stamp_launch(stream, ts, i, cf[c].pdl);
-            for (int j = 0; j < cf[c].nside; j++)
-                if (i == cf[c].f0 + 4 * j) {
-                    CU(cudaEventRecord(fk[j], stream));
-                    CU(cudaStreamWaitEvent(side[j], fk[j], 0));
-                    stamp_launch(side[j], ts, 100 + j, cf[c].pdl);
-                    CU(cudaEventRecord(jn[j], side[j]));
-                    open[j] = 1;
-                }
-        }
-        for (int j = 0; j < 6; j++)
-            if (open[j]) {
-                CU(cudaStreamWaitEvent(stream, jn[j], 0));
-            }
-        CU(cudaStreamEndCapture(stream, &g));
-        CU(cudaGraphInstantiate(&ge, g, 0));
-        double g01[9], g039[9];
-        for (int r = 0; r < 9; r++) {
-            for (int k = 0; k < 10; k++) CU(cudaGraphLaunch(ge, stream));
-            CU(cudaStreamSynchronize(stream));
-            unsigned long long h[40];
-            CU(cudaMemcpy(h, ts, sizeof h, cudaMemcpyDeviceToHost));
-            g01[r] = (double)(h[1] - h[0]) * 1e-3, g039[r] = (double)(h[39] - h[0]) * 1e-3;
-        }
-        qsort(g01, 9, sizeof g01[0], cmp_d);
-        qsort(g039, 9, sizeof g039[0], cmp_d);
-        out("| %s | %.2f | %.2f |\n", cf[c].what, g01[4], g039[4]);
-        CU(cudaGraphExecDestroy(ge));
-        CU(cudaGraphDestroy(g));
-    }
-    out("\n");
-    for (int j = 0; j < 6; j++) cudaStreamDestroy(side[j]), cudaEventDestroy(fk[j]), cudaEventDestroy(jn[j]);
-    cudaFree(ts);
-}
-
 /* ---- 3. GEMM -------------------------------------------------------------------------------- */
 
 static void bench_gemm(void) {
@@ -981,15 +888,14 @@ int main(int argc, char **argv) {
     char desc[1024];
     mk_cuda_ctx_describe(ctx, desc, sizeof desc);
     out("# minke GPU benchmark\n\n%s\n\n", desc);
-    /* BENCH_GPU_ONLY: a comma list of the sections after the bandwidth (decode, experts, pattern,
-     * graphstart, gemm, sample); all of them without it */
+    /* BENCH_GPU_ONLY: a comma list of the sections after the bandwidth (decode, experts, pattern, gemm,
+     * sample); all of them without it */
     const char *only = getenv("BENCH_GPU_ONLY");
 #define SECTION(name) (!only || strstr(only, name))
     bench_bandwidth();
     if (SECTION("decode")) bench_decode();
     if (SECTION("experts")) bench_moe_wgmma();
     if (SECTION("pattern")) bench_pattern();
-    if (SECTION("graphstart")) bench_graph_start();
     if (SECTION("gemm")) bench_gemm();
     if (SECTION("sample")) bench_sample();
 #undef SECTION

@@ -10,7 +10,7 @@
 #   log.txt     the whole console output;  test.txt, bench.md, sanitizer.txt, dsv4.txt  the parts
 # Usage (repository root or anywhere): bash bench/gpu/run.sh
 # Environment: CUDA_GENCODE (default sm_90a only, to build fast there), SKIP_SANITIZER=1,
-# SKIP_OPS=1 (no op tests / op benchmark), SKIP_OPBENCH=1 (the op tests without the op benchmark), BENCH_GPU_ONLY="experts,pattern" (the op benchmark's sections after the bandwidth: decode, experts, pattern, graphstart, gemm, sample; all without it), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
+# SKIP_OPS=1 (no op tests / op benchmark), SKIP_OPBENCH=1 (the op tests without the op benchmark), BENCH_GPU_ONLY="experts,pattern" (the op benchmark's sections after the bandwidth: decode, experts, pattern, gemm, sample; all without it), SKIP_DSV4=1, DSV4_LAYERS (4), DSV4_VOCAB (129280),
 # DSV4_STEPS (64), DSV4_LONG_VARIANTS="VAR=value ..." (batch-1 decode after a DSV4_LONG_PROMPT-token prompt, 4096,
 # under each -> variants.txt), OPS_TIMEOUT (400 s for test_ops_cuda), SKIP_HF=1, DSV4_SANITIZER=1 (memcheck of the golden test's fp8 case even with
 # SKIP_SANITIZER=1), DSV4_NCU=1 (ncu kernel durations of one decode step -> ncu.md; with DSV4_NCU_VARIANTS="A=1 B=1,C=1"
