@@ -596,6 +596,12 @@ extern "C" int mk_cuda_capture_end(mk_cuda_ctx *ctx, mk_cuda_graph **out, mk_err
         return mk_fail(err, MK_ENOMEM, "cuda: graph: out of memory");
     }
     g->graph = graph;
+    if (getenv("MINKE_CUDA_GRAPH_DOT")) { /* benchmarks: the graph's nodes and edges as DOT, one file a capture */
+        static int n_dot = 0;
+        char path[512];
+        snprintf(path, sizeof path, "%s.%d.dot", getenv("MINKE_CUDA_GRAPH_DOT"), n_dot++);
+        if (cudaGraphDebugDotPrint(graph, path, cudaGraphDebugDotFlagsVerbose) != cudaSuccess) cudaGetLastError();
+    }
     e = cudaGraphGetNodes(graph, NULL, &g->nodes);
     if (e == cudaSuccess)
         e = cudaGraphInstantiate(&g->exec, graph, ctx->tune.prio ? cudaGraphInstantiateFlagUseNodePriority : 0);
