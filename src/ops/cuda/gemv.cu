@@ -998,7 +998,7 @@ __device__ __forceinline__ void moe_chunk_store(const float (&acc)[SL][4], float
  * With a second matrix (W3, y3: w3 next to w1) gridDim.z = 2. Launched with programmatic dependent
  * launch: the plan is read at once (it was written two kernels before), the block's weight rows are
  * prefetched into L2 (pf), then it waits for the previous kernel. y [slot, n] fp32 (round: bf16). */
-template <int U, int SL, bool L2N = false> /* L2N (tuning moe_l2next): each slab's next 128-block into L2 */
+template <int U, int SL>
 __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1050,9 +1050,6 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 #pragma unroll
         for (int q = 0; q < SL; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
         for (int kb = kb0; kb < kb1; kb += U) {
-            if (L2N && tl && lane < 8 * SL && kb + U < kb1) /* lane 8 q + i: line i of slab q's next 1 KB run */
-                mk_d_l2_prefetch(W + (size_t)(bid.x * SL + (lane >> 3)) * ((size_t)k * 8) + (size_t)(kb + U) * 1024 +
-                                 (size_t)(lane & 7) * 128);
             uint4 a[SL][U][2];
             uint32_t sw[SL][U][2];
             uint2 x[U][4];
@@ -1107,7 +1104,7 @@ __device__ __forceinline__ void moe_fp4_body(const uint3 bid, const void *const 
 }
 
 
-template <int U, int SL, int MINB = 2, bool L2N = false>
+template <int U, int SL, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *__restrict__ Wt,
                                                          const uint8_t *const *__restrict__ St,
                                                          const void *const *__restrict__ Wt3,
@@ -1118,8 +1115,7 @@ __global__ void __launch_bounds__(256, MINB) k_moe_gemv_fp4(const void *const *_
                                                          int by_token, float *__restrict__ y,
                                                          float *__restrict__ y3, int round, int fast, int tl, int pf) {
     mk_d_pdl_launch_dependents();
-    moe_fp4_body<U, SL, L2N>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, tl,
-                             pf);
+    moe_fp4_body<U, SL>(blockIdx, Wt, St, Wt3, St3, xq, sa, n, k, per, plan, TK, E, by_token, y, y3, round, fast, tl, pf);
 }
 
 
@@ -1400,10 +1396,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);
-        e = ctx->tune.moe_occ == 3 && ctx->tune.moe_l2next && tl
-                ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3, true>, W, S, W3, S3, xq, sa, n, k, per, plan,
-                              TK, E, by_token, y, y3, round, fast, tl, ctx->tune.moe_pf)
-            : ctx->tune.moe_occ == 3
+        e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
                               E, by_token, y, y3, round, fast, tl, ctx->tune.moe_pf)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,

@@ -159,9 +159,6 @@ typedef struct {
                             * experts 151.6 us a step in the graph against 160.7); bench_gpu's read pattern
                             * probe: the decode GEMV's loads alone stream at 97% of copy from tiles, 81% from
                             * rows. MINKE_CUDA_FP4_TILES=0: rows. Set before the weights are uploaded. */
-    int moe_l2next;        /* 1 (slab tiles): the one-token expert GEMV without the shared expert requests
-                            * each slab's next 128-block (a 1 KB run) into L2 at the top of every warp step;
-                            * the same bits. Not yet run on a GPU: default 0, MINKE_CUDA_MOE_L2NEXT */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
