@@ -3491,12 +3491,11 @@ int main(int argc, char **argv) {
     test_moe_layout_same(9, 6, 16, 1024, 512, 0);   /* the batches' GEMV */
     test_moe_layout_same(9, 6, 16, 1024, 512, 1);   /* the staged kernel */
     test_moe_layout_same(64, 6, 8, 1024, 512, 0);   /* the row-invariant GEMM */
-    for (int v = 1; v <= 11; v++) {
+    for (int v = 1; v <= 9; v++) {
         mk_cuda_tuning def, t;
         mk_cuda_ctx_get_tuning(ctx, &def);
         t = def;
         if (v == 9) t.fp4_tiles = !def.fp4_tiles; /* every expert test below in the other layout */
-        if (v >= 10) t.moe_sl4 = def.moe_sl4 ? 0 : v == 10 ? 3 : 7; /* four slabs a block, 2 / 3 blocks an SM */
         if (v == 8) t.moe_occ = def.moe_occ == 3 ? 2 : 3; /* the one-token GEMV at the other blocks an SM */
         if (v <= 2) t.moe_slabs = 1, t.moe_fast_step = v - 1;
         if (v == 3) t.moe_fast_step = !def.moe_fast_step;
@@ -3504,12 +3503,12 @@ int main(int argc, char **argv) {
         if (v >= 6 && v <= 7) t.moe_b_sl = def.moe_b_sl == 2 ? 1 : 2, t.moe_b_occ = v == 6 ? 2 : 3;
         if (t.moe_slabs == def.moe_slabs && t.moe_fast_step == def.moe_fast_step && t.moe_b_occ == def.moe_b_occ &&
             t.moe_b_pf == def.moe_b_pf && t.moe_b_sl == def.moe_b_sl && t.moe_occ == def.moe_occ &&
-            t.fp4_tiles == def.fp4_tiles && t.moe_sl4 == def.moe_sl4)
+            t.fp4_tiles == def.fp4_tiles)
             continue;
         mk_cuda_ctx_set_tuning(ctx, &t);
         printf("| (tuning: moe_slabs = %d, moe_fast_step = %d, moe_b_occ = %d, moe_b_pf = %d, moe_b_sl = %d, moe_occ = %d, "
-               "fp4_tiles = %d, moe_sl4 = %d) | | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf,
-               t.moe_b_sl, t.moe_occ, t.fp4_tiles, t.moe_sl4);
+               "fp4_tiles = %d) | | | | | | |\n", t.moe_slabs, t.moe_fast_step, t.moe_b_occ, t.moe_b_pf, t.moe_b_sl, t.moe_occ,
+               t.fp4_tiles);
         test_moe_fp4(1, 6, 8, 4096, 2048);
         test_moe_fp4(1, 8, 16, 1024, 512);
         test_moe_fp4(40, 6, 32, 512, 256); /* its token 0 alone = in the call (staged) */
@@ -3518,7 +3517,7 @@ int main(int argc, char **argv) {
         moe_extreme_scales = 1;
         test_moe_fp4(9, 6, 16, 1024, 512);
         moe_extreme_scales = 0;
-        if (v == 8 || v >= 10) { /* the one-token GEMV's setting: = the default's bits, w2 included */
+        if (v == 8) { /* the one-token GEMV's setting: = the default's bits, w2 included */
             test_moe_decode_same(6, 16, 4096, 2048, &def, &t);
             test_moe_decode_same(6, 8, 1280, 384, &def, &t); /* 10 and 3 128-blocks a row: uneven and empty warp ranges */
             test_moe_decode_same(2, 64, 512, 256, &def, &t);

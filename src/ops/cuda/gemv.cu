@@ -1396,17 +1396,7 @@ int mk_cuda_moe_gemv_fp4(mk_cuda_ctx *ctx, const void *const *W, const uint8_t *
         /* the blocks an SM and the L2 prefetch of the decode kernel with the shared expert
          * (k_moe_fp4_with_fp8: tuning moe_occ / moe_pf); the same sums each way */
         grid.x = (unsigned)(n / 32);
-        /* tuning moe_sl4 (bit 0: a launch of one matrix, w2; bit 1: of a pair, w1 + w3): four slabs a block
-         * (half the blocks, each with twice the weights in flight), at 2 blocks an SM, or 3 with bit 2; the
-         * same sums */
-        const int sl4 = (ctx->tune.moe_sl4 & (W3 ? 2 : 1)) && n % 64 == 0;
-        if (sl4) grid.x = (unsigned)(n / 64);
-        e = sl4 && (ctx->tune.moe_sl4 & 4)
-                ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                              by_token, y, y3, round, fast, tl, ctx->tune.moe_pf)
-            : sl4 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 4, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,
-                                by_token, y, y3, round, fast, tl, ctx->tune.moe_pf)
-            : ctx->tune.moe_occ == 3
+        e = ctx->tune.moe_occ == 3
                 ? gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<1, 2, 3>, W, S, W3, S3, xq, sa, n, k, per, plan, TK,
                               E, by_token, y, y3, round, fast, tl, ctx->tune.moe_pf)
                 : gemv_launch(ctx, grid, nw * 32, k_moe_gemv_fp4<2, 2>, W, S, W3, S3, xq, sa, n, k, per, plan, TK, E,

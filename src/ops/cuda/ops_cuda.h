@@ -159,10 +159,6 @@ typedef struct {
                             * experts 151.6 us a step in the graph against 160.7); bench_gpu's read pattern
                             * probe: the decode GEMV's loads alone stream at 97% of copy from tiles, 81% from
                             * rows. MINKE_CUDA_FP4_TILES=0: rows. Set before the weights are uploaded. */
-    int moe_sl4;           /* the one-token expert GEMV without the shared expert with four 16-row slabs a
-                            * block instead of two: bit 0 for w2's launches (one matrix), bit 1 for w1 + w3's
-                            * (a pair), at 2 blocks an SM, or 3 with bit 2; the same sums. Not yet run on a
-                            * GPU: default 0, MINKE_CUDA_MOE_SL4 */
     int moe_fast_step;     /* 1: the FP4 expert GEMVs of decode and small batches (k_moe_gemv_fp4 and the
                             * decode kernels) step a 32-block with fp4l_step_fast: 64 * e8m0 by a shift
                             * unless a scale byte is >= 249, and for a chunk of one slot (a decode's)
