@@ -70,6 +70,7 @@ struct dsv4_cuda {
     int n_allocs, cap_allocs;
     size_t bytes;
     size_t lin_scratch_rows1; /* max linear scratch for m = 1 (for sizing) */
+    int fp4_tiles;            /* the tuning's fp4_tiles when the experts were uploaded (their layout) */
 };
 
 /* Per-layer state of one sequence (slot) on the device; the compressed entries live in blocks. */
@@ -226,6 +227,11 @@ int dsv4_cuda_create(mk_cuda_ctx *ctx, const dsv4_model *m, dsv4_cuda **out, mk_
     if (!g) return mk_fail(err, MK_ENOMEM, "out of memory");
     g->ctx = ctx;
     g->m = m;
+    {
+        mk_cuda_tuning tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu);
+        g->fp4_tiles = tu.fp4_tiles; /* the experts' layout (mk_cuda_fp4_expert_layout) */
+    }
     int rc = mk_cuda_rope_table_upload(ctx, &m->rope_plain, &g->rope_plain, err);
     if (!rc) rc = mk_cuda_rope_table_upload(ctx, &m->rope_yarn, &g->rope_yarn, err);
     int d = c->dim, hc = c->hc;
@@ -1719,6 +1725,15 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
     memset(C, 0, sizeof *C);
     if (np < 1) return mk_fail(err, MK_EINVAL, "a batched call needs at least one piece");
     if (np > w->max_pieces) return mk_fail(err, MK_ERANGE, "a call of %d pieces exceeds the scratch's %d", np, w->max_pieces);
+    {
+        mk_cuda_tuning tu;
+        mk_cuda_ctx_get_tuning(w->g->ctx, &tu);
+        if (tu.fp4_tiles != w->g->fp4_tiles)
+            return mk_fail(err, MK_EINVAL,
+                           "cuda: the routed experts were uploaded with the tuning's fp4_tiles %d, it is now %d (set it "
+                           "before dsv4_cuda_create)",
+                           w->g->fp4_tiles, tu.fp4_tiles);
+    }
     int R = 0;
     for (int i = 0; i < np; i++) {
         dsv4_cuda_seq *s = seqs[i];

@@ -122,6 +122,20 @@ int main(void) {
         check(last_counts.off && last_counts.replayed == 0, "graphs: off by tuning, no step replayed");
         check(same(eag, tbt, per), "graphs: token by token as launches (host-decided compressor entries) = replayed");
         free(eag);
+        /* the experts' layout is the tuning's at upload: a call under the other fp4_tiles is refused,
+         * naming it, and the sequence still runs once the tuning is back */
+        tu = tu0;
+        tu.fp4_tiles = !tu0.fp4_tiles;
+        mk_cuda_ctx_set_tuning(ctx, &tu);
+        dsv4_cuda_seq *s;
+        mk_err e2 = {0};
+        if (dsv4_cuda_seq_create(g, LEN, 0, &s, &e2)) die("seq_create", &e2);
+        const int rc = dsv4_cuda_forward(s, p0, 4, NULL, &e2);
+        mk_cuda_ctx_set_tuning(ctx, &tu0);
+        check(rc == MK_EINVAL && strstr(e2.msg, "fp4_tiles"), "layout: a call under the other fp4_tiles is refused");
+        mk_err e3 = {0};
+        check(!dsv4_cuda_forward(s, p0, 4, NULL, &e3), "layout: the same sequence runs under the upload's tuning");
+        dsv4_cuda_seq_free(s);
     }
 
     /* batch: the same calls alone and interleaved */
