@@ -2541,6 +2541,21 @@ static void test_wgmma_fp4_probe(int K, int E, int d, int I) {
     moe_dec_free(&md);
 }
 
+/* Whether the two runs' w1, w3 and w2 outputs (out[run][matrix], sz[matrix] bytes) are the same bits;
+ * frees them. */
+static int moe_outs_same(float *out[2][3], const size_t sz[3]) {
+    int same = 1;
+    for (int j = 0; j < 3; j++) {
+        float *h0 = xmalloc(sz[j]), *h1 = xmalloc(sz[j]);
+        fetch(h0, out[0][j], sz[j]);
+        fetch(h1, out[1][j], sz[j]);
+        same = same && !memcmp(h0, h1, sz[j]);
+        free(h0), free(h1);
+        mk_cuda_free(ctx, out[0][j]), mk_cuda_free(ctx, out[1][j]);
+    }
+    return same;
+}
+
 static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tuning *base, const mk_cuda_tuning *alt) {
     const mk_cuda_tuning def = *base;
     moe_experts ex = moe_experts_make(E, d, I, 1);
@@ -2556,15 +2571,7 @@ static void test_moe_decode_same(int K, int E, int d, int I, const mk_cuda_tunin
         CK(mk_cuda_moe_gemv_fp4(ctx, W2, S2, NULL, NULL, d, I, md.dqa, md.dsaa, 0, md.dplan, 1, K, E, out[r][2], NULL, 1, &err_));
     }
     mk_cuda_ctx_set_tuning(ctx, &def);
-    int same = 1;
-    for (int j = 0; j < 3; j++) {
-        float *h0 = xmalloc(sz[j]), *h1 = xmalloc(sz[j]);
-        fetch(h0, out[0][j], sz[j]);
-        fetch(h1, out[1][j], sz[j]);
-        same = same && !memcmp(h0, h1, sz[j]);
-        free(h0), free(h1);
-        mk_cuda_free(ctx, out[0][j]), mk_cuda_free(ctx, out[1][j]);
-    }
+    const int same = moe_outs_same(out, sz);
     char shape[64];
     snprintf(shape, sizeof shape, "K%d E%d d%d I%d", K, E, d, I);
     n_checks++;
@@ -2624,15 +2631,7 @@ static void test_moe_layout_same(int T, int K, int E, int d, int I, int staged) 
     }
     moe_experts_free(&ex);
     mk_cuda_ctx_set_tuning(ctx, &def);
-    int same = 1;
-    for (int j = 0; j < 3; j++) {
-        float *h0 = xmalloc(sz[j]), *h1 = xmalloc(sz[j]);
-        fetch(h0, out[0][j], sz[j]);
-        fetch(h1, out[1][j], sz[j]);
-        same = same && !memcmp(h0, h1, sz[j]);
-        free(h0), free(h1);
-        mk_cuda_free(ctx, out[0][j]), mk_cuda_free(ctx, out[1][j]);
-    }
+    const int same = moe_outs_same(out, sz);
     char shape[64];
     snprintf(shape, sizeof shape, "T%d K%d E%d d%d I%d%s", T, K, E, d, I, staged ? " staged" : "");
     n_checks++;
