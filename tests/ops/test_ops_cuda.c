@@ -2438,7 +2438,7 @@ static void test_moe_fp4(int T, int K, int E, int d, int I) {
 /* A decode step's expert GEMVs (one token: w1 / w3 by token, w2 by slot with bf16 outputs) under the
  * tuning alt against the tuning base, bit for bit; with extreme scale bytes in some rows. The context
  * is left at base. */
-/* E experts' FP4 w1, w3 [I, d] and w2 [d, I] on the device in lane order, with the device tables of
+/* E experts' FP4 w1, w3 [I, d] and w2 [d, I] on the device in the experts' layout, with the device tables of
  * their weight and scale pointers ([w1 x E][w3 x E][w2 x E]); poke: extreme scale bytes in some. */
 typedef struct {
     int E;

@@ -807,9 +807,11 @@ int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
 }
 
 /* ---- grouped FP4 expert GEMV (MoE) ------------------------------------------------------------
- * The routed experts' FP4 weights are uploaded in lane order (mk_cuda_fp4_lane_order: in each
+ * The routed experts' FP4 weights are uploaded in lane order (mk_cuda_fp4_expert_layout: in each
  * row's 64-byte 128-block, the 4 x 4 matrix of 4-byte words [32-block q][word j] is transposed, so
- * the 16 bytes lane t loads are word t of each of the four 32-blocks). Then one m16n8k32 MMA sums
+ * the 16 bytes lane t loads are word t of each of the four 32-blocks), by default in slab tiles too
+ * (tuning fp4_tiles: a slab's 16 rows one 1 KB run per 128-block, its scales one 64-byte run; the
+ * kernels take the places from mk_d_fp4_w / mk_d_fp4_s). Then one m16n8k32 MMA sums
  * exactly one 32-block: lane (g, t) supplies its 8 elements of block q for rows g and g + 8 (A) and
  * the matching 8 activation bytes of token column g (B; in the quantizer's permuted layout they are
  * 8 contiguous bytes at 32 q + 8 t of the 128-block), so C holds 16 rows x 8 tokens of block q's
