@@ -136,7 +136,7 @@ void mk_cuda_note(mk_cuda_ctx *ctx, unsigned bit, const char *msg);
 enum { MK_OPTIN_GEMM64 = 0, MK_OPTIN_GEMM128, MK_OPTIN_ATTN8, MK_OPTIN_ATTN4, MK_OPTIN_ATTN2,
        MK_OPTIN_ATTN1, MK_OPTIN_MOE_STAGED, MK_OPTIN_HC_RI, MK_OPTIN_ATTN16, MK_OPTIN_SAMPLE,
        MK_OPTIN_SAMPLE_AGG, MK_OPTIN_SAMPLE_CL, MK_OPTIN_SAMPLE_CL_AGG, MK_OPTIN_ATTN4_MLP, MK_OPTIN_ATTN2_MLP, MK_OPTIN_ATTN1_MLP,
-       MK_OPTIN_ATTN4_CL, MK_OPTIN_ATTN2_CL, MK_OPTIN_ATTN1_CL, MK_OPTIN_WG_FP4 };
+       MK_OPTIN_ATTN4_CL, MK_OPTIN_ATTN2_CL, MK_OPTIN_ATTN1_CL, MK_OPTIN_WG_FP4, MK_OPTIN_FP4_TILES };
 int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t bytes, mk_err *err);
 
 /* Threads per row of the RMSNorm kernel (basic.cu): about 4 values each, by d only (a row's bits
@@ -539,16 +539,14 @@ __device__ __forceinline__ void mk_d_rmsnorm_row(const float *xr, int d, const u
  * held by the 128 threads of group b % (blockDim.x / 128) for one j, and its maximum |v| comes from
  * their four warps through shared memory (a maximum is exact in any order). Needs blockDim.x % 128
  * == 0, d % 128 == 0 and d <= 4 blockDim.x; all threads call it. */
-/* mk_d_quant_row of a row held by T threads, of one block or of several (a cluster's): this thread is
- * thread tg of them (tg = r blockDim.x + threadIdx.x for the block of rank r) and holds elements tg + j T;
- * blockDim.x % 128 == 0, so each 128-block is held by four warps of one block. FAST (hc.cu's tuning
- * hc_fin 1, the default: H100, session 35): the warp maxima as one redux.sync each (mk_d_warp_max_nn) and
- * the bytes as v * (1 / s) (mk_d_act_byte_inv), the same values. */
+/* FAST (hc.cu's tuning hc_fin 1, the default: H100, session 35): the warp maxima as one redux.sync each
+ * (mk_d_warp_max_nn) and the bytes as v * (1 / s) (mk_d_act_byte_inv), the same values. */
 template <bool FAST = false>
-__device__ __forceinline__ void mk_d_quant_row_g(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
-                                                 float *__restrict__ sa, int tg, int T) {
+__device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
+                                               float *__restrict__ sa) {
     __shared__ float wmax[4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = threadIdx.x >> 7;
+    const int tg = (int)threadIdx.x, T = (int)blockDim.x;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         float a;
@@ -568,11 +566,6 @@ __device__ __forceinline__ void mk_d_quant_row_g(const float (&v)[4], int d, int
         q[mk_d_act_pos(i, perm)] = FAST ? mk_d_act_byte_inv(v[j], mk_d_act_inv(sc)) : mk_d_act_byte(v[j], sc);
         if ((i & 127) == 0) sa[i >> 7] = sc;
     }
-}
-/* The row held by one block (the description above mk_d_quant_row_g). */
-__device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int perm, uint8_t *__restrict__ q,
-                                               float *__restrict__ sa) {
-    mk_d_quant_row_g(v, d, perm, q, sa, (int)threadIdx.x, (int)blockDim.x);
 }
 
 /* mk_d_rmsnorm_row, then mk_d_quant_row of the normalized row into q / sa: the bits of

@@ -942,9 +942,11 @@ extern "C" int mk_cuda_fp4_expert_layout(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err 
     if (smem > ctx->caps.smem_optin)
         return mk_fail(err, MK_ENOTSUP, "cuda: fp4 expert layout: k %d needs %zu bytes of shared memory a slab (at most %zu)",
                        dev->k, smem, (size_t)ctx->caps.smem_optin);
-    if (smem > 48 * 1024)
-        MK_CU_TRY(cudaFuncSetAttribute(k_fp4_tiles, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err,
-                  "cuda: fp4 expert layout: shared memory");
+    /* the device's whole opt-in once (a model's matrices come in several k; mk_cuda_smem_optin asks once per bit) */
+    if (smem > 48 * 1024) {
+        const int st = mk_cuda_smem_optin(ctx, MK_OPTIN_FP4_TILES, (const void *)k_fp4_tiles, ctx->caps.smem_optin, err);
+        if (st) return st;
+    }
     k_fp4_tiles<<<(unsigned)(dev->n / 16), 256, smem, ctx->stream>>>((uint8_t *)dev->w, (uint8_t *)dev->scale, dev->k);
     MK_CU_LAUNCHED(err, "cuda: fp4 tiles launch");
     return MK_OK;

@@ -141,20 +141,18 @@ struct hc_row_vals {
     float hv[4][HC_MAX];
     float w[4];
 };
-/* (tg, T): this thread's place among the row's threads (the callers' one block: threadIdx.x, blockDim.x). */
-__device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r, int tg,
-                                               int T) {
+/* Thread t of the block holds elements t + j blockDim.x (j < 4). */
+__device__ __forceinline__ void hc_row_weights(const uint16_t *__restrict__ nw, int d, hc_row_vals &r) {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int k = tg + j * T;
+        const int k = (int)threadIdx.x + j * (int)blockDim.x;
         r.w[j] = nw && k < d ? mk_d_bf16(nw[k]) : 1.0f;
     }
 }
-__device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r, int tg,
-                                            int T) {
+__device__ __forceinline__ void hc_row_load(const float *__restrict__ ht, int hc, int d, hc_row_vals &r) {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int k = tg + j * T;
+        const int k = (int)threadIdx.x + j * (int)blockDim.x;
 #pragma unroll
         for (int i = 0; i < HC_MAX; i++) r.hv[j][i] = k < d && i < hc ? ht[(size_t)i * d + k] : 0.0f;
     }
@@ -215,7 +213,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         hc_collapse_block(ht, hc, d, pre, y);
         return;
     }
-    const int tg = (int)threadIdx.x, T = (int)blockDim.x; /* this thread's place among the row's threads */
+    const int tg = (int)threadIdx.x, T = (int)blockDim.x; /* elements tg + j T, as hc_row_load */
     float v[4];
     double ss = 0.0;
 #pragma unroll
@@ -244,7 +242,7 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
         }
     }
     HC_STAMP(pc, 8);
-    if (q) mk_d_quant_row_g<FIN != 0>(v, d, perm, q, sq, tg, T);
+    if (q) mk_d_quant_row<FIN != 0>(v, d, perm, q, sq);
     HC_STAMP(pc, 9);
 }
 
@@ -381,9 +379,8 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     const int yb = (int)blockIdx.y, ny = (int)gridDim.y, t = (int)blockIdx.x, ntok = (int)gridDim.x;
     const int parts = ny == 1 ? HC_PART_PP | HC_PART_COMB : yb == 0 ? HC_PART_PP : HC_PART_COMB;
     const bool rows = parts & HC_PART_PP; /* this block collapses the row */
-    const int tg = (int)threadIdx.x, T = (int)blockDim.x;
     hc_row_vals rv;
-    if (NORM && rows) hc_row_weights(nw, d, rv, tg, T);
+    if (NORM && rows) hc_row_weights(nw, d, rv);
     if (threadIdx.x < 32) { /* the mixes' scales and biases, read by the serial part after the wait */
         mk_d_l2_prefetch_block(scale, sizeof(float) * 3);
         mk_d_l2_prefetch_block(base, sizeof(float) * (2 + hc) * hc);
@@ -396,7 +393,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     const int nmix = (2 + hc) * hc, n = hc * d;
     const float *ht = h + (size_t)t * n;
     const double *pt = part + (size_t)t * S * 32;
-    if (NORM && rows) hc_row_load(ht, hc, d, rv, tg, T);
+    if (NORM && rows) hc_row_load(ht, hc, d, rv);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     HC_STAMP(pc, 2);
@@ -438,7 +435,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     mk_d_pdl_launch_dependents();
     hc_row_vals rv;
-    if (NORM) hc_row_weights(nw, d, rv, (int)threadIdx.x, (int)blockDim.x);
+    if (NORM) hc_row_weights(nw, d, rv);
     if (threadIdx.x < 32) { /* the scale and biases, read by the serial part after the wait */
         mk_d_l2_prefetch_block(scale, sizeof(float));
         mk_d_l2_prefetch_block(base, sizeof(float) * hc);
@@ -448,7 +445,7 @@ __global__ void __launch_bounds__(1024) k_hc_head_fin(const float *__restrict__ 
     __shared__ double stage[HC_FIN_MAXS * 32];
     const int t = blockIdx.x, n = hc * d;
     const double *pt = part + (size_t)t * S * 32;
-    if (NORM) hc_row_load(h + (size_t)t * n, hc, d, rv, (int)threadIdx.x, (int)blockDim.x);
+    if (NORM) hc_row_load(h + (size_t)t * n, hc, d, rv);
     for (int i = threadIdx.x; i < S * 32; i += blockDim.x) stage[i] = pt[i];
     __syncthreads();
     if (threadIdx.x < 32) {
