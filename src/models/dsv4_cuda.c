@@ -1414,7 +1414,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
      * whether it is on): the shared expert on a side branch from here, with its own scratch, beside
      * the gate, the routing and the routed experts (nothing of theirs does it read or write); joined
      * before the combine */
-    int sh_side = 0;
+    int sh_side = 0, joined = 0;
     if (T <= 8 && moe_fp4_mma(c, L) && w->lin_side && !(C->hk && (C->hk->dump || C->hk->moe))) {
         sh_side = mk_cuda_branch_begin(ctx, err);
         if (sh_side < 0) return sh_side;
@@ -1498,6 +1498,14 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
                                  (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
                                  w->plan, T, K, E, w->act, w->actd, 0, err));
+        if (sh_side) { /* the tuning's moe_join: the branch joined here, so the combine has one predecessor */
+            mk_cuda_tuning tu;
+            mk_cuda_ctx_get_tuning(ctx, &tu);
+            if (tu.moe_join) {
+                TRY(mk_cuda_branch_join(ctx, err));
+                joined = 1;
+            }
+        }
         TRY(mk_cuda_swiglu_quant(ctx, w->act, w->actd, w->sw, T * K, I, lim, 1, NULL, w->mxq, w->msa, err));
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
                                  w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, err));
@@ -1522,7 +1530,7 @@ shared:
     if (!sh_side) TRY(shared_expert(C, L, x, sh_q ? MK_CUDA_LIN_REUSE_X : 0, w->lin, w->lin_bytes, err));
     mark(C, "moe: shared expert");
 combine:
-    if (sh_side) TRY(mk_cuda_branch_join(ctx, err)); /* w->seo: the side's */
+    if (sh_side && !joined) TRY(mk_cuda_branch_join(ctx, err)); /* w->seo: the side's */
     if (!out) return MK_OK; /* the caller's hc op combines (mk_cuda_moe_sum) */
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
     mark(C, "moe: combine");

@@ -207,6 +207,9 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* H100, session 35: greedy step 1.012-1.013 ms against 1.014-1.015 with 0, same calls (the same tokens) */
     ctx->tune.hc_fin = env_switch("MINKE_CUDA_HC_FIN", 1);
     ctx->tune.hc_probe = env_switch("MINKE_CUDA_HC_PROBE", 0);
+    ctx->tune.bf16_f32in = env_switch("MINKE_CUDA_BF16_F32IN", 0);
+    ctx->tune.bf16_whole = env_switch("MINKE_CUDA_BF16_WHOLE", 0);
+    ctx->tune.moe_join = env_switch("MINKE_CUDA_MOE_JOIN", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -396,6 +399,9 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.hc_fin = ctx->tune.hc_fin != 0;
     ctx->tune.hc_probe = ctx->tune.hc_probe != 0;
     ctx->tune.fp4_tiles = ctx->tune.fp4_tiles != 0;
+    ctx->tune.bf16_f32in = ctx->tune.bf16_f32in != 0;
+    ctx->tune.bf16_whole = ctx->tune.bf16_whole != 0;
+    ctx->tune.moe_join = ctx->tune.moe_join != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

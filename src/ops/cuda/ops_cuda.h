@@ -267,6 +267,19 @@ typedef struct {
                             * MINKE_CUDA_INDEX_TOPK */
     int attn_cluster_hg;   /* heads per block of the cluster attention: 0 = the fewest whose clusters fit in one
                             * wave (default), 1, 2 or 4 (same bits); MINKE_CUDA_ATTN_CLUSTER_HG */
+    int bf16_f32in;        /* 1: bf16 linears of at most 8 rows that run k_gemv_bf16 (the gate, the compressors'
+                            * and indexer's projections; not the head) read the f32 activations and round them
+                            * to bf16 as they load them (the same bits as a k_to_bf16 launch first, which they
+                            * no longer need); such a linear then reads x even under MK_CUDA_LIN_REUSE_X.
+                            * Default 0 until run on a GPU, MINKE_CUDA_BF16_F32IN */
+    int bf16_whole;        /* 1: a k_gemv_bf16 launch of at most one block an SM whose warps cover at most 16
+                            * 32-k steps each (the gate: 16 blocks) loads each warp's whole range before its
+                            * programmatic wait (one block an SM, 16 steps of weights in registers; the MMAs
+                            * in the same order: same bits). Default 0 until run on a GPU, MINKE_CUDA_BF16_WHOLE */
+    int moe_join;          /* 1: a decode step's shared-expert branch is joined before the routed experts'
+                            * SwiGLU rather than before the combine, so that the combine (the hc_post after the
+                            * FFN) has one predecessor and is launched early (programmatic edge). No value
+                            * changes. Default 0 until run on a GPU, MINKE_CUDA_MOE_JOIN */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
