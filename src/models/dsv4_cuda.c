@@ -1455,8 +1455,12 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
          * activation quantization for the routed experts, or, when the op that made x already
          * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
         if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
-                                  * again (the same bytes), the kernel between the plan and the GEMV */
-            TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
+                                  * again (the same bytes), the kernel between the plan and the GEMV;
+                                  * or, under the tuning's moe_gap, a kernel that does nothing */
+            mk_cuda_tuning tu;
+            mk_cuda_ctx_get_tuning(ctx, &tu);
+            if (x_q && tu.moe_gap) TRY(mk_cuda_pdl_gap(ctx, err));
+            else TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
         } else {
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
             TRY(mk_cuda_act_quant(ctx, x, T, d, shq.perm, shq.q, shq.sa, err));

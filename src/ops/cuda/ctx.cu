@@ -210,6 +210,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.bf16_f32in = env_switch("MINKE_CUDA_BF16_F32IN", 0);
     ctx->tune.bf16_whole = env_switch("MINKE_CUDA_BF16_WHOLE", 0);
     ctx->tune.moe_join = env_switch("MINKE_CUDA_MOE_JOIN", 0);
+    ctx->tune.moe_gap = env_switch("MINKE_CUDA_MOE_GAP", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -402,6 +403,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.bf16_f32in = ctx->tune.bf16_f32in != 0;
     ctx->tune.bf16_whole = ctx->tune.bf16_whole != 0;
     ctx->tune.moe_join = ctx->tune.moe_join != 0;
+    ctx->tune.moe_gap = ctx->tune.moe_gap != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

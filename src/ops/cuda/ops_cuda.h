@@ -280,6 +280,10 @@ typedef struct {
                             * SwiGLU rather than before the combine, so that the combine (the hc_post after the
                             * FFN) has one predecessor and is launched early (programmatic edge). No value
                             * changes. Default 0 until run on a GPU, MINKE_CUDA_MOE_JOIN */
+    int moe_gap;           /* 1: with the shared expert on the branch and x already quantized by hc_pre, the
+                            * kernel between the routing's plan and the expert GEMV is mk_cuda_pdl_gap (nothing
+                            * to do) instead of quantizing x again into the same bytes (that kernel's loads
+                            * queue behind the GEMV's weights). Default 0 until run on a GPU, MINKE_CUDA_MOE_GAP */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -472,6 +476,10 @@ const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cuda_kernel ke
  * perm = 1 stores each 8-element chunk in the order 0,2,4,6,1,3,5,7 (the FP4 kernel's layout). */
 int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
                       float *sa, mk_err *err);
+/* A kernel that does nothing but let the next kernel start early, launched after the one before it
+ * completed: the kernel between a MoE plan and the expert GEMV that reads it before its programmatic
+ * wait (MOE_PLAN_NOTE in moe.cu), where there is nothing to compute there (the tuning's moe_gap). */
+int mk_cuda_pdl_gap(mk_cuda_ctx *ctx, mk_err *err);
 
 /* ---- norms, rope, hadamard ---------------------------------------------------------------- */
 
