@@ -284,6 +284,9 @@ typedef struct {
                             * kernel between the routing's plan and the expert GEMV is mk_cuda_pdl_gap (nothing
                             * to do) instead of quantizing x again into the same bytes (that kernel's loads
                             * queue behind the GEMV's weights). Default 0 until run on a GPU, MINKE_CUDA_MOE_GAP */
+    int graph_head;        /* a diagnostic of the captured step's start (bench/gpu): bit 0, a kernel that does
+                            * nothing (mk_cuda_pdl_gap) before the embedding; bit 1, the embedding launched
+                            * without programmatic dependent launch. Default 0, MINKE_CUDA_GRAPH_HEAD */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
