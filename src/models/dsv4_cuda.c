@@ -1318,8 +1318,28 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     const int rows_ring = tu.rows_ring && R == C->np; /* one-row pieces: the rings written with the lists */
     TRY(mk_cuda_attn_rows_multi(ctx, apc, C->np, nL, R, win, D, w->kv, ckv, r, w->sel, w->sel_cap, w->rows,
                                 w->row_start, rows_ring, err));
-    TRY(mk_cuda_sparse_attn(ctx, w->q, R, H, D, (const float *const *)w->rows, w->row_start, L->attn_sink,
-                            1.0f / sqrtf((float)D), w->o, err));
+    /* wo_a: all groups in one launch where the kernel takes the shape, else group by group; the
+     * inverse RoPE of o then goes with that launch (its input preparation; not when o is dumped), or,
+     * under the tuning's attn_f16, with the attention's own (one-row pieces: nothing runs between) */
+    int grouped = L->wo_a.kind == MK_W_FP8_DQ && L->wo_a.n == G * c->o_lora && L->wo_a.k == Dg &&
+                  c->o_lora % 16 == 0 && Dg % 128 == 0;
+    const int fuse_rope = grouped && !(C->hk && C->hk->dump);
+    const mk_cuda_rope_at_desc ro = {L->rope, w->pos, D, rd, 1};
+    int pre_o = 0;
+    if (fuse_rope && rows_ring && tu.attn_f16) {
+        uint16_t *oxh = NULL;
+        float *osx = NULL;
+        mk_err e2 = {0};
+        if (mk_cuda_linear_grouped_input(ctx, &L->wo_a, G, R, w->lin, w->lin_bytes, &oxh, &osx, &e2) == MK_OK && oxh) {
+            const int st = mk_cuda_sparse_attn_f16(ctx, w->q, R, H, D, (const float *const *)w->rows, w->row_start,
+                                                   L->attn_sink, 1.0f / sqrtf((float)D), w->o, oxh, osx, &ro, &e2);
+            if (st == MK_OK) pre_o = 1;
+            else if (st != MK_ENOTSUP) return *err = e2, st;
+        }
+    }
+    if (!pre_o)
+        TRY(mk_cuda_sparse_attn(ctx, w->q, R, H, D, (const float *const *)w->rows, w->row_start, L->attn_sink,
+                                1.0f / sqrtf((float)D), w->o, err));
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
         dsv4_cuda_seq *s = p->s;
@@ -1329,19 +1349,15 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
                                   w->kv + (size_t)p->row0 * D, start, e, win, D, err));
     }
     if (!rows_ring) TRY(mk_cuda_ring_put_multi(ctx, apc, C->np, nL, R, w->kv, win, D, err));
-    /* wo_a: all groups in one launch where the kernel takes the shape, else group by group; the
-     * inverse RoPE of o then goes with that launch (its input preparation; not when o is dumped) */
-    int grouped = L->wo_a.kind == MK_W_FP8_DQ && L->wo_a.n == G * c->o_lora && L->wo_a.k == Dg &&
-                  c->o_lora % 16 == 0 && Dg % 128 == 0;
-    const int fuse_rope = grouped && !(C->hk && C->hk->dump);
-    const mk_cuda_rope_at_desc ro = {L->rope, w->pos, D, rd, 1};
     if (!fuse_rope) TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));
     mark(C, "attn: rows, sparse attention, window");
     TRY(dumpv(C, w->o, R, H, D, err, "L%d.attn.o", layer));
     if (grouped) {
-        int st = fuse_rope ? mk_cuda_linear_grouped_rope(ctx, &L->wo_a, G, w->o, &ro, R, w->oa, 1, w->lin,
-                                                         w->lin_bytes, err)
-                           : mk_cuda_linear_grouped(ctx, &L->wo_a, G, w->o, R, w->oa, 1, w->lin, w->lin_bytes, err);
+        int st = pre_o ? mk_cuda_linear_grouped_prepared(ctx, &L->wo_a, G, R, w->oa, 1, w->lin, w->lin_bytes, err)
+                 : fuse_rope ? mk_cuda_linear_grouped_rope(ctx, &L->wo_a, G, w->o, &ro, R, w->oa, 1, w->lin,
+                                                           w->lin_bytes, err)
+                             : mk_cuda_linear_grouped(ctx, &L->wo_a, G, w->o, R, w->oa, 1, w->lin, w->lin_bytes, err);
+        if (st == MK_ENOTSUP && pre_o) return mk_fail(err, MK_EINTERNAL, "cuda: wo_a refused its prepared input");
         if (st == MK_ENOTSUP) { /* e.g. split-K GEMVs by tuning: o untouched, group by group below */
             grouped = 0;
             if (fuse_rope) TRY(mk_cuda_rope_at(ctx, w->o + nope, R * H, D, rd, L->rope, w->pos, H, 1, err));

@@ -771,6 +771,82 @@ static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, in
     free(x), free(ref), free(scr), free(ha1), free(ha2), free(hb1), free(hb2);
 }
 
+/* wo_a's input prepared by the decode attention's epilogue (mk_cuda_sparse_attn_f16, tuning attn_f16, then
+ * mk_cuda_linear_grouped_prepared) = the attention then mk_cuda_linear_grouped_rope, bit for bit: o (left
+ * rotated) and wo_a's y; T tokens of H heads of D (ns[t] rows each, positions pos), wo_a of G groups of gn.
+ * With the tuning off the fused op refuses (MK_ENOTSUP) and launches nothing. */
+static void test_attn_wo_a_prep(int T, const int *ns, int H, int D, int rd, int G, int gn) {
+    const int K = H * D, k = K / G, N = G * gn, pool_rows = 600;
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, MK_W_FP8_DQ, N, k);
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    float *kvp = xmalloc(sizeof(float) * pool_rows * D), *q = xmalloc(sizeof(float) * T * K);
+    float *sink = xmalloc(sizeof(float) * H);
+    fill_act(kvp, (size_t)pool_rows * D, 1.0f);
+    fill_act(q, (size_t)T * K, 1.5f);
+    for (int h = 0; h < H; h++) sink[h] = rnd_n();
+    int total = 0;
+    for (int t = 0; t < T; t++) total += ns[t];
+    int32_t *start = xmalloc(sizeof(int32_t) * (T + 1)), *pos = xmalloc(sizeof(int32_t) * T);
+    start[0] = 0;
+    for (int t = 0; t < T; t++) start[t + 1] = start[t] + ns[t], pos[t] = (int32_t)(rnd64() % 500);
+    float *dkv = dup_dev(kvp, sizeof(float) * pool_rows * D);
+    const float **rows = xmalloc(sizeof(float *) * (total + 1));
+    for (int i = 0; i < total; i++) rows[i] = dkv + (size_t)(rnd64() % (uint64_t)pool_rows) * D;
+    void *drows = dup_dev(rows, sizeof(float *) * (total + 1));
+    int32_t *dstart = dup_dev(start, sizeof(int32_t) * (T + 1)), *dpos = dup_dev(pos, sizeof(int32_t) * T);
+    float *dq = dup_dev(q, sizeof(float) * T * K), *dsink = dup_dev(sink, sizeof(float) * H);
+    mk_rope_table tab, dtab;
+    if (mk_rope_table_init(&tab, 512, rd, 10000.0, 0, 1.0, 1.0, 1.0)) exit(2);
+    CK(mk_cuda_rope_table_upload(ctx, &tab, &dtab, &err_));
+    const mk_cuda_rope_at_desc ro = {&dtab, dpos, D, rd, 1};
+    const float scale = 1.0f / sqrtf((float)D);
+    size_t sb = mk_cuda_linear_grouped_scratch(ctx, &Wd, G, T);
+    void *ds1 = poisoned_dev(sb), *ds2 = poisoned_dev(sb);
+    float *do1 = poisoned_dev(sizeof(float) * T * K), *do2 = poisoned_dev(sizeof(float) * T * K);
+    float *dy1 = poisoned_dev(sizeof(float) * T * N), *dy2 = poisoned_dev(sizeof(float) * T * N);
+    CK(mk_cuda_sparse_attn(ctx, dq, T, H, D, (const float *const *)drows, dstart, dsink, scale, do1, &err_));
+    CK(mk_cuda_linear_grouped_rope(ctx, &Wd, G, do1, &ro, T, dy1, 1, ds1, sb, &err_));
+    uint16_t *xh = NULL;
+    float *sx = NULL;
+    CK(mk_cuda_linear_grouped_input(ctx, &Wd, G, T, ds2, sb, &xh, &sx, &err_));
+    mk_cuda_tuning t0, t1;
+    mk_cuda_ctx_get_tuning(ctx, &t0);
+    t1 = t0;
+    t1.attn_f16 = 0;
+    mk_cuda_ctx_set_tuning(ctx, &t1);
+    mk_err e2 = {0};
+    const int refused = mk_cuda_sparse_attn_f16(ctx, dq, T, H, D, (const float *const *)drows, dstart, dsink, scale, do2,
+                                                xh, sx, &ro, &e2) == MK_ENOTSUP;
+    t1.attn_f16 = 1;
+    mk_cuda_ctx_set_tuning(ctx, &t1);
+    const int st = mk_cuda_sparse_attn_f16(ctx, dq, T, H, D, (const float *const *)drows, dstart, dsink, scale, do2, xh,
+                                           sx, &ro, &e2);
+    mk_cuda_ctx_set_tuning(ctx, &t0);
+    if (st == MK_OK) CK(mk_cuda_linear_grouped_prepared(ctx, &Wd, G, T, dy2, 1, ds2, sb, &err_));
+    float *o1 = xmalloc(sizeof(float) * T * K), *o2 = xmalloc(sizeof(float) * T * K);
+    float *y1 = xmalloc(sizeof(float) * T * N), *y2 = xmalloc(sizeof(float) * T * N);
+    fetch(o1, do1, sizeof(float) * T * K), fetch(o2, do2, sizeof(float) * T * K);
+    fetch(y1, dy1, sizeof(float) * T * N), fetch(y2, dy2, sizeof(float) * T * N);
+    const int same = st == MK_OK && refused && !memcmp(o1, o2, sizeof(float) * T * K) &&
+                     !memcmp(y1, y2, sizeof(float) * T * N);
+    char shape[64];
+    int l = snprintf(shape, sizeof shape, "H%d D%d G%d n=", H, D, G);
+    for (int t = 0; t < T && l < 60; t++) l += snprintf(shape + l, sizeof shape - l, "%s%d", t ? "," : "", ns[t]);
+    n_checks++;
+    if (!same) n_fail++;
+    printf("| %-40s | %-26s | = the attention, then wo_a with its own preparation (o and y), bit for bit; refused "
+           "when off: %s%s%s |\n", "sparse_attn + wo_a's input", shape, same ? "PASS" : "FAIL",
+           st ? ": " : "", st ? e2.msg : "");
+    mk_cuda_wmat_free(ctx, &Wd);
+    mk_cuda_rope_table_free(ctx, &dtab);
+    mk_rope_table_free(&tab);
+    void *dev[] = {dkv, drows, dstart, dpos, dq, dsink, ds1, ds2, do1, do2, dy1, dy2};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
+    free((void *)Wh.w), free((void *)Wh.scale), free(kvp), free(q), free(sink), free(start), free(pos), free(rows);
+    free(o1), free(o2), free(y1), free(y2);
+}
+
 /* The attention output's inverse RoPE inside wo_a's grouped linear (mk_cuda_linear_grouped_rope)
  * = mk_cuda_rope_at then mk_cuda_linear_grouped, bit for bit: the rotated x (in place) and y.
  * x [m, G k] holds m rows of heads of D (k % D == 0), positions pos [m]. */
@@ -3490,6 +3566,12 @@ int main(int argc, char **argv) {
     }
     test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
     test_linear_grouped_rope(8, 1024, 4096, 1, 512, 64); /* V4-Flash: 64 heads of 512, rope 64 */
+    {
+        const int n1[1] = {300}, n2[2] = {37, 0}, n3[3] = {1, 129, 640};
+        test_attn_wo_a_prep(1, n1, 64, 512, 64, 8, 1024); /* a decode step's */
+        test_attn_wo_a_prep(2, n2, 64, 512, 64, 8, 1024);
+        test_attn_wo_a_prep(3, n3, 64, 512, 64, 8, 1024);
+    }
     test_linear_grouped_rope(4, 256, 512, 5, 128, 32);
     test_linear_grouped_rope(4, 256, 512, 3, 128, 30); /* rd % 4 != 0: rope_at first */
     {

@@ -284,12 +284,16 @@ __device__ __forceinline__ void atc_stage(float *buf, const float *const *rp, in
     }
 }
 
-template <int HG>
+/* F16 (the tuning's attn_f16; D / ATC_C == 128: a block's quarter of a head is one 128-block of wo_a's
+ * input row): the epilogue also prepares wo_a's input, mk_d_f16_prep_warp per (head, 128-block) by a
+ * warp over the block's outputs (staged in qs, free by then): the same bits as k_f16_prep over o. */
+template <int HG, bool F16 = false>
 __global__ void __launch_bounds__(ATT_THREADS, 2) k_sparse_attn_cl(const float *__restrict__ q, int H, int D,
                                                                    const float *const *__restrict__ rows,
                                                                    const int32_t *__restrict__ row_start,
                                                                    const float *__restrict__ sink, float scale,
-                                                                   float *__restrict__ o) {
+                                                                   float *__restrict__ o, __half *__restrict__ xh,
+                                                                   float *__restrict__ sx, const mk_f16_rope ro) {
     constexpr int RW = 4, AU = 512 / 32; /* a lane's D steps of a row: all loaded before their fmafs */
     cg::cluster_group cl = cg::this_cluster();
     const int cr = (int)cl.block_rank();
@@ -387,19 +391,48 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_sparse_attn_cl(const float *
         }
         __syncthreads(); /* sc and rp are rewritten by the next chunk */
     }
+    if (!F16) {
+        if (tid < DS) {
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                const float den = n > 0 ? s_den[h] + expf(sink[h0 + h] - s_m[h]) : 1.0f;
+                o[((size_t)t * H + h0 + h) * D + d0 + tid] = n > 0 ? mk_d_bf16r(oacc[h][0] / den) : 0.0f;
+            }
+        }
+        return;
+    }
+    float *ov = qs; /* [HG][128]: the queries are no longer read (the last chunk's barriers passed) */
     if (tid < DS) {
 #pragma unroll
         for (int h = 0; h < HG; h++) {
             const float den = n > 0 ? s_den[h] + expf(sink[h0 + h] - s_m[h]) : 1.0f;
-            o[((size_t)t * H + h0 + h) * D + d0 + tid] = n > 0 ? mk_d_bf16r(oacc[h][0] / den) : 0.0f;
+            ov[h * 128 + tid] = n > 0 ? mk_d_bf16r(oacc[h][0] / den) : 0.0f;
         }
     }
+    __syncthreads();
+    const int k = H * D;
+    for (int h = warp; h < HG; h += ATT_THREADS / 32) {
+        const int b = ((h0 + h) * D + d0) >> 7;
+        float *xr = o + (size_t)t * k + (size_t)b * 128;
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = ov[h * 128 + lane * 4 + j];
+        mk_d_f16_prep_warp(v, xr, t, k, b, lane, xh, sx, ro);
+#pragma unroll
+        for (int j = 0; j < 4; j++) xr[lane * 4 + j] = v[j]; /* o as k_f16_prep leaves it (rotated) */
+    }
 }
+
+struct attn_f16_args {
+    uint16_t *xh;
+    float *sx;
+    mk_f16_rope ro;
+};
 
 template <int HG>
 static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
                        const float *const *rows, const int32_t *row_start, const float *sink,
-                       float scale, float *o, mk_err *err) {
+                       float scale, float *o, const attn_f16_args *f, mk_err *err) {
     /* opt in once for the largest D (the bit is per kernel, so the size must not grow later) */
     size_t smem = sizeof(float) * HG * D;
     unsigned bit = HG == 16 ? MK_OPTIN_ATTN16 : HG == 8 ? MK_OPTIN_ATTN8 : HG == 4 ? MK_OPTIN_ATTN4
@@ -411,15 +444,29 @@ static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
         const unsigned cbit = HC == 4 ? MK_OPTIN_ATTN4_CL : HC == 2 ? MK_OPTIN_ATTN2_CL : MK_OPTIN_ATTN1_CL;
         const size_t stat = sizeof(float) * (2 * HC * ATT_CHUNK + 3 * HC) + sizeof(void *) * ATT_CHUNK;
         mk_err oe;
-        if (dyn + stat <= ctx->caps.smem_optin && /* else the one-block kernels */
+        if (f && D / ATC_C == 128) { /* with wo_a's input preparation in the epilogue */
+            const unsigned fbit = HC == 4 ? MK_OPTIN_ATTN4_CLF : HC == 2 ? MK_OPTIN_ATTN2_CLF : MK_OPTIN_ATTN1_CLF;
+            if (dyn + stat <= ctx->caps.smem_optin &&
+                mk_cuda_smem_optin(ctx, fbit, (const void *)k_sparse_attn_cl<HC, true>, dyn, &oe) == MK_OK) {
+                (void)mk_cuda_launch_cluster(ctx, dim3(ATC_C * (H / HG), T), ATT_THREADS,
+                                             sizeof(float) * (2 * ATC_BUF_FLOATS + HC * D), ATC_C, 1,
+                                             k_sparse_attn_cl<HC, true>, q, H, D, rows, row_start, sink, scale, o,
+                                             (__half *)f->xh, f->sx, f->ro);
+                MK_CU_LAUNCHED(err, "cuda: sparse attention (cluster, wo_a's input) launch");
+                return MK_OK;
+            }
+        }
+        if (!f && dyn + stat <= ctx->caps.smem_optin && /* else the one-block kernels */
             mk_cuda_smem_optin(ctx, cbit, (const void *)k_sparse_attn_cl<HC>, dyn, &oe) == MK_OK) {
             (void)mk_cuda_launch_cluster(ctx, dim3(ATC_C * (H / HG), T), ATT_THREADS,
                                          sizeof(float) * (2 * ATC_BUF_FLOATS + HC * D), ATC_C, 1, k_sparse_attn_cl<HC>,
-                                         q, H, D, rows, row_start, sink, scale, o);
+                                         q, H, D, rows, row_start, sink, scale, o, (__half *)NULL, (float *)NULL,
+                                         mk_f16_rope{});
             MK_CU_LAUNCHED(err, "cuda: sparse attention (cluster) launch");
             return MK_OK;
         }
     }
+    if (f) return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention: wo_a's input only from the cluster kernel with D 512");
     const bool mlp = ctx->tune.attn_mlp && HG <= 4; /* few heads per block: a decode's latency-bound launches */
     const void *fn = mlp ? (const void *)k_sparse_attn<HG, true> : (const void *)k_sparse_attn<HG>;
     if (mlp) bit = HG == 4 ? MK_OPTIN_ATTN4_MLP : HG == 2 ? MK_OPTIN_ATTN2_MLP : MK_OPTIN_ATTN1_MLP;
@@ -436,9 +483,9 @@ static int attn_launch(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
     return MK_OK;
 }
 
-extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
-                                   const float *const *rows, const int32_t *row_start,
-                                   const float *sink, float scale, float *o, mk_err *err) {
+static int sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int H, int D, const float *const *rows,
+                       const int32_t *row_start, const float *sink, float scale, float *o, const attn_f16_args *f,
+                       mk_err *err) {
     if (T <= 0 || H <= 0) return MK_OK;
     if (D < 1 || D > ATT_MAXD)
         return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention: D = %d (1..%d)", D, ATT_MAXD);
@@ -453,17 +500,42 @@ extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int 
         while (hg < 4 && (long)ATC_C * T * (H / hg) > fill) hg *= 2;
         const int force = ctx->tune.attn_cluster_hg; /* benchmarks: 1, 2 or 4 heads a block */
         if ((force == 1 || force == 2 || force == 4) && H % force == 0) hg = force;
-        if (hg == 1) return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
-        if (hg == 2) return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
-        return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+        if (hg == 1) return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
+        if (hg == 2) return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
+        return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
     }
+    if (f) return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention: wo_a's input only from the cluster kernel");
     if (ctx->tune.attn16 && H % 16 == 0 && D <= 512 && (long)T * (H / 16) >= fill) /* rows read half as often */
-        return attn_launch<16>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+        return attn_launch<16>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
     if (H % 8 == 0 && D <= 512 && (long)T * (H / 8) >= fill)
-        return attn_launch<8>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+        return attn_launch<8>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
     if (H % 4 == 0 && (long)T * (H / 4) >= fill)
-        return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+        return attn_launch<4>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
     if (H % 2 == 0 && (long)T * (H / 2) >= fill)
-        return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
-    return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, err);
+        return attn_launch<2>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
+    return attn_launch<1>(ctx, q, T, H, D, rows, row_start, sink, scale, o, f, err);
+}
+
+extern "C" int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
+                                   const float *const *rows, const int32_t *row_start,
+                                   const float *sink, float scale, float *o, mk_err *err) {
+    return sparse_attn(ctx, q, T, H, D, rows, row_start, sink, scale, o, NULL, err);
+}
+
+extern "C" int mk_cuda_sparse_attn_f16(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
+                                       const float *const *rows, const int32_t *row_start, const float *sink,
+                                       float scale, float *o, uint16_t *xh, float *sx,
+                                       const mk_cuda_rope_at_desc *rd, mk_err *err) {
+    if (!ctx->tune.attn_f16 || !xh || !sx)
+        return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention with wo_a's input: off (tuning attn_f16)");
+    attn_f16_args f = {xh, sx, {}};
+    if (rd) {
+        const mk_rope_table *tb = rd->table;
+        if (rd->D != D || rd->D % 4 || rd->rd <= 0 || rd->rd % 4 || rd->rd > rd->D || rd->rd / 2 > tb->half || !tb->cs ||
+            !rd->pos)
+            return mk_fail(err, MK_EINVAL, "cuda: sparse attention with rope: D %d, rd %d, table half %d", rd->D,
+                           rd->rd, tb->half);
+        f.ro = mk_f16_rope{tb->cs, rd->pos, tb->half, tb->max_pos, rd->D, rd->rd, rd->inverse};
+    }
+    return sparse_attn(ctx, q, T, H, D, rows, row_start, sink, scale, o, &f, err);
 }

@@ -211,6 +211,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.bf16_whole = env_switch("MINKE_CUDA_BF16_WHOLE", 0);
     ctx->tune.moe_join = env_switch("MINKE_CUDA_MOE_JOIN", 0);
     ctx->tune.moe_gap = env_switch("MINKE_CUDA_MOE_GAP", 0);
+    ctx->tune.attn_f16 = env_switch("MINKE_CUDA_ATTN_F16", 0);
     ctx->tune.graph_head = getenv("MINKE_CUDA_GRAPH_HEAD") ? atoi(getenv("MINKE_CUDA_GRAPH_HEAD")) & 3 : 0;
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
@@ -405,6 +406,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.bf16_whole = ctx->tune.bf16_whole != 0;
     ctx->tune.moe_join = ctx->tune.moe_join != 0;
     ctx->tune.moe_gap = ctx->tune.moe_gap != 0;
+    ctx->tune.attn_f16 = ctx->tune.attn_f16 != 0;
     ctx->tune.graph_head &= 3;
 }
 

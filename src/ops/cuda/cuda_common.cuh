@@ -136,7 +136,8 @@ void mk_cuda_note(mk_cuda_ctx *ctx, unsigned bit, const char *msg);
 enum { MK_OPTIN_GEMM64 = 0, MK_OPTIN_GEMM128, MK_OPTIN_ATTN8, MK_OPTIN_ATTN4, MK_OPTIN_ATTN2,
        MK_OPTIN_ATTN1, MK_OPTIN_MOE_STAGED, MK_OPTIN_HC_RI, MK_OPTIN_ATTN16, MK_OPTIN_SAMPLE,
        MK_OPTIN_SAMPLE_AGG, MK_OPTIN_SAMPLE_CL, MK_OPTIN_SAMPLE_CL_AGG, MK_OPTIN_ATTN4_MLP, MK_OPTIN_ATTN2_MLP, MK_OPTIN_ATTN1_MLP,
-       MK_OPTIN_ATTN4_CL, MK_OPTIN_ATTN2_CL, MK_OPTIN_ATTN1_CL, MK_OPTIN_WG_FP4, MK_OPTIN_FP4_TILES };
+       MK_OPTIN_ATTN4_CL, MK_OPTIN_ATTN2_CL, MK_OPTIN_ATTN1_CL, MK_OPTIN_WG_FP4, MK_OPTIN_FP4_TILES,
+       MK_OPTIN_ATTN4_CLF, MK_OPTIN_ATTN2_CLF, MK_OPTIN_ATTN1_CLF };
 int mk_cuda_smem_optin(mk_cuda_ctx *ctx, unsigned bit, const void *func, size_t bytes, mk_err *err);
 
 /* Threads per row of the RMSNorm kernel (basic.cu): about 4 values each, by d only (a row's bits
@@ -575,6 +576,57 @@ __device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int p
 
 /* mk_d_rmsnorm_row, then mk_d_quant_row of the normalized row into q / sa: the bits of
  * mk_cuda_rmsnorm then mk_cuda_act_quant (mk_d_quant_row's conditions). */
+/* wo_a's input preparation (the FP8_DQ GEMV's activations) of one 128-block by a warp: xh = f16(x / s),
+ * s = 2^(ceil(log2 amax) - 15) (1 for an all-zero block), so |xh| <= 2^15 and every bf16 value down to
+ * 2^-23 of amax is exact in f16. v: the lane's four values (elements lane * 4 ..; 0 past the row's k).
+ * With ro.cs (mk_cuda_rope_at's rotation of the last rd dims of every D-wide head, the row's position
+ * pos[r], in place) the block is rotated first, pair by pair with mk_d_rope_pair's arithmetic, and the
+ * rotated values written back to xr (the block's first element; the same bits as mk_cuda_rope_at then
+ * the preparation; needs D % 4 == 0 and rd % 4 == 0, so a lane's four values are two whole pairs).
+ * Row r of k values (nb blocks), block b. k_f16_prep and the decode attention's epilogue
+ * (k_sparse_attn_cl's F16) run it. */
+struct mk_f16_rope {
+    const float *cs;
+    const int32_t *pos;
+    int tab_half, max_pos, D, rd, inverse;
+};
+__device__ __forceinline__ void mk_d_f16_prep_warp(float (&v)[4], float *xr, int r, int k, int b, int lane,
+                                                   __half *__restrict__ xh, float *__restrict__ sx,
+                                                   const mk_f16_rope &ro) {
+    const int nb = (k + 127) >> 7, base = b * 128, w = min(128, k - base);
+    float amax = 0.0f;
+    if (ro.cs && lane * 4 < w) {
+        const int e = (base + lane * 4) % ro.D, nope = ro.D - ro.rd, pos = ro.pos[r];
+        if (e >= nope && pos >= 0 && pos < ro.max_pos) {
+#pragma unroll
+            for (int q = 0; q < 2; q++) { /* pairs (e, e + 1) and (e + 2, e + 3) */
+                const float *c2 = ro.cs + ((size_t)pos * ro.tab_half + (e - nope) / 2 + q) * 2;
+                const float c = c2[0], s = ro.inverse ? -c2[1] : c2[1], a = v[2 * q], bb = v[2 * q + 1];
+                v[2 * q] = mk_d_bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, s)));
+                v[2 * q + 1] = mk_d_bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(bb, c)));
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) xr[lane * 4 + j] = v[j];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(v[j]));
+    amax = mk_d_warp_max(amax);
+    float s = 1.0f;
+    if (amax > 0.0f && amax <= 3.402823466e38f) {
+        uint32_t u = __float_as_uint(amax);
+        int e = (int)((u >> 23) & 0xff) - 127 + ((u & 0x7fffffu) != 0) - 15;
+        s = ldexpf(1.0f, e < -126 ? -126 : e);
+    }
+    __half *hr = xh + (size_t)r * k + base;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane * 4 + j;
+        if (i < w) hr[i] = __float2half_rn(__fdiv_rn(v[j], s));
+    }
+    if (lane == 0) sx[(size_t)r * nb + b] = s;
+}
+
 __device__ __forceinline__ void mk_d_rmsnorm_quant_row(const float *xr, int d, const uint16_t *__restrict__ w,
                                                        float eps, float *yr, int perm, uint8_t *__restrict__ q,
                                                        float *__restrict__ sa) {

@@ -326,8 +326,11 @@ extern "C" size_t mk_cuda_linear_grouped_scratch(const mk_cuda_ctx *ctx, const m
     return layout_for(ctx, &V, m < 1 ? 1 : m).total;
 }
 
+/* prep: 1 the input preparation and the GEMV, 0 the GEMV alone (the input already in scratch), -1 neither
+ * (*xh / *sx: where the input goes). */
 static int linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, const mk_cuda_rope_at_desc *ro, int m,
-                          float *y, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
+                          float *y, int round_bf16, void *scratch, size_t scratch_bytes, int prep, uint16_t **pxh,
+                          float **psx, mk_err *err) {
     if (m < 0 || !W || !W->w || G < 1) return mk_fail(err, MK_EINVAL, "cuda: grouped linear: bad arguments");
     if (m == 0) return MK_OK;
     if (W->kind != MK_W_FP8_DQ || !W->scale || W->n % G || (W->n / G) % 16 || W->k % 128)
@@ -345,6 +348,11 @@ static int linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, c
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
     float *sa = (float *)(base + L.sa);
     uint16_t *xb = (uint16_t *)(base + L.xb);
+    if (prep < 0) {
+        *pxh = xb, *psx = sa;
+        return MK_OK;
+    }
+    if (prep == 0) return mk_cuda_gemv_dq(ctx, W, G, xb, sa, m, y, round_bf16, NULL, err);
     /* the rotation inside the preparation where its lanes hold whole pairs and the tuning allows,
      * else mk_cuda_rope_at first */
     if (ro && (ro->D <= 0 || V.k % ro->D))
@@ -364,11 +372,22 @@ static int linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, c
 
 extern "C" int mk_cuda_linear_grouped(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const float *x, int m, float *y,
                                       int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
-    return linear_grouped(ctx, W, G, (float *)x, NULL, m, y, round_bf16, scratch, scratch_bytes, err);
+    return linear_grouped(ctx, W, G, (float *)x, NULL, m, y, round_bf16, scratch, scratch_bytes, 1, NULL, NULL, err);
+}
+
+extern "C" int mk_cuda_linear_grouped_input(mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m, void *scratch,
+                                            size_t scratch_bytes, uint16_t **xh, float **sx, mk_err *err) {
+    *xh = NULL, *sx = NULL;
+    return linear_grouped(ctx, W, G, NULL, NULL, m, NULL, 0, scratch, scratch_bytes, -1, xh, sx, err);
+}
+
+extern "C" int mk_cuda_linear_grouped_prepared(mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m, float *y,
+                                               int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
+    return linear_grouped(ctx, W, G, NULL, NULL, m, y, round_bf16, scratch, scratch_bytes, 0, NULL, NULL, err);
 }
 
 extern "C" int mk_cuda_linear_grouped_rope(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x,
                                            const mk_cuda_rope_at_desc *ro, int m, float *y, int round_bf16,
                                            void *scratch, size_t scratch_bytes, mk_err *err) {
-    return linear_grouped(ctx, W, G, x, ro, m, y, round_bf16, scratch, scratch_bytes, err);
+    return linear_grouped(ctx, W, G, x, ro, m, y, round_bf16, scratch, scratch_bytes, 1, NULL, NULL, err);
 }

@@ -284,6 +284,10 @@ typedef struct {
                             * kernel between the routing's plan and the expert GEMV is mk_cuda_pdl_gap (nothing
                             * to do) instead of quantizing x again into the same bytes (that kernel's loads
                             * queue behind the GEMV's weights). Default 0 until run on a GPU, MINKE_CUDA_MOE_GAP */
+    int attn_f16;          /* 1: a decode step's sparse attention (the cluster kernel, D 512) also writes wo_a's
+                            * prepared input (the inverse RoPE, f16 per 128-block: mk_cuda_sparse_attn_f16) in
+                            * its epilogue: no k_f16_prep launch before wo_a; the same bits. Default 0 until
+                            * run on a GPU, MINKE_CUDA_ATTN_F16 */
     int graph_head;        /* a diagnostic of the captured step's start (bench/gpu): bit 0, a kernel that does
                             * nothing (mk_cuda_pdl_gap) before the embedding; bit 1, the embedding launched
                             * without programmatic dependent launch. Default 0, MINKE_CUDA_GRAPH_HEAD */
@@ -461,6 +465,14 @@ typedef struct {
  * mk_cuda_linear_grouped is; then x is untouched. */
 int mk_cuda_linear_grouped_rope(mk_cuda_ctx *ctx, const mk_wmat *W, int G, float *x, const mk_cuda_rope_at_desc *ro,
                                 int m, float *y, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
+/* The grouped linear's prepared input in scratch (f16 values xh [m, G k] and their per-128-block scales
+ * sx), for an op that writes it the way the grouped linear's own preparation does
+ * (mk_cuda_sparse_attn_f16), and the grouped linear from there (_prepared: the GEMV alone). MK_ENOTSUP
+ * where mk_cuda_linear_grouped is. */
+int mk_cuda_linear_grouped_input(mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m, void *scratch, size_t scratch_bytes,
+                                 uint16_t **xh, float **sx, mk_err *err);
+int mk_cuda_linear_grouped_prepared(mk_cuda_ctx *ctx, const mk_wmat *W, int G, int m, float *y, int round_bf16,
+                                    void *scratch, size_t scratch_bytes, mk_err *err);
 /* y[m, n] = x[m, k] @ W^T with the numerics of mk_linear (ops.h); W holds device pointers
  * (mk_cuda_wmat_upload), x and y are device arrays, scratch a device buffer of at least
  * mk_cuda_linear_scratch bytes. For BF16 weights the tensor-core path rounds x to bf16 first
@@ -600,6 +612,13 @@ int mk_cuda_hc_post_head_norm(mk_cuda_ctx *ctx, const float *x, const float *res
 int mk_cuda_sparse_attn(mk_cuda_ctx *ctx, const float *q, int T, int H, int D,
                         const float *const *rows, const int32_t *row_start, const float *sink,
                         float scale, float *o, mk_err *err);
+/* mk_cuda_sparse_attn, then (xh, sx) = wo_a's input preparation of o with the inverse RoPE rd (as
+ * mk_cuda_linear_grouped_rope's, in the same bits; o left rotated as it leaves it) in the attention's own
+ * launch: only with the tuning's attn_f16, where the cluster kernel runs (a decode step) and D is 512;
+ * else MK_ENOTSUP before anything is launched. */
+int mk_cuda_sparse_attn_f16(mk_cuda_ctx *ctx, const float *q, int T, int H, int D, const float *const *rows,
+                            const int32_t *row_start, const float *sink, float scale, float *o, uint16_t *xh,
+                            float *sx, const mk_cuda_rope_at_desc *rd, mk_err *err);
 
 /* ---- DeepSeek-V4 model kernels (dsv4k.cu, topk.cu, moe.cu; used by src/models/dsv4_cuda.c) -- */
 

@@ -139,20 +139,9 @@ __global__ void k_to_bf16(const float *__restrict__ x, size_t n, __nv_bfloat16 *
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
-/* One warp per (row, 128-block): xh = f16(x / s), s = 2^(ceil(log2 amax) - 15) (1 for an all-zero
- * block), so |xh| <= 2^15 and every bf16 value down to 2^-23 of amax is exact in f16.
- * With ro.cs (mk_cuda_rope_at's rotation of the last rd dims of every D-wide head, the row's
- * position pos[r], in place) the block is rotated first, pair by pair with mk_d_rope_pair's
- * arithmetic (the same bits as mk_cuda_rope_at then mk_cuda_f16_prep; needs D % 4 == 0 and
- * rd % 4 == 0, so a lane's four values are two whole pairs). */
-struct f16_rope {
-    const float *cs;
-    const int32_t *pos;
-    int tab_half, max_pos, D, rd, inverse;
-};
-
+/* One warp per (row, 128-block): mk_d_f16_prep_warp (cuda_common.cuh). */
 __global__ void k_f16_prep(float *__restrict__ x, int m, int k, __half *__restrict__ xh, float *__restrict__ sx,
-                           const f16_rope ro) {
+                           const mk_f16_rope ro) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
@@ -161,42 +150,13 @@ __global__ void k_f16_prep(float *__restrict__ x, int m, int k, __half *__restri
     int r = warp / nb, b = warp - r * nb;
     int base = b * 128, w = min(128, k - base);
     float *xr = x + (size_t)r * k + base;
-    float v[4], amax = 0.0f;
+    float v[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int i = lane * 4 + j;
         v[j] = i < w ? xr[i] : 0.0f;
     }
-    if (ro.cs && lane * 4 < w) {
-        const int e = (base + lane * 4) % ro.D, nope = ro.D - ro.rd, pos = ro.pos[r];
-        if (e >= nope && pos >= 0 && pos < ro.max_pos) {
-#pragma unroll
-            for (int q = 0; q < 2; q++) { /* pairs (e, e + 1) and (e + 2, e + 3) */
-                const float *c2 = ro.cs + ((size_t)pos * ro.tab_half + (e - nope) / 2 + q) * 2;
-                const float c = c2[0], s = ro.inverse ? -c2[1] : c2[1], a = v[2 * q], bb = v[2 * q + 1];
-                v[2 * q] = mk_d_bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, s)));
-                v[2 * q + 1] = mk_d_bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(bb, c)));
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) xr[lane * 4 + j] = v[j];
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(v[j]));
-    amax = mk_d_warp_max(amax);
-    float s = 1.0f;
-    if (amax > 0.0f && amax <= 3.402823466e38f) {
-        uint32_t u = __float_as_uint(amax);
-        int e = (int)((u >> 23) & 0xff) - 127 + ((u & 0x7fffffu) != 0) - 15;
-        s = ldexpf(1.0f, e < -126 ? -126 : e);
-    }
-    __half *hr = xh + (size_t)r * k + base;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int i = lane * 4 + j;
-        if (i < w) hr[i] = __float2half_rn(__fdiv_rn(v[j], s));
-    }
-    if (lane == 0) sx[(size_t)r * nb + b] = s;
+    mk_d_f16_prep_warp(v, xr, r, k, b, lane, xh, sx, ro);
 }
 
 __global__ void k_round_bf16(float *__restrict__ y, size_t n) {
@@ -233,7 +193,7 @@ int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint
     if (m <= 0 || k <= 0) return MK_OK;
     size_t warps = (size_t)m * ((k + 127) / 128);
     (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps + 7) / 8), 256, 0, k_f16_prep, (float *)x, m, k, (__half *)xh, sx,
-                             f16_rope{});
+                             mk_f16_rope{});
     MK_CU_LAUNCHED(err, "cuda: f16_prep launch");
     return MK_OK;
 }
@@ -247,7 +207,7 @@ int mk_cuda_f16_prep_rope_launch(mk_cuda_ctx *ctx, float *x, int m, int k, const
         return mk_fail(err, MK_EINVAL, "cuda: f16_prep with rope: D %d, rd %d, k %d, table half %d", rd->D, rd->rd, k,
                        t->half);
     size_t warps = (size_t)m * ((k + 127) / 128);
-    const f16_rope ro = {t->cs, rd->pos, t->half, t->max_pos, rd->D, rd->rd, rd->inverse};
+    const mk_f16_rope ro = {t->cs, rd->pos, t->half, t->max_pos, rd->D, rd->rd, rd->inverse};
     (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps + 7) / 8), 256, 0, k_f16_prep, x, m, k, (__half *)xh, sx, ro);
     MK_CU_LAUNCHED(err, "cuda: f16_prep (with rope) launch");
     return MK_OK;
