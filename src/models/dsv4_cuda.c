@@ -1430,7 +1430,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
      * whether it is on): the shared expert on a side branch from here, with its own scratch, beside
      * the gate, the routing and the routed experts (nothing of theirs does it read or write); joined
      * before the combine */
-    int sh_side = 0, joined = 0;
+    int sh_side = 0;
     if (T <= 8 && moe_fp4_mma(c, L) && w->lin_side && !(C->hk && (C->hk->dump || C->hk->moe))) {
         sh_side = mk_cuda_branch_begin(ctx, err);
         if (sh_side < 0) return sh_side;
@@ -1471,12 +1471,8 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
          * activation quantization for the routed experts, or, when the op that made x already
          * wrote that, the shared expert's (kept in the linear scratch until its linears run) */
         if (!x_q || sh_side) { /* with the shared expert on the side: the routed experts' input
-                                  * again (the same bytes), the kernel between the plan and the GEMV;
-                                  * or, under the tuning's moe_gap, a kernel that does nothing */
-            mk_cuda_tuning tu;
-            mk_cuda_ctx_get_tuning(ctx, &tu);
-            if (x_q && tu.moe_gap) TRY(mk_cuda_pdl_gap(ctx, err));
-            else TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
+                                  * again (the same bytes), the kernel between the plan and the GEMV */
+            TRY(mk_cuda_act_quant(ctx, x, T, d, 1, w->mxq, w->msa, err));
         } else {
             sh_q = lin_in_q(C, &L->sh1, &shq); /* block() checked it */
             TRY(mk_cuda_act_quant(ctx, x, T, d, shq.perm, shq.q, shq.sa, err));
@@ -1518,14 +1514,6 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, fl
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew1, (const uint8_t *const *)L->es1,
                                  (const void *const *)L->ew3, (const uint8_t *const *)L->es3, I, d, w->mxq, w->msa, 1,
                                  w->plan, T, K, E, w->act, w->actd, 0, err));
-        if (sh_side) { /* the tuning's moe_join: the branch joined here, so the combine has one predecessor */
-            mk_cuda_tuning tu;
-            mk_cuda_ctx_get_tuning(ctx, &tu);
-            if (tu.moe_join) {
-                TRY(mk_cuda_branch_join(ctx, err));
-                joined = 1;
-            }
-        }
         TRY(mk_cuda_swiglu_quant(ctx, w->act, w->actd, w->sw, T * K, I, lim, 1, NULL, w->mxq, w->msa, err));
         TRY(mk_cuda_moe_gemv_fp4(ctx, (const void *const *)L->ew2, (const uint8_t *const *)L->es2, NULL, NULL, d, I,
                                  w->mxq, w->msa, 0, w->plan, T, K, E, w->eo, NULL, 1, err));
@@ -1550,7 +1538,7 @@ shared:
     if (!sh_side) TRY(shared_expert(C, L, x, sh_q ? MK_CUDA_LIN_REUSE_X : 0, w->lin, w->lin_bytes, err));
     mark(C, "moe: shared expert");
 combine:
-    if (sh_side && !joined) TRY(mk_cuda_branch_join(ctx, err)); /* w->seo: the side's */
+    if (sh_side) TRY(mk_cuda_branch_join(ctx, err)); /* w->seo: the side's */
     if (!out) return MK_OK; /* the caller's hc op combines (mk_cuda_moe_sum) */
     TRY(mk_cuda_moe_combine(ctx, w->eo, w->gidx, w->plan, T, K, E, d, w->seo, out, err));
     mark(C, "moe: combine");
@@ -1840,6 +1828,19 @@ static int run_call(gcall *C, mk_err *err) {
     dsv4_cuda *g = w->g;
     const dsv4_config *c = &g->m->cfg;
     if (prof_on()) C->t_mark = ph_now();
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(g->ctx, &tu);
+    if (tu.head_l2 > 0 && C->R <= 8 && c->n_layers > 0) { /* layer 0's first weights into L2 first */
+        const glayer *L = &g->layers[0];
+        const size_t fnb = sizeof(float) * (size_t)(2 + c->hc) * c->hc * c->hc * c->dim;
+        const mk_cuda_span sp[6] = {{L->hc_attn_fn, fnb},
+                                    {L->wq_a.w, mk_cuda_wmat_data_bytes(&L->wq_a)},
+                                    {L->wkv.w, mk_cuda_wmat_data_bytes(&L->wkv)},
+                                    {L->wq_b.w, mk_cuda_wmat_data_bytes(&L->wq_b)},
+                                    {L->wo_a.w, mk_cuda_wmat_data_bytes(&L->wo_a)},
+                                    {L->wo_b.w, mk_cuda_wmat_data_bytes(&L->wo_b)}};
+        TRY(mk_cuda_l2_prefetch(g->ctx, sp, 6, (size_t)tu.head_l2 << 20, err));
+    }
     TRY(mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C->R, c->hc, c->dim, w->h, err));
     /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
      * collapse when every row is a logits row (a decode step: one token per piece, each wanting

@@ -467,16 +467,11 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
                           int m, float *y, float *y2, int round, float *ws, mk_err *err);
 int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err);
-/* Up to MK_CUDA_MULTI bf16 matrices of the same k and launch plan (no split-K) over xb in one launch.
- * The bf16 GEMVs read xb (bf16 activations) or, where xf is not NULL, the f32 activations, rounded to
- * bf16 as they are loaded (the same bits as k_to_bf16's xb): only with at most 8 rows, and for
- * mk_cuda_gemv_bf16 only where mk_cuda_gemv_bf16_f32_ok (the tuning's bf16_f32in on, and the launch
- * runs k_gemv_bf16: not the head's warp-pipelined GEMV nor the row-invariant GEMM). */
+/* Up to MK_CUDA_MULTI bf16 matrices of the same k and launch plan (no split-K) over xb in one launch. */
 int mk_cuda_gemv_bf16_multi_ok(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W);
-int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, const uint16_t *xb, const float *xf,
-                            int m, float *const *y, const int *round, mk_err *err);
-int mk_cuda_gemv_bf16_f32_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, int m);
-int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, const float *xf, int m, float *y,
+int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, const uint16_t *xb, int m,
+                            float *const *y, const int *round, mk_err *err);
+int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err);
 /* dq with G > 1: W [G gn, k] block-diagonal over G groups, xh / sx rows of G k (x's group i is
  * columns [i k, (i + 1) k)), y rows of G gn; each group computed as its own [gn, k] launch. */

@@ -1495,25 +1495,10 @@ struct bf16_set {
     int n[MK_CUDA_MULTI], round[MK_CUDA_MULTI], s0[MK_CUDA_MULTI + 1], count;
 };
 
-/* One lane's 8 activations of a 32-k step as 4 bf16 pairs: the prepared bf16 bytes (xb), or the f32
- * row itself (xf, the tuning's bf16_f32in) rounded to nearest even as k_to_bf16 rounds it. */
-template <bool XF>
-__device__ __forceinline__ uint4 bf16_act(const uint8_t *xr, const float *xfr, size_t st) {
-    if (!XF) return mk_d_ld16(xr + st * 64);
-    const float4 lo = *(const float4 *)(xfr + st * 32), hi = *(const float4 *)(xfr + st * 32 + 4);
-    __nv_bfloat162 p0 = __floats2bfloat162_rn(lo.x, lo.y), p1 = __floats2bfloat162_rn(lo.z, lo.w);
-    __nv_bfloat162 p2 = __floats2bfloat162_rn(hi.x, hi.y), p3 = __floats2bfloat162_rn(hi.z, hi.w);
-    return make_uint4(*(uint32_t *)&p0, *(uint32_t *)&p1, *(uint32_t *)&p2, *(uint32_t *)&p3);
-}
-
-/* U: 32-k steps of weights a warp loads at once (the first U before the programmatic wait); 8 at 2
- * blocks an SM, or 16 at 1 (the tuning's bf16_whole: a grid of at most one block an SM whose warps
- * cover at most 16 steps each loads all its weights before the wait). The MMAs run in step order
- * either way: the same bits. xf (the tuning's bf16_f32in): the f32 activations instead of xb. */
-template <int U, int MINB, bool XF>
-__global__ void __launch_bounds__(256, MINB) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb,
-                                                         const float *__restrict__ xf, int m, int k, int per,
-                                                         float *__restrict__ ws, unsigned *__restrict__ counters) {
+template <int U>
+__global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const uint16_t *__restrict__ xb, int m, int k,
+                                                      int per, float *__restrict__ ws,
+                                                      unsigned *__restrict__ counters) {
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
     mk_d_pdl_launch_dependents();
@@ -1524,8 +1509,7 @@ __global__ void __launch_bounds__(256, MINB) k_gemv_bf16(const bf16_set M, const
     const int n = M.n[j], round = M.round[j];
     { /* chunk blockIdx.x: activation rows 8 c .. 8 c + 7 (a launch over m > 8 rows) */
         const int c8 = (int)blockIdx.x * 8;
-        if (XF) xf += (size_t)c8 * k;
-        else xb += (size_t)c8 * k;
+        xb += (size_t)c8 * k;
         y += (size_t)c8 * n;
         m = min(8, m - c8);
     }
@@ -1537,12 +1521,11 @@ __global__ void __launch_bounds__(256, MINB) k_gemv_bf16(const bf16_set M, const
     const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16;
     const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
     const bool xcol = g < m;
-    const uint8_t *xr = XF ? (const uint8_t *)NULL : (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
-    const float *xfr = XF ? xf + (size_t)(xcol ? g : 0) * k + t * 8 : (const float *)NULL;
+    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
     const int c0 = 2 * t, c1 = 2 * t + 1;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int st = s0; st < s1; st += U) {
-        uint4 a[U][2];
+        uint4 a[U][2], b[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (st + u < s1) {
@@ -1552,33 +1535,14 @@ __global__ void __launch_bounds__(256, MINB) k_gemv_bf16(const bf16_set M, const
             }
         }
         mk_d_pdl_wait();
-        if (U <= 8) { /* every activation loaded, then the MMAs */
-            uint4 b[U];
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (st + u < s1) b[u] = xcol ? bf16_act<XF>(xr, xfr, (size_t)(st + u)) : make_uint4(0, 0, 0, 0);
+        for (int u = 0; u < U; u++)
+            if (st + u < s1) b[u] = xcol ? mk_d_ld16(xr + (size_t)(st + u) * 64) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (st + u < s1) {
-                    mk_d_mma_bf16(c, a[u][0].x, a[u][1].x, a[u][0].y, a[u][1].y, b[u].x, b[u].y);
-                    mk_d_mma_bf16(c, a[u][0].z, a[u][1].z, a[u][0].w, a[u][1].w, b[u].z, b[u].w);
-                }
-            }
-        } else { /* in groups of 8 steps (registers) */
-#pragma unroll
-            for (int u8 = 0; u8 < U; u8 += 8) {
-                uint4 b[8];
-#pragma unroll
-                for (int u = 0; u < 8; u++)
-                    if (st + u8 + u < s1) b[u] = xcol ? bf16_act<XF>(xr, xfr, (size_t)(st + u8 + u)) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                for (int u = 0; u < 8; u++) {
-                    if (st + u8 + u < s1) {
-                        const uint4 &a0 = a[u8 + u][0], &a1 = a[u8 + u][1];
-                        mk_d_mma_bf16(c, a0.x, a1.x, a0.y, a1.y, b[u].x, b[u].y);
-                        mk_d_mma_bf16(c, a0.z, a1.z, a0.w, a1.w, b[u].z, b[u].w);
-                    }
-                }
+        for (int u = 0; u < U; u++) {
+            if (st + u < s1) {
+                mk_d_mma_bf16(c, a[u][0].x, a[u][1].x, a[u][0].y, a[u][1].y, b[u].x, b[u].y);
+                mk_d_mma_bf16(c, a[u][0].z, a[u][1].z, a[u][0].w, a[u][1].w, b[u].z, b[u].w);
             }
         }
     }
@@ -1590,21 +1554,6 @@ __global__ void __launch_bounds__(256, MINB) k_gemv_bf16(const bf16_set M, const
     }
     __syncthreads();
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
-}
-
-/* k_gemv_bf16's launch: the whole-range instance where the tuning's bf16_whole applies (one split, a grid
- * of at most one block an SM, at most 16 steps a warp), the f32-reading one where xf is given. */
-static cudaError_t bf16_launch(mk_cuda_ctx *ctx, dim3 grid, gemv_plan p, const bf16_set &M, const uint16_t *xb,
-                               const float *xf, int m, int k, float *ws) {
-    const long blocks = (long)grid.x * grid.y * grid.z;
-    const bool whole = ctx->tune.bf16_whole && p.splits == 1 && p.per <= 16 &&
-                       blocks <= (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1);
-    const int th = p.nw * 32;
-    if (whole)
-        return xf ? gemv_launch(ctx, grid, th, k_gemv_bf16<16, 1, true>, M, xb, xf, m, k, p.per, ws, ctx->counters)
-                  : gemv_launch(ctx, grid, th, k_gemv_bf16<16, 1, false>, M, xb, xf, m, k, p.per, ws, ctx->counters);
-    return xf ? gemv_launch(ctx, grid, th, k_gemv_bf16<8, 2, true>, M, xb, xf, m, k, p.per, ws, ctx->counters)
-              : gemv_launch(ctx, grid, th, k_gemv_bf16<8, 2, false>, M, xb, xf, m, k, p.per, ws, ctx->counters);
 }
 
 /* k_gemv_bf16 for plans of one warp per slab (the head: nw 1, the whole k in one MMA chain), with the
@@ -1726,21 +1675,7 @@ __global__ void __launch_bounds__(256, 1)
     if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
-/* Which kernel a bf16 GEMV of m rows runs: 2 the row-invariant GEMM, 1 the head's warp-pipelined GEMV,
- * 0 k_gemv_bf16. */
-static int bf16_path(const mk_cuda_ctx *ctx, gemv_plan p, int m, int n, int k) {
-    if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) return 2;
-    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) return 1;
-    return 0;
-}
-
-int mk_cuda_gemv_bf16_f32_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, int m) {
-    if (!ctx->tune.bf16_f32in || W->kind != MK_W_BF16 || m < 1 || m > 8 || W->n % 16 || W->k % 32) return 0;
-    gemv_plan p = plan_for(ctx, W->n / 16, W->k / 32);
-    return bf16_path(ctx, p, m, W->n, W->k) == 0;
-}
-
-int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, const float *xf, int m, float *y,
+int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
     if (m < 1 || n % 16 || n / 16 > 65535 || k % 32)
@@ -1750,17 +1685,14 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, co
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
-    const int path = bf16_path(ctx, p, m, n, k);
-    if (xf && (path != 0 || m > 8))
-        return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: f32 activations only for k_gemv_bf16 (mk_cuda_gemv_bf16_f32_ok)");
-    if (path == 2) { /* the row-invariant GEMM: the same bits */
+    if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) { /* the row-invariant GEMM: the same bits */
         dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
         MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round),
                   err, "cuda: bf16 row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
         return MK_OK;
     }
-    if (path == 1) { /* the head: warps pipelined, same bits */
+    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) { /* the head: warps pipelined, same bits */
         const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
         const int nwarps = slabs < wave ? slabs : wave;
         MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
@@ -1772,7 +1704,8 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, co
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
-    MK_CU_TRY(bf16_launch(ctx, grid, p, M, xb, xf, m, k, ws), err, "cuda: bf16 gemv launch");
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
+              "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
 }
@@ -1793,7 +1726,7 @@ int mk_cuda_gemv_bf16_multi_ok(const mk_cuda_ctx *ctx, int count, const mk_wmat 
     return slabs <= 65535;
 }
 
-int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, const uint16_t *xb, const float *xf, int m,
+int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, const uint16_t *xb, int m,
                             float *const *y, const int *round, mk_err *err) {
     if (m < 1 || !mk_cuda_gemv_bf16_multi_ok(ctx, count, W))
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv multi: %d matrices do not share k and a launch plan", count);
@@ -1805,8 +1738,9 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
     M.count = count;
     gemv_plan p = plan_for(ctx, W[0]->n / 16, W[0]->k / 32);
     dim3 grid((m + 7) / 8, M.s0[count], 1);
-    if (xf && m > 8) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv multi: f32 activations take at most 8 rows");
-    MK_CU_TRY(bf16_launch(ctx, grid, p, M, xb, xf, m, W[0]->k, (float *)NULL), err, "cuda: bf16 gemv launch");
+    MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, W[0]->k, p.per, (float *)NULL,
+                          ctx->counters),
+              err, "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
     return MK_OK;
 }

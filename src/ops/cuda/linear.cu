@@ -152,7 +152,7 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             if (st) return st;
         }
         return mk_cuda_gemv_simple(ctx, W, x, xq, sa, m, y, round_bf16, err);
-    case MK_CUDA_K_GEMV: {
+    case MK_CUDA_K_GEMV:
         if (!gemv_ok(W))
             return mk_fail(err, MK_ENOTSUP, "cuda: linear: no tensor-core gemv for kind %d shape [%d, %d]",
                            (int)W->kind, n, k);
@@ -163,10 +163,7 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else if (kern == MK_CUDA_K_AUTO)
                 mk_cuda_note(ctx, NOTE_CHUNKS, "a linear with more than 8 rows runs the gemv in chunks of 8");
         }
-        /* bf16 under the tuning's bf16_f32in: the GEMV reads x itself, reuse or not, and a bf16 linear that
-         * cannot prepares its bytes even under reuse (an earlier one of the same x may not have) */
-        const int xf32 = W->kind == MK_W_BF16 && mk_cuda_gemv_bf16_f32_ok(ctx, W, m);
-        if (!xf32 && (!reuse || (W->kind == MK_W_BF16 && ctx->tune.bf16_f32in))) {
+        if (!reuse) {
             if (quantized) st = mk_cuda_quant_launch(ctx, x, m, k, W->kind == MK_W_FP4, xq, sa, err);
             else if (W->kind == MK_W_FP8_DQ) st = mk_cuda_f16_prep_launch(ctx, x, m, k, xb, sa, err);
             else st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * k, xb, err);
@@ -183,12 +180,10 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             else if (W->kind == MK_W_FP8_DQ)
                 st = mk_cuda_gemv_dq(ctx, W, 1, xb + (size_t)r0 * k, sa + (size_t)r0 * nb, mm, yr, round_bf16, ws, err);
             else
-                st = mk_cuda_gemv_bf16(ctx, W, xf32 ? (const uint16_t *)NULL : xb + (size_t)r0 * k,
-                                       xf32 ? x + (size_t)r0 * k : (const float *)NULL, mm, yr, round_bf16, ws, err);
+                st = mk_cuda_gemv_bf16(ctx, W, xb + (size_t)r0 * k, mm, yr, round_bf16, ws, err);
             if (st) return st;
         }
         return MK_OK;
-    }
     case MK_CUDA_K_GEMM:
         if (!gemm_ok(ctx, W))
             return mk_fail(err, MK_ENOTSUP, "cuda: linear: no gemm for kind %d shape [%d, %d]",
@@ -200,7 +195,7 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
             }
             return mk_cuda_gemm_fp8(ctx, W, xq, sa, m, y, round_bf16, ws, err);
         }
-        if (!reuse || ctx->tune.bf16_f32in) {
+        if (!reuse) {
             st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * k, xb, err);
             if (st) return st;
         }
@@ -309,13 +304,11 @@ extern "C" int mk_cuda_linear_multi(mk_cuda_ctx *ctx, int flags, int count, cons
         return mk_fail(err, MK_EINVAL, "cuda: linear multi: scratch of %zu bytes, %zu needed", scratch_bytes, L.total);
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
     uint16_t *xb = (uint16_t *)(base + L.xb);
-    const int xf32 = ctx->tune.bf16_f32in && m <= 8; /* the GEMV reads x itself, reuse or not */
-    if (!xf32 && (!(flags & MK_CUDA_LIN_REUSE_X) || ctx->tune.bf16_f32in)) {
+    if (!(flags & MK_CUDA_LIN_REUSE_X)) {
         int st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * W[0]->k, xb, err);
         if (st) return st;
     }
-    return mk_cuda_gemv_bf16_multi(ctx, count, W, xf32 ? (const uint16_t *)NULL : xb, xf32 ? x : (const float *)NULL, m,
-                                   y, round, err);
+    return mk_cuda_gemv_bf16_multi(ctx, count, W, xb, m, y, round, err);
 }
 
 /* ---- grouped (block-diagonal) FP8_DQ linear: wo_a ------------------------------------------------ */

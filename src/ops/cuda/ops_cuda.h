@@ -267,30 +267,19 @@ typedef struct {
                             * MINKE_CUDA_INDEX_TOPK */
     int attn_cluster_hg;   /* heads per block of the cluster attention: 0 = the fewest whose clusters fit in one
                             * wave (default), 1, 2 or 4 (same bits); MINKE_CUDA_ATTN_CLUSTER_HG */
-    int bf16_f32in;        /* 1: bf16 linears of at most 8 rows that run k_gemv_bf16 (the gate, the compressors'
-                            * and indexer's projections; not the head) read the f32 activations and round them
-                            * to bf16 as they load them (the same bits as a k_to_bf16 launch first, which they
-                            * no longer need); such a linear then reads x even under MK_CUDA_LIN_REUSE_X.
-                            * Default 0 until run on a GPU, MINKE_CUDA_BF16_F32IN */
-    int bf16_whole;        /* 1: a k_gemv_bf16 launch of at most one block an SM whose warps cover at most 16
-                            * 32-k steps each (the gate: 16 blocks) loads each warp's whole range before its
-                            * programmatic wait (one block an SM, 16 steps of weights in registers; the MMAs
-                            * in the same order: same bits). Default 0 until run on a GPU, MINKE_CUDA_BF16_WHOLE */
-    int moe_join;          /* 1: a decode step's shared-expert branch is joined before the routed experts'
-                            * SwiGLU rather than before the combine, so that the combine (the hc_post after the
-                            * FFN) has one predecessor and is launched early (programmatic edge). No value
-                            * changes. Default 0 until run on a GPU, MINKE_CUDA_MOE_JOIN */
-    int moe_gap;           /* 1: with the shared expert on the branch and x already quantized by hc_pre, the
-                            * kernel between the routing's plan and the expert GEMV is mk_cuda_pdl_gap (nothing
-                            * to do) instead of quantizing x again into the same bytes (that kernel's loads
-                            * queue behind the GEMV's weights). Default 0 until run on a GPU, MINKE_CUDA_MOE_GAP */
     int attn_f16;          /* 1: a decode step's sparse attention (the cluster kernel, D 512) also writes wo_a's
                             * prepared input (the inverse RoPE, f16 per 128-block: mk_cuda_sparse_attn_f16) in
-                            * its epilogue: no k_f16_prep launch before wo_a; the same bits. Default 0 until
-                            * run on a GPU, MINKE_CUDA_ATTN_F16 */
+                            * its epilogue: no k_f16_prep launch before wo_a; the same bits. Default 1 (H100,
+                            * session 36: greedy step 0.992-0.993 ms against 0.995-0.997), MINKE_CUDA_ATTN_F16=0 */
+    int head_l2;           /* MiB (0: off): a decode step (at most 8 rows) first requests layer 0's first weights
+                            * into L2 (its hc_pre's mix matrix, wq_a, wkv, wq_b, wo_a, wo_b, in that order, at most
+                            * this much; mk_cuda_l2_prefetch), in the ~10 us a replay's second node waits after its
+                            * first. No value changes. Default 0 until measured, MINKE_CUDA_HEAD_L2 */
     int graph_head;        /* a diagnostic of the captured step's start (bench/gpu): bit 0, a kernel that does
                             * nothing (mk_cuda_pdl_gap) before the embedding; bit 1, the embedding launched
-                            * without programmatic dependent launch. Default 0, MINKE_CUDA_GRAPH_HEAD */
+                            * without programmatic dependent launch. Default 0, MINKE_CUDA_GRAPH_HEAD. (H100,
+                            * session 36: the ~10 us gap of a replay's start follows its first node, whichever
+                            * it is, with or without PDL) */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -337,6 +326,9 @@ typedef struct {
     size_t bytes;
 } mk_cuda_span;
 int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk_err *err);
+/* The same requests (at most max_bytes of the spans, in order) on the context's own stream, with no fork:
+ * a kernel that issues them and ends (the tuning's head_l2: the first node of a captured step). */
+int mk_cuda_l2_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, size_t max_bytes, mk_err *err);
 /* A side branch of a captured step: the kernels queued between branch_begin and branch_end run on a
  * third stream, after everything queued on the main stream before branch_begin and beside what the
  * main stream queues meanwhile; branch_join makes the main stream wait for them (capture_end joins
@@ -492,8 +484,7 @@ const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cuda_kernel ke
 int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
                       float *sa, mk_err *err);
 /* A kernel that does nothing but let the next kernel start early, launched after the one before it
- * completed: the kernel between a MoE plan and the expert GEMV that reads it before its programmatic
- * wait (MOE_PLAN_NOTE in moe.cu), where there is nothing to compute there (the tuning's moe_gap). */
+ * completed (the tuning's graph_head diagnostic puts one first in a captured step). */
 int mk_cuda_pdl_gap(mk_cuda_ctx *ctx, mk_err *err);
 
 /* ---- norms, rope, hadamard ---------------------------------------------------------------- */
