@@ -1828,19 +1828,6 @@ static int run_call(gcall *C, mk_err *err) {
     dsv4_cuda *g = w->g;
     const dsv4_config *c = &g->m->cfg;
     if (prof_on()) C->t_mark = ph_now();
-    mk_cuda_tuning tu;
-    mk_cuda_ctx_get_tuning(g->ctx, &tu);
-    if (tu.head_l2 > 0 && C->R <= 8 && c->n_layers > 0) { /* layer 0's first weights into L2 first */
-        const glayer *L = &g->layers[0];
-        const size_t fnb = sizeof(float) * (size_t)(2 + c->hc) * c->hc * c->hc * c->dim;
-        const mk_cuda_span sp[6] = {{L->hc_attn_fn, fnb},
-                                    {L->wq_a.w, mk_cuda_wmat_data_bytes(&L->wq_a)},
-                                    {L->wkv.w, mk_cuda_wmat_data_bytes(&L->wkv)},
-                                    {L->wq_b.w, mk_cuda_wmat_data_bytes(&L->wq_b)},
-                                    {L->wo_a.w, mk_cuda_wmat_data_bytes(&L->wo_a)},
-                                    {L->wo_b.w, mk_cuda_wmat_data_bytes(&L->wo_b)}};
-        TRY(mk_cuda_l2_prefetch(g->ctx, sp, 6, (size_t)tu.head_l2 << 20, err));
-    }
     TRY(mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C->R, c->hc, c->dim, w->h, err));
     /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
      * collapse when every row is a logits row (a decode step: one token per piece, each wanting

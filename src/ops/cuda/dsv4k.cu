@@ -33,13 +33,8 @@ extern "C" int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int voc
                                 const int32_t *tok, int T, int hc, int d, float *h, mk_err *err) {
     if (T <= 0) return MK_OK;
     if (d < 1 || (d + EMBED_T - 1) / EMBED_T > 65535) return mk_fail(err, MK_EINVAL, "cuda: embed: rows of %d values", d);
-    if (ctx->tune.graph_head & 1) { /* a diagnostic: a kernel that does nothing first */
-        int st = mk_cuda_pdl_gap(ctx, err);
-        if (st) return st;
-    }
-    const dim3 grid((unsigned)T, (unsigned)((d + EMBED_T - 1) / EMBED_T));
-    if (ctx->tune.graph_head & 2) k_embed_hc<<<grid, EMBED_T, 0, ctx->stream>>>(embed, tok, hc, d, vocab, h);
-    else (void)mk_cuda_launch_pdl(ctx, grid, EMBED_T, 0, k_embed_hc, embed, tok, hc, d, vocab, h);
+    (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)T, (unsigned)((d + EMBED_T - 1) / EMBED_T)), EMBED_T, 0, k_embed_hc,
+                             embed, tok, hc, d, vocab, h);
     MK_CU_LAUNCHED(err, "cuda: embed launch");
     return MK_OK;
 }

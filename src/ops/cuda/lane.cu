@@ -183,30 +183,6 @@ extern "C" int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans
     return MK_OK;
 }
 
-extern "C" int mk_cuda_l2_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, size_t max_bytes, mk_err *err) {
-    if (n <= 0 || max_bytes < 16) return MK_OK;
-    if (!spans || n > MK_CUDA_LANE_SPANS)
-        return mk_fail(err, MK_EINVAL, "cuda: l2 prefetch: %d spans (at most %d)", n, MK_CUDA_LANE_SPANS);
-    lane_args a = {};
-    unsigned long long budget = (unsigned long long)max_bytes;
-    for (int i = 0; i < n && budget >= 16; i++) {
-        if (!spans[i].p) continue;
-        const uintptr_t b = ((uintptr_t)spans[i].p + 15) & ~(uintptr_t)15;
-        const uintptr_t e = ((uintptr_t)spans[i].p + spans[i].bytes) & ~(uintptr_t)15;
-        if (e <= b) continue;
-        unsigned long long len = (unsigned long long)(e - b);
-        if (len > budget) len = budget & ~15ull;
-        a.p[a.count] = (const char *)b;
-        a.n[a.count++] = len;
-        budget -= len;
-    }
-    if (!a.count) return MK_OK;
-    const int blocks = ctx->tune.l2_lane_blocks > 0 ? ctx->tune.l2_lane_blocks : 32;
-    k_lane_prefetch<<<blocks, 32, 0, ctx->stream>>>(a, 0);
-    MK_CU_LAUNCHED(err, "cuda: l2 prefetch launch");
-    return MK_OK;
-}
-
 /* The routed experts' matrices: for each of the n picks in ids (device, values in [0, E); negative:
  * none), tab[ids[i]] (a device table of device pointers) over `bytes` bytes. Block b takes pick
  * b mod n, its threads the pick's chunks in order. */

@@ -271,15 +271,6 @@ typedef struct {
                             * prepared input (the inverse RoPE, f16 per 128-block: mk_cuda_sparse_attn_f16) in
                             * its epilogue: no k_f16_prep launch before wo_a; the same bits. Default 1 (H100,
                             * session 36: greedy step 0.992-0.993 ms against 0.995-0.997), MINKE_CUDA_ATTN_F16=0 */
-    int head_l2;           /* MiB (0: off): a decode step (at most 8 rows) first requests layer 0's first weights
-                            * into L2 (its hc_pre's mix matrix, wq_a, wkv, wq_b, wo_a, wo_b, in that order, at most
-                            * this much; mk_cuda_l2_prefetch), in the ~10 us a replay's second node waits after its
-                            * first. No value changes. Default 0 until measured, MINKE_CUDA_HEAD_L2 */
-    int graph_head;        /* a diagnostic of the captured step's start (bench/gpu): bit 0, a kernel that does
-                            * nothing (mk_cuda_pdl_gap) before the embedding; bit 1, the embedding launched
-                            * without programmatic dependent launch. Default 0, MINKE_CUDA_GRAPH_HEAD. (H100,
-                            * session 36: the ~10 us gap of a replay's start follows its first node, whichever
-                            * it is, with or without PDL) */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -326,9 +317,6 @@ typedef struct {
     size_t bytes;
 } mk_cuda_span;
 int mk_cuda_lane_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, mk_err *err);
-/* The same requests (at most max_bytes of the spans, in order) on the context's own stream, with no fork:
- * a kernel that issues them and ends (the tuning's head_l2: the first node of a captured step). */
-int mk_cuda_l2_prefetch(mk_cuda_ctx *ctx, const mk_cuda_span *spans, int n, size_t max_bytes, mk_err *err);
 /* A side branch of a captured step: the kernels queued between branch_begin and branch_end run on a
  * third stream, after everything queued on the main stream before branch_begin and beside what the
  * main stream queues meanwhile; branch_join makes the main stream wait for them (capture_end joins
@@ -483,9 +471,6 @@ const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cuda_kernel ke
  * perm = 1 stores each 8-element chunk in the order 0,2,4,6,1,3,5,7 (the FP4 kernel's layout). */
 int mk_cuda_act_quant(mk_cuda_ctx *ctx, const float *x, int m, int k, int perm, uint8_t *q,
                       float *sa, mk_err *err);
-/* A kernel that does nothing but let the next kernel start early, launched after the one before it
- * completed (the tuning's graph_head diagnostic puts one first in a captured step). */
-int mk_cuda_pdl_gap(mk_cuda_ctx *ctx, mk_err *err);
 
 /* ---- norms, rope, hadamard ---------------------------------------------------------------- */
 

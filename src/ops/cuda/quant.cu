@@ -227,16 +227,6 @@ int mk_cuda_round_bf16_launch(mk_cuda_ctx *ctx, float *y, size_t n, mk_err *err)
     return MK_OK;
 }
 
-/* Nothing but the early start of the next kernel: launched without programmatic dependent launch (so
- * after the kernel before it completed), it lets the next one start at once. */
-__global__ void k_pdl_gap(void) { mk_d_pdl_launch_dependents(); }
-
-extern "C" int mk_cuda_pdl_gap(mk_cuda_ctx *ctx, mk_err *err) {
-    k_pdl_gap<<<1, 32, 0, ctx->stream>>>();
-    MK_CU_LAUNCHED(err, "cuda: pdl_gap launch");
-    return MK_OK;
-}
-
 /* The public op is launched without programmatic dependent launch: the routed experts' GEMV that
  * follows it reads its plan (written two kernels before) before waiting, which is safe only if
  * this kernel started after the plan was complete. */
