@@ -1189,6 +1189,7 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
  * output for the op that computes that input (0: W takes no quantized input). */
 static int lin_in_q(gcall *C, const mk_wmat *W, mk_cuda_actq *aq) {
     mk_err e2 = {0};
+    aq->xb = NULL;
     return mk_cuda_linear_xq(C->ctx, W, C->R, C->w->lin, C->w->lin_bytes, &aq->q, &aq->sa, &aq->perm, &e2) == MK_OK;
 }
 
