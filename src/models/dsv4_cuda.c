@@ -1576,11 +1576,11 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     mk_cuda_actq aqa = {0}, tmp = {0};
     const int attn_q = lin_in_q(C, &L->wq_a, &aqa), moe_q = moe_fp4_mma(c, L) && lin_in_q(C, &L->sh1, &tmp);
     /* the tuning's hc_bf16: the FFN hc_pre also writes the gate's bf16 input where the gate reads it */
-    mk_cuda_tuning tb;
-    mk_cuda_ctx_get_tuning(ctx, &tb);
+    mk_cuda_tuning tu;
+    mk_cuda_ctx_get_tuning(ctx, &tu);
     uint16_t *gxb = NULL;
     mk_err eb = {0};
-    const int moe_b = moe_q && tb.hc_bf16 && T <= 8 &&
+    const int moe_b = moe_q && tu.hc_bf16 && T <= 8 &&
                       mk_cuda_linear_xb(ctx, &L->gate, T, w->lin, w->lin_bytes, &gxb, &eb) == MK_OK;
     const mk_cuda_actq aqm = {w->mxq, w->msa, 1, moe_b ? gxb : NULL};
     if (!pre_done) {
@@ -1600,8 +1600,6 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
     TRY(dumpv(C, w->x, T, d, 0, err, "L%d.moe.in", layer));
     /* with a next op (the next hc_pre or the head's collapse) the last hc_post may take the MoE
      * combine's operands instead of its output (tuning hc_moe_sum; not when dumping: no moe.out) */
-    mk_cuda_tuning tu;
-    mk_cuda_ctx_get_tuning(ctx, &tu);
     const mk_cuda_moe_sum ms = {w->eo, w->gidx, w->plan, T, c->n_act, c->n_experts, w->seo, w->sub};
     const int sum = nx && tu.hc_moe_sum && !(C->hk && C->hk->dump) && c->n_act <= 64;
     TRY(moe(C, layer, L, w->x, moe_q, moe_b, sum ? NULL : w->sub, err));

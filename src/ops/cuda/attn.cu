@@ -529,13 +529,10 @@ extern "C" int mk_cuda_sparse_attn_f16(mk_cuda_ctx *ctx, const float *q, int T, 
     if (!ctx->tune.attn_f16 || !xh || !sx)
         return mk_fail(err, MK_ENOTSUP, "cuda: sparse attention with wo_a's input: off (tuning attn_f16)");
     attn_f16_args f = {xh, sx, {}};
-    if (rd) {
-        const mk_rope_table *tb = rd->table;
-        if (rd->D != D || rd->D % 4 || rd->rd <= 0 || rd->rd % 4 || rd->rd > rd->D || rd->rd / 2 > tb->half || !tb->cs ||
-            !rd->pos)
-            return mk_fail(err, MK_EINVAL, "cuda: sparse attention with rope: D %d, rd %d, table half %d", rd->D,
-                           rd->rd, tb->half);
-        f.ro = mk_f16_rope{tb->cs, rd->pos, tb->half, tb->max_pos, rd->D, rd->rd, rd->inverse};
+    if (rd) { /* heads of D rotated as wo_a's own preparation would */
+        if (rd->D != D) return mk_fail(err, MK_EINVAL, "cuda: sparse attention with rope: heads of %d, not %d", rd->D, D);
+        const int st = mk_f16_rope_of(rd, H * D, &f.ro, err);
+        if (st) return st;
     }
     return sparse_attn(ctx, q, T, H, D, rows, row_start, sink, scale, o, &f, err);
 }

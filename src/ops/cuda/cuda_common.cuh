@@ -569,8 +569,6 @@ __device__ __forceinline__ void mk_d_quant_row(const float (&v)[4], int d, int p
     }
 }
 
-/* mk_d_rmsnorm_row, then mk_d_quant_row of the normalized row into q / sa: the bits of
- * mk_cuda_rmsnorm then mk_cuda_act_quant (mk_d_quant_row's conditions). */
 /* wo_a's input preparation (the FP8_DQ GEMV's activations) of one 128-block by a warp: xh = f16(x / s),
  * s = 2^(ceil(log2 amax) - 15) (1 for an all-zero block), so |xh| <= 2^15 and every bf16 value down to
  * 2^-23 of amax is exact in f16. v: the lane's four values (elements lane * 4 ..; 0 past the row's k).
@@ -585,6 +583,17 @@ struct mk_f16_rope {
     const int32_t *pos;
     int tab_half, max_pos, D, rd, inverse;
 };
+/* The rotation of an mk_cuda_rope_at_desc for rows of k values, checked: D and rd multiples of 4 (a lane's
+ * four values are two whole pairs), rd within D and the table, k a multiple of D. */
+static inline int mk_f16_rope_of(const mk_cuda_rope_at_desc *rd, int k, mk_f16_rope *ro, mk_err *err) {
+    const mk_rope_table *t = rd->table;
+    if (rd->D <= 0 || rd->D % 4 || rd->rd <= 0 || rd->rd % 4 || rd->rd > rd->D || rd->rd / 2 > t->half || !t->cs ||
+        !rd->pos || k % rd->D)
+        return mk_fail(err, MK_EINVAL, "cuda: f16 preparation with rope: D %d, rd %d, k %d, table half %d", rd->D,
+                       rd->rd, k, t->half);
+    *ro = mk_f16_rope{t->cs, rd->pos, t->half, t->max_pos, rd->D, rd->rd, rd->inverse};
+    return MK_OK;
+}
 __device__ __forceinline__ void mk_d_f16_prep_warp(float (&v)[4], float *xr, int r, int k, int b, int lane,
                                                    __half *__restrict__ xh, float *__restrict__ sx,
                                                    const mk_f16_rope &ro) {
@@ -622,6 +631,8 @@ __device__ __forceinline__ void mk_d_f16_prep_warp(float (&v)[4], float *xr, int
     if (lane == 0) sx[(size_t)r * nb + b] = s;
 }
 
+/* mk_d_rmsnorm_row, then mk_d_quant_row of the normalized row into q / sa: the bits of
+ * mk_cuda_rmsnorm then mk_cuda_act_quant (mk_d_quant_row's conditions). */
 __device__ __forceinline__ void mk_d_rmsnorm_quant_row(const float *xr, int d, const uint16_t *__restrict__ w,
                                                        float eps, float *yr, int perm, uint8_t *__restrict__ q,
                                                        float *__restrict__ sa) {

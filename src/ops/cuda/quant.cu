@@ -201,13 +201,10 @@ int mk_cuda_f16_prep_launch(mk_cuda_ctx *ctx, const float *x, int m, int k, uint
 int mk_cuda_f16_prep_rope_launch(mk_cuda_ctx *ctx, float *x, int m, int k, const mk_cuda_rope_at_desc *rd,
                                  uint16_t *xh, float *sx, mk_err *err) {
     if (m <= 0 || k <= 0) return MK_OK;
-    const mk_rope_table *t = rd->table;
-    if (rd->D <= 0 || rd->D % 4 || rd->rd <= 0 || rd->rd % 4 || rd->rd > rd->D || rd->rd / 2 > t->half || !t->cs ||
-        !rd->pos || k % rd->D)
-        return mk_fail(err, MK_EINVAL, "cuda: f16_prep with rope: D %d, rd %d, k %d, table half %d", rd->D, rd->rd, k,
-                       t->half);
+    mk_f16_rope ro = {};
+    const int st = mk_f16_rope_of(rd, k, &ro, err);
+    if (st) return st;
     size_t warps = (size_t)m * ((k + 127) / 128);
-    const mk_f16_rope ro = {t->cs, rd->pos, t->half, t->max_pos, rd->D, rd->rd, rd->inverse};
     (void)mk_cuda_launch_pdl(ctx, (unsigned)((warps + 7) / 8), 256, 0, k_f16_prep, x, m, k, (__half *)xh, sx, ro);
     MK_CU_LAUNCHED(err, "cuda: f16_prep (with rope) launch");
     return MK_OK;
