@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
     }
     double t_up = now() - t0;
     dsv4_cuda_seq *s;
-    if (dsv4_cuda_seq_create(g, P + 6 * N + 8, P, &s, &err)) { /* prefill, 6 x N steps, the probe */
+    if (dsv4_cuda_seq_create(g, P + 7 * N + 8, P, &s, &err)) { /* prefill, 7 x N steps, the probe */
         fprintf(stderr, "seq: %s\n", err.msg);
         return 1;
     }
@@ -275,6 +275,45 @@ int main(int argc, char **argv) {
             return 1;
         }
         dta[i] = now() - a;
+    }
+    /* N more chained as the engine's asynchronous scheduling runs them: step i + 1 is queued, its
+     * token fed on the device from step i's pick, before the host waits for step i's token; a
+     * step's time is from one token's arrival to the next */
+    double medc = 0;
+    {
+        dsv4_cuda_work *sw = dsv4_cuda_seq_work(s);
+        int32_t *tc = malloc(sizeof(int32_t) * (size_t)(N + 1));
+        double *dc = malloc(sizeof(double) * (size_t)N);
+        float dummy = 0.0f, *lg = &dummy;
+        const int one = 1;
+        const char fed = 1;
+        tc[0] = ta[N];
+        const int32_t *tp = &tc[0];
+        int32_t *gp = &tc[1];
+        if (dsv4_cuda_batch_launch(sw, &s, &tp, &one, &lg, &gp, NULL, NULL, 1, &err)) {
+            fprintf(stderr, "decode (chained) 0: %s\n", err.msg);
+            return 1;
+        }
+        double a = now();
+        for (int i = 0; i < N; i++) {
+            gp = &tc[i + 2 <= N ? i + 2 : N];
+            if (i + 1 < N && dsv4_cuda_batch_launch(sw, &s, &tp, &one, &lg, &gp, NULL, &fed, 1, &err)) {
+                fprintf(stderr, "decode (chained) %d: %s\n", i + 1, err.msg);
+                return 1;
+            }
+            if (dsv4_cuda_batch_wait(sw, &err) || tc[i + 1] < 0) {
+                fprintf(stderr, "decode (chained) %d: %s\n", i, tc[i + 1] < 0 ? "no token" : err.msg);
+                return 1;
+            }
+            double b = now();
+            dc[i] = b - a;
+            a = b;
+        }
+        medc = median_after_warmup(dc, N);
+        printf("chained greedy tokens:");
+        for (int i = 1; i <= N && i <= 8; i++) printf(" %d", tc[i]);
+        printf("\n");
+        free(tc), free(dc);
     }
     /* 2 x N more steps as a seeded sampled request: the token drawn on the GPU, then the logits row
      * to the host for the host sampler */
@@ -417,6 +456,9 @@ int main(int argc, char **argv) {
                      "| achieved / copy | %.1f%% |\n"
                      "| decode step median, token picked on the GPU (the server's greedy path; %d steps) ms | %.3f |\n"
                      "| decode tokens/s / achieved / copy, that path | %.1f / %.0f GB/s / %.1f%% |\n"
+                     "| decode step median, chained: step k + 1 queued (its token fed on the GPU) before step k's "
+                     "token is read (the engine's async scheduling) ms | %.3f |\n"
+                     "| decode tokens/s / achieved / copy, chained | %.1f / %.0f GB/s / %.1f%% |\n"
                      "| sampled step (T %g, top_p 0.95) median ms: drawn on the GPU / logits to the host sampler | "
                      "%.3f / %.3f |\n"
                      "| step with penalties and a logit_bias (same T and top_p; up to %d adjusted tokens) median ms: "
@@ -425,7 +467,8 @@ int main(int argc, char **argv) {
                      c->moe_inter, c->vocab, (int)m->layers[0].experts[0].w1.kind, dsv4_cuda_weight_bytes(g) / 1e9,
                      t_load, t_up, P, t_pre * 1e3, nt, med * 1e3, mn * 1e3, tps, wb / 1e6, gbs, bw,
                      100.0 * gbs / bw, nt, meda * 1e3, 1.0 / meda, (double)wb / meda / 1e9,
-                     100.0 * ((double)wb / meda / 1e9) / bw, (double)sample_t, medd * 1e3, medh * 1e3, nadj, adjcell);
+                     100.0 * ((double)wb / meda / 1e9) / bw, medc * 1e3, 1.0 / medc, (double)wb / medc / 1e9,
+                     100.0 * ((double)wb / medc / 1e9) / bw, (double)sample_t, medd * 1e3, medh * 1e3, nadj, adjcell);
     fwrite(line, 1, (size_t)n, stdout);
     if (md) fwrite(line, 1, (size_t)n, md);
     {

@@ -8,7 +8,7 @@
  *               [--max-num-batched-tokens N] [--long-prefill-token-threshold N]
  *               [--no-enable-prefix-caching] [--kv-cache-memory-bytes N]
  *               [--enable-prompt-tokens-details] [--no-access-log] [--device cpu|cuda]
- *               [--cuda-device N]
+ *               [--cuda-device N] [--no-async-scheduling]
  *
  * Every option can also come from the environment variable its help names (MINKE_PORT, ...).
  * With no --model the embedded default model (SmolLM2-135M-Instruct) is served. --device cuda runs
@@ -35,7 +35,7 @@
 
 enum { O_MODEL, O_TOK, O_TMPL, O_HOST, O_PORT, O_KEY, O_KEYFILE, O_NAME, O_MAXLEN, O_SEQS, O_WAIT, O_THREADS,
        O_BODY, O_TIMEOUT, O_SHUTDOWN, O_QUIET, O_BATCH, O_LONGPF, O_NOPREFIX, O_KVBYTES, O_DETAILS, O_DEVICE, O_CUDADEV,
-       O_N };
+       O_NOASYNC, O_N };
 
 /* Reads the first line of path (trimmed) into buf. */
 static int read_key_file(const char *path, char *buf, size_t cap) {
@@ -84,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
         [O_DETAILS] = {"--enable-prompt-tokens-details", NULL, "report usage.prompt_tokens_details.cached_tokens", NULL, "MINKE_ENABLE_PROMPT_TOKENS_DETAILS"},
         [O_DEVICE] = {"--device", "cpu|cuda", CLI_DEVICE_HELP, NULL, "MINKE_DEVICE", CLI_ANY, 0, 0, "cpu"},
         [O_CUDADEV] = {"--cuda-device", "N", CLI_CUDA_DEVICE_HELP, NULL, "MINKE_CUDA_DEVICE", CLI_INT, 0, 1024, "0"},
+        [O_NOASYNC] = {"--no-async-scheduling", NULL, "on the GPU, wait for each step's tokens before queuing the next step (default: the next step is queued while the GPU runs this one)", NULL, "MINKE_NO_ASYNC_SCHEDULING"},
     };
     int pr = cli_parse("serve", "[--model PATH] [--host H] [--port N] [--api-key KEY] [options]", argc, argv, o, O_N);
     if (pr) return pr > 0 ? 0 : 2;
@@ -136,6 +137,7 @@ int cmd_serve(int argc, char **argv) {
         .long_prefill_token_threshold = o[O_LONGPF].value ? atoi(o[O_LONGPF].value) : 0,
         .kv_bytes = o[O_KVBYTES].value ? (size_t)strtoull(o[O_KVBYTES].value, NULL, 10) : 0,
         .no_prefix_caching = o[O_NOPREFIX].value != NULL,
+        .async_scheduling = o[O_NOASYNC].value != NULL ? -1 : 0,
     };
     if (mk_engine_create(mk_chat_model(chat), &eo, &eng, &err)) {
         fprintf(stderr, "minke serve: %s\n", err.msg);

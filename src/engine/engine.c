@@ -75,6 +75,18 @@ struct mk_ereq {
     struct mk_ereq *next;   /* incoming list (under e->mu), then the engine's active list */
 };
 
+/* One step's plan and batch items (two: the one in flight and the next, async scheduling). */
+typedef struct {
+    mk_sched_item *items; /* [max_num_seqs] */
+    mk_batch_item *bitems;
+    int32_t *argmax;      /* [max_num_seqs]: plain greedy (or drawn) pieces' tokens, where the model picks them */
+    mk_sample_draw *draws; /* [max_num_seqs]: the plain draws handed to the model (model_draw) */
+    mk_sample_adj *adj;   /* [max_num_seqs, MK_SAMPLE_ADJ_MAX]: the model steps' adjusted tokens (model_adjust) */
+    int n;                /* pieces planned (0 once collected) */
+    int launched, committed, rc;
+    mk_err err;           /* the launch's message */
+} estep;
+
 struct mk_engine {
     mk_model *m;
     mk_engine_options o;
@@ -83,9 +95,12 @@ struct mk_engine {
     mk_sched *sched;
     mk_ereq **slot;       /* [n_slots] owner of each slot */
     float *logits;        /* [max_num_seqs][vocab] */
-    int32_t *argmax;      /* [max_num_seqs]: plain greedy (or drawn) pieces' tokens, where the model picks them */
-    mk_sample_draw *draws; /* [max_num_seqs]: the plain draws handed to the model (model_draw) */
-    mk_sample_adj *adj;   /* [max_num_seqs, MK_SAMPLE_ADJ_MAX]: the model steps' adjusted tokens (model_adjust) */
+    int32_t *argmax;      /* [2][max_num_seqs] the two steps' (estep) */
+    mk_sample_draw *draws; /* [2][max_num_seqs] */
+    mk_sample_adj *adj;   /* [2][max_num_seqs, MK_SAMPLE_ADJ_MAX] */
+    estep es[2];
+    estep *inflight;      /* launched, not collected (async scheduling) */
+    int async;            /* asynchronous scheduling (mk_engine_options.async_scheduling) */
     mk_pool *spool;       /* the step's host sampling, a request per task (NULL: one thread) */
     int *sidx;            /* [max_num_seqs] items sampled on the host this step */
     mk_sample_out *sout;  /* [max_num_seqs] their results, */
@@ -97,8 +112,10 @@ struct mk_engine {
     int model_adjust;     /* and pick the tokens of steps with logit_bias, penalties or masked stop tokens
                            * (mk_sampler_model_step; default; MINKE_MODEL_ADJUST=0: off. H100, session
                            * 20: 1.39-1.46 ms per batch-1 step against 1.96-2.37 on the host path) */
-    mk_sched_item *items; /* [max_num_seqs] */
+    mk_sched_item *items; /* [2][max_num_seqs]; while a step is collected, its own (sample_task) */
     mk_batch_item *bitems;
+    mk_sched_item *items_all;
+    mk_batch_item *bitems_all;
     mk_sreq **preempted;
     int vocab;
     pthread_t th;
@@ -255,6 +272,7 @@ static void unlink_active(mk_engine *e, mk_ereq *r) {
 
 /* Ends a request: FINISH event, scheduler and slot released, statistics, the engine's reference
  * dropped. Engine thread, e->mu not held. */
+static void drop_pieces(mk_engine *e, mk_ereq *r);
 static void finish(mk_engine *e, mk_ereq *r, mk_efinish why, const char *msg) {
     if (msg) {
         pthread_mutex_lock(&r->mu);
@@ -263,6 +281,7 @@ static void finish(mk_engine *e, mk_ereq *r, mk_efinish why, const char *msg) {
     }
     if (r->in_sched) mk_sched_remove(e->sched, &r->sr);
     r->in_sched = 0;
+    drop_pieces(e, r);
     slot_release(e, r);
     unlink_active(e, r);
     ev_item ev = {.type = MK_EV_FINISH, .finish = why, .t = mk_now()};
@@ -299,6 +318,28 @@ static int free_slot(mk_engine *e) {
     return -1;
 }
 
+/* ---- steps ------------------------------------------------------------------------------------
+ * A step is planned (mk_sched_step), built into batch items, launched (mk_model_batch_launch) and
+ * collected (mk_model_batch_wait, then sampling and the events). Without asynchronous scheduling
+ * it is collected right after its launch. With it, a launched step is left in flight, and the
+ * next call of step() chains when it can: every piece of the step in flight is a one-token decode
+ * whose token the model picks (plain greedy), none can end by length, none ends a KV block
+ * (nothing to register in the prefix cache, no block to allocate: no preemption), nothing waits
+ * and nothing is cancelled. Then the step in flight is committed at once, a placeholder token is
+ * appended for each request, the next step is planned (the same requests, in the same order) and
+ * launched with its tokens fed on the device from the picks of the step in flight, and only then
+ * is the step in flight collected: its tokens replace the placeholders (before anything could
+ * register them) and go out as events. A request that stops there has already been queued one
+ * more token in the next step: that piece is dropped when collected (its blocks are released at
+ * once: the device runs steps in order, so a later step's writes into those blocks come after). */
+
+/* Drops the pieces of r from both steps' plans (r is leaving). */
+static void drop_pieces(mk_engine *e, mk_ereq *r) {
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < e->es[s].n; i++)
+            if (e->es[s].items[i].req == &r->sr) e->es[s].items[i].req = NULL;
+}
+
 /* Host sampling of item e->sidx[j] (a task of the sampling pool: one request's sampler each). */
 static void sample_task(void *ctx, int j, int tid) {
     (void)tid;
@@ -308,28 +349,21 @@ static void sample_task(void *ctx, int j, int tid) {
     e->src[i] = mk_sampler_sample(r->smp, e->bitems[i].logits, &e->sout[i], &e->serr[i]);
 }
 
-/* One engine step: cancellations, the scheduler's plan, one batched forward, sampling. */
-static int step(mk_engine *e) {
-    double now = mk_now();
-    for (mk_ereq *r = e->active, *nx; r; r = nx) {
-        nx = r->next;
-        if (atomic_load(&r->cancel)) finish(e, r, MK_EFIN_CANCEL, NULL);
-        else if (r->timeout_s > 0 && now - r->info.t_submit > r->timeout_s) finish(e, r, MK_EFIN_TIMEOUT, NULL);
-    }
-    int np = 0;
-    int n = mk_sched_step(e->sched, e->items, e->o.max_num_seqs, e->preempted, &np);
-    for (int i = 0; i < np; i++) slot_release(e, (mk_ereq *)e->preempted[i]->owner);
-    if (!n) return 0;
+/* The batch items of planned step S (n pieces). chained: every piece is fed from the step in
+ * flight, and only a plain greedy pick is handed to the model (a draw's counter and a model step's
+ * list of adjusted tokens follow the token not known yet). */
+static void build(mk_engine *e, estep *S, int chained) {
     int nl = 0;
-    for (int i = 0; i < n; i++) {
-        mk_sched_item *it = &e->items[i];
+    for (int i = 0; i < S->n; i++) {
+        mk_sched_item *it = &S->items[i];
         mk_ereq *r = it->req->owner;
         int fresh = 0;
+        S->bitems[i] = (mk_batch_item){.slot = -1};
         if (r->slot < 0) {
             fresh = 1;
             r->slot = free_slot(e);
             if (r->slot < 0) { /* cannot happen: running <= max_num_seqs == slots */
-                e->bitems[i].status = MK_EINTERNAL;
+                S->bitems[i].status = MK_EINTERNAL;
                 continue;
             }
             e->slot[r->slot] = r;
@@ -344,35 +378,64 @@ static int step(mk_engine *e) {
             }
         }
         /* a plain greedy step (sampler.h) lets the model pick the token where the logits are */
-        int32_t *am = it->logits && e->model_argmax && mk_sampler_plain_greedy(r->smp) ? &e->argmax[i] : NULL;
+        int32_t *am = it->logits && e->model_argmax && mk_sampler_plain_greedy(r->smp) ? &S->argmax[i] : NULL;
         /* a plain draw (sampler.h) lets the model draw it there (tuning: model_draw) */
         const mk_sample_draw *dr = NULL;
-        if (!am && it->logits && e->model_draw && mk_sampler_plain_draw(r->smp, &e->draws[i]))
-            am = &e->argmax[i], dr = &e->draws[i];
+        if (!chained && !am && it->logits && e->model_draw && mk_sampler_plain_draw(r->smp, &S->draws[i]))
+            am = &S->argmax[i], dr = &S->draws[i];
         /* and a step with adjustments (bias, penalties, masked stop tokens) the model may pick with them */
-        if (!am && it->logits && e->model_draw && e->model_adjust &&
-            mk_sampler_model_step(r->smp, &e->draws[i], e->adj + (size_t)i * MK_SAMPLE_ADJ_MAX, MK_SAMPLE_ADJ_MAX))
-            am = &e->argmax[i], dr = &e->draws[i];
-        e->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .fresh = fresh, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
+        if (!chained && !am && it->logits && e->model_draw && e->model_adjust &&
+            mk_sampler_model_step(r->smp, &S->draws[i], S->adj + (size_t)i * MK_SAMPLE_ADJ_MAX, MK_SAMPLE_ADJ_MAX))
+            am = &S->argmax[i], dr = &S->draws[i];
+        S->bitems[i] = (mk_batch_item){.slot = r->slot, .start = it->start, .fresh = fresh, .tokens = it->req->tokens + it->start, .n_prompt = it->req->n_prompt,
                                        .n = it->n, .blocks = it->req->blocks, .n_blocks = it->req->n_blocks,
                                        .copy_from = it->copy_from, .copy_to = it->copy_to,
                                        .logits = it->logits ? e->logits + (size_t)(nl++) * e->vocab : NULL,
-                                       .argmax = am, .draw = dr};
+                                       .argmax = am, .draw = dr, .feed = chained};
     }
+}
+
+/* Plans step S: its pieces, the slots of preempted requests released. Returns the piece count. */
+static int plan(mk_engine *e, estep *S) {
+    int np = 0;
+    S->n = mk_sched_step(e->sched, S->items, e->o.max_num_seqs, e->preempted, &np);
+    for (int i = 0; i < np; i++) slot_release(e, (mk_ereq *)e->preempted[i]->owner);
+    S->committed = 0;
+    return S->n;
+}
+
+/* Without asynchronous scheduling a step runs here to the end (mk_model_forward_batch: a CPU
+ * model fills every logits row and the host samples every token, as before). */
+static void launch(mk_engine *e, estep *S) {
+    S->err.msg[0] = 0;
+    S->launched = e->async;
+    S->rc = e->async ? mk_model_batch_launch(e->m, e->kv, S->bitems, S->n, &S->err)
+                     : mk_model_forward_batch(e->m, e->kv, S->bitems, S->n, &S->err);
+}
+
+/* Waits for launched step S and applies its results: failures end their requests, each token is
+ * sampled (or taken from the model's pick), appended (or replaces its placeholder: S was
+ * committed when the next step was chained), sent, and checked for a stop. */
+static void collect(mk_engine *e, estep *S) {
     mk_err err = {0};
-    mk_model_forward_batch(e->m, e->kv, e->bitems, n, &err);
-    for (int i = 0; i < n; i++) e->items[i].failed = e->bitems[i].status != MK_OK;
-    mk_sched_commit(e->sched, e->items, n);
+    if (S->launched) mk_model_batch_wait(e->m, e->kv, S->bitems, S->n, &err);
+    S->launched = 0;
+    if (!err.msg[0] && S->err.msg[0]) err = S->err;
+    const int n = S->n;
+    e->items = S->items;
+    e->bitems = S->bitems;
+    for (int i = 0; i < n; i++) S->items[i].failed = S->bitems[i].status != MK_OK;
+    if (!S->committed) mk_sched_commit(e->sched, S->items, n);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     pthread_mutex_unlock(&e->mu);
     /* the tokens: the model's argmax, or the sampler on the host (in parallel), then in order */
     int ns = 0;
     for (int i = 0; i < n; i++) {
-        if (e->bitems[i].status || !e->items[i].logits) continue;
+        if (!S->items[i].req || S->bitems[i].status || !S->items[i].logits) continue;
         e->serr[i].msg[0] = 0;
-        if (e->bitems[i].argmax_done)
-            e->src[i] = mk_sampler_take(((mk_ereq *)e->items[i].req->owner)->smp, *e->bitems[i].argmax, &e->sout[i],
+        if (S->bitems[i].argmax_done)
+            e->src[i] = mk_sampler_take(((mk_ereq *)S->items[i].req->owner)->smp, *S->bitems[i].argmax, &e->sout[i],
                                         &e->serr[i]);
         else
             e->sidx[ns++] = i;
@@ -381,10 +444,11 @@ static int step(mk_engine *e) {
     else
         for (int j = 0; j < ns; j++) sample_task(e, j, 0);
     for (int i = 0; i < n; i++) {
-        mk_sched_item *it = &e->items[i];
+        mk_sched_item *it = &S->items[i];
+        if (!it->req) continue; /* its request left after this step was queued */
         mk_ereq *r = it->req->owner;
-        if (e->bitems[i].status) {
-            finish(e, r, MK_EFIN_ERROR, err.msg[0] ? err.msg : mk_status_str(e->bitems[i].status));
+        if (S->bitems[i].status) {
+            finish(e, r, MK_EFIN_ERROR, err.msg[0] ? err.msg : mk_status_str(S->bitems[i].status));
             continue;
         }
         if (!it->logits) continue;
@@ -394,7 +458,8 @@ static int step(mk_engine *e) {
             continue;
         }
         mk_sampler_accept(r->smp, ev.tok.token);
-        mk_sched_append(e->sched, &r->sr, ev.tok.token);
+        if (S->committed) r->sr.tokens[it->start + it->n] = ev.tok.token; /* the placeholder */
+        else mk_sched_append(e->sched, &r->sr, ev.tok.token);
         if (r->n_gen == 0) {
             pthread_mutex_lock(&e->mu);
             e->st.prompt_tokens_total += (uint64_t)r->n_prompt;
@@ -405,14 +470,97 @@ static int step(mk_engine *e) {
         push_ev(r, &ev);
         pthread_mutex_lock(&e->mu);
         e->st.generation_tokens_total++;
-        e->st.model_argmax_tokens += e->bitems[i].argmax_done != 0;
+        e->st.model_argmax_tokens += S->bitems[i].argmax_done != 0;
         pthread_mutex_unlock(&e->mu);
         if (mk_sampler_is_stop_token(r->smp, ev.tok.token)) finish(e, r, MK_EFIN_STOP, NULL);
         else if (r->n_gen >= r->max_tokens) finish(e, r, MK_EFIN_LENGTH, NULL);
     }
+    S->n = 0;
     pthread_mutex_lock(&e->mu);
     stats_sync(e);
     pthread_mutex_unlock(&e->mu);
+}
+
+/* Whether the step after S (in flight) can be planned and launched before S is collected. */
+static int chainable(mk_engine *e, const estep *S, double now) {
+    if (!e->async || S->rc || !S->n) return 0;
+    mk_sched_stats ss;
+    mk_sched_stats_get(e->sched, &ss);
+    if (ss.waiting || ss.running != S->n) return 0;
+    for (mk_ereq *r = e->active; r; r = r->next)
+        if (atomic_load(&r->cancel) || (r->timeout_s > 0 && now - r->info.t_submit > r->timeout_s)) return 0;
+    const int bt = e->caps.block_tokens;
+    for (int i = 0; i < S->n; i++) {
+        const mk_sched_item *it = &S->items[i];
+        const mk_batch_item *b = &S->bitems[i];
+        if (!it->req || it->n != 1 || !it->logits || !b->argmax || b->draw || b->status) return 0;
+        const mk_ereq *r = it->req->owner;
+        if (r->n_gen + 1 >= r->max_tokens || (it->start + 1) % bt == 0 || it->req->n_tokens != it->start + 1) return 0;
+    }
+    return 1;
+}
+
+/* One engine step. Returns the pieces launched (0: nothing was schedulable). */
+static int step(mk_engine *e) {
+    double now = mk_now();
+    estep *P = e->inflight;
+    if (P && chainable(e, P, now)) {
+        mk_sched_commit(e->sched, P->items, P->n); /* optimistic: nothing to register (chainable) */
+        P->committed = 1;
+        for (int i = 0; i < P->n; i++) mk_sched_append(e->sched, P->items[i].req, 0); /* placeholders */
+        estep *Q = &e->es[P == &e->es[0]];
+        int n = plan(e, Q), same = n == P->n;
+        for (int i = 0; same && i < n; i++)
+            same = Q->items[i].req == P->items[i].req && Q->items[i].n == 1 && Q->items[i].logits &&
+                   Q->items[i].start == P->items[i].start + 1 && Q->items[i].copy_from < 0;
+        if (same) {
+            build(e, Q, 1);
+            launch(e, Q);
+            collect(e, P);
+            e->inflight = Q;
+            pthread_mutex_lock(&e->mu);
+            e->st.chained_steps++;
+            pthread_mutex_unlock(&e->mu);
+            return n;
+        }
+        /* not the expected plan (cannot happen with the checks above): the step in flight first
+         * (its tokens replace the placeholders), then this plan as a step of its own, without the
+         * pieces of requests that ended there */
+        collect(e, P);
+        e->inflight = NULL;
+        int k = 0;
+        for (int i = 0; i < Q->n; i++)
+            if (Q->items[i].req) Q->items[k++] = Q->items[i];
+        Q->n = k;
+        if (!k) return 0;
+        build(e, Q, 0);
+        launch(e, Q);
+        e->inflight = Q;
+        if (!e->async) {
+            collect(e, Q);
+            e->inflight = NULL;
+        }
+        return k;
+    }
+    if (P) {
+        collect(e, P);
+        e->inflight = NULL;
+    }
+    for (mk_ereq *r = e->active, *nx; r; r = nx) {
+        nx = r->next;
+        if (atomic_load(&r->cancel)) finish(e, r, MK_EFIN_CANCEL, NULL);
+        else if (r->timeout_s > 0 && now - r->info.t_submit > r->timeout_s) finish(e, r, MK_EFIN_TIMEOUT, NULL);
+    }
+    estep *S = &e->es[0];
+    int n = plan(e, S);
+    if (!n) return 0;
+    build(e, S, 0);
+    launch(e, S);
+    if (e->async) {
+        e->inflight = S;
+    } else {
+        collect(e, S);
+    }
     return n;
 }
 
@@ -434,7 +582,11 @@ static void *engine_main(void *arg) {
             nx = r->next;
             take_in(e, r, r->sr.tokens);
         }
-        if (stop) break;
+        if (stop) {
+            if (e->inflight) collect(e, e->inflight);
+            e->inflight = NULL;
+            break;
+        }
         if (!step(e) && e->active) { /* nothing schedulable now (cannot last): do not spin */
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
@@ -484,14 +636,14 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
     if ((rc = mk_sched_create(&so, mk_kvcache_pool(e->kv), &e->sched, err))) goto fail;
     e->slot = calloc((size_t)e->caps.n_slots, sizeof *e->slot);
     e->logits = mk_kvcache_host_floats(e->kv, (size_t)e->vocab * (size_t)o->max_num_seqs);
-    e->argmax = calloc((size_t)o->max_num_seqs, sizeof *e->argmax);
+    e->argmax = calloc(2 * (size_t)o->max_num_seqs, sizeof *e->argmax);
     e->model_argmax = !(getenv("MINKE_MODEL_ARGMAX") && atoi(getenv("MINKE_MODEL_ARGMAX")) == 0);
-    e->draws = calloc((size_t)o->max_num_seqs, sizeof *e->draws);
+    e->draws = calloc(2 * (size_t)o->max_num_seqs, sizeof *e->draws);
     e->model_draw = !(getenv("MINKE_MODEL_DRAW") && atoi(getenv("MINKE_MODEL_DRAW")) == 0);
     /* (only for a model that picks tokens: a CPU model's steps are all sampled on the host, so their
      * lists of adjusted tokens would be built for nothing) */
     e->model_adjust = e->caps.picks && !(getenv("MINKE_MODEL_ADJUST") && atoi(getenv("MINKE_MODEL_ADJUST")) == 0);
-    e->adj = e->model_adjust ? calloc((size_t)o->max_num_seqs * MK_SAMPLE_ADJ_MAX, sizeof *e->adj) : NULL;
+    e->adj = e->model_adjust ? calloc(2 * (size_t)o->max_num_seqs * MK_SAMPLE_ADJ_MAX, sizeof *e->adj) : NULL;
     e->sidx = calloc((size_t)o->max_num_seqs, sizeof *e->sidx);
     e->sout = calloc((size_t)o->max_num_seqs, sizeof *e->sout);
     e->src = calloc((size_t)o->max_num_seqs, sizeof *e->src);
@@ -502,10 +654,18 @@ int mk_engine_create(mk_model *m, const mk_engine_options *o, mk_engine **out, m
         if (nt > o->max_num_seqs) nt = o->max_num_seqs;
         if (nt > 1) e->spool = mk_pool_create(nt); /* NULL (out of memory): sampled on one thread */
     }
-    e->items = calloc((size_t)o->max_num_seqs, sizeof *e->items);
-    e->bitems = calloc((size_t)o->max_num_seqs, sizeof *e->bitems);
+    e->items = e->items_all = calloc(2 * (size_t)o->max_num_seqs, sizeof *e->items);
+    e->bitems = e->bitems_all = calloc(2 * (size_t)o->max_num_seqs, sizeof *e->bitems);
     e->preempted = calloc((size_t)o->max_num_seqs, sizeof *e->preempted);
     if (!e->slot || !e->logits || !e->argmax || !e->draws || !e->sidx || !e->sout || !e->src || !e->serr || !e->items || !e->bitems || !e->preempted || (e->model_adjust && !e->adj)) { rc = mk_fail(err, MK_ENOMEM, "out of memory"); goto fail; }
+    for (int s = 0; s < 2; s++) {
+        const size_t k = (size_t)s * (size_t)o->max_num_seqs;
+        e->es[s] = (estep){.items = e->items_all + k, .bitems = e->bitems_all + k, .argmax = e->argmax + k,
+                           .draws = e->draws + k, .adj = e->adj ? e->adj + k * MK_SAMPLE_ADJ_MAX : NULL};
+    }
+    /* asynchronous scheduling: on where the model's steps run asynchronously (the GPU), unless
+     * turned off; forced on, a CPU model runs each step at its launch (tests) */
+    e->async = o->async_scheduling > 0 || (o->async_scheduling == 0 && e->caps.async);
     e->st.max_num_seqs = o->max_num_seqs;
     e->st.max_model_len = o->max_model_len;
     e->st.kv_blocks = e->caps.n_blocks;
@@ -546,8 +706,8 @@ void mk_engine_free(mk_engine *e) {
     free(e->sout);
     free(e->src);
     free(e->serr);
-    free(e->items);
-    free(e->bitems);
+    free(e->items_all);
+    free(e->bitems_all);
     free(e->preempted);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

@@ -40,6 +40,10 @@ typedef struct {
     int long_prefill_token_threshold; /* prefill tokens per request per step; 0 = 512 */
     size_t kv_bytes;                  /* paged KV pool; 0 = room for max_num_seqs full sequences */
     int no_prefix_caching;            /* 1 disables prefix caching */
+    int async_scheduling;             /* 0: on where the model runs steps asynchronously (the GPU: the
+                                       * next step is planned and queued while the device runs this
+                                       * one; see engine.c), 1: on (a CPU model then runs each step at
+                                       * its launch: the same tokens, each one step later), -1: off */
 } mk_engine_options;
 
 /* The model is borrowed (must outlive the engine). Creates max_num_seqs sequences up front and
@@ -123,6 +127,8 @@ typedef struct {
                                    * the GPU: its argmax, no logits copied to the host) */
     uint64_t finished_total[MK_EFIN_ERROR + 1]; /* by mk_efinish */
     uint64_t steps;       /* engine steps run */
+    uint64_t chained_steps; /* steps launched before the previous step's tokens were read (async
+                             * scheduling) */
     uint64_t prefix_cache_queries, prefix_cache_hits; /* prompt tokens looked up / found */
     uint64_t preemptions;
     double kv_cache_usage;   /* fraction of KV blocks owned by requests [0, 1] */

@@ -237,7 +237,7 @@ int mk_sched_step(mk_sched *s, mk_sched_item *items, int cap, mk_sreq **preempte
 void mk_sched_commit(mk_sched *s, const mk_sched_item *items, int n) {
     for (int i = 0; i < n; i++) {
         mk_sreq *r = items[i].req;
-        if (r->state != MK_SR_RUNNING) continue;
+        if (!r || r->state != MK_SR_RUNNING) continue; /* NULL: dropped by the engine (its request left) */
         if (COW_SRC(r) != (uint64_t)-1) {
             mk_kv_unref(s->pool, (int)COW_SRC(r));
             COW_SRC(r) = (uint64_t)-1;

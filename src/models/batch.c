@@ -31,7 +31,9 @@
 #include "models/llama.h"
 #include "models/model.h"
 
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +62,12 @@ struct mk_kvcache {
     llama_piece *pieces; /* [n_slots] */
     int *which;          /* [n_slots] the item of each piece */
     size_t bpb;          /* bytes per block */
+    /* steps launched (mk_model_batch_launch) and not waited for, oldest first: the GPU's still
+     * queued (gpu), or the status of one that ran at its launch */
+    struct { int gpu, rc; } pend[2]; /* gpu: 1 queued, 2 queued and waited for (rc) */
+    int n_pend;
+    int32_t *pick;       /* [n_slots] CPU: each slot's token picked in the last launched step (feed), */
+    char *pick_ok;       /* and whether it has one */
 };
 
 /* What a DeepSeek-V4 cache does with its slots, on the CPU (paged dsv4_seq) or the GPU (paged
@@ -278,6 +286,10 @@ int mk_kvcache_create(mk_model *m, const mk_kvcache_options *o, mk_kvcache **out
              : c->dm ? create_dsv4(c, o->kv_bytes, err)
                      : mk_fail(err, MK_ENOTSUP, "kv cache: unknown model family");
     }
+    c->caps.async = c->g != NULL;
+    c->pick = calloc((size_t)o->n_slots, sizeof *c->pick);
+    c->pick_ok = calloc((size_t)o->n_slots, 1);
+    if (!rc && (!c->pick || !c->pick_ok)) rc = mk_fail(err, MK_ENOMEM, "out of memory");
     if (rc) {
         mk_kvcache_free(c);
         return rc;
@@ -321,6 +333,8 @@ void mk_kvcache_free(mk_kvcache *c) {
     dsv4_cuda_pool_free(c->gpool);
 #endif
     free(c->gseqs);
+    free(c->pick);
+    free(c->pick_ok);
     llama_work_free(c->work);
     free(c->pieces);
     free(c->which);
@@ -467,4 +481,138 @@ int mk_model_forward_batch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int
     (void)m;
     if (c->lm) return forward_paged(c, items, n, err);
     return forward_dsv4(c, items, n, err);
+}
+
+/* ---- asynchronous steps (mk_model_batch_launch / _wait) ------------------------------------- */
+
+/* The sampler's greedy rule on a logits row: NaN as -inf, the lowest id of the largest value, -1
+ * when every value is -inf or NaN (the GPU's argmax: +inf as FLT_MAX ties with FLT_MAX there, and
+ * a row holding both picks the first of them, as here). */
+static int32_t greedy_pick(const float *l, int n) {
+    int32_t best = -1;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        float v = l[i];
+        if (v != v) continue;
+        if (v > FLT_MAX) v = FLT_MAX;
+        if (v > mx) mx = v, best = i;
+    }
+    return best;
+}
+
+/* A DeepSeek-V4 step on the GPU queued as one call: 1 when queued, 0 when it must run as
+ * forward_dsv4 does (slots named twice, too many pieces, a piece that is not ready), or the
+ * failure of a launch whose pieces were ready (every piece's status set). */
+#ifdef MK_WITH_CUDA
+static int launch_dsv4_gpu(mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
+    if (n < 1 || n > DSV4_STEP_MAX) return 0;
+    dsv4_cuda_seq *seqs[DSV4_STEP_MAX];
+    const int32_t *toks[DSV4_STEP_MAX];
+    int cnt[DSV4_STEP_MAX];
+    float *lg[DSV4_STEP_MAX];
+    int32_t *am[DSV4_STEP_MAX];
+    const mk_sample_draw *dr[DSV4_STEP_MAX];
+    char feed[DSV4_STEP_MAX];
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < i; k++)
+            if (items[k].slot == items[i].slot) return 0;
+    mk_err e0 = {0};
+    for (int i = 0; i < n; i++) {
+        mk_batch_item *it = &items[i];
+        it->status = MK_OK;
+        it->argmax_done = 0;
+        if (prep_dsv4_piece(c, it, &e0)) return 0; /* forward_dsv4 marks it */
+        seqs[i] = c->gseqs[it->slot];
+        toks[i] = it->tokens;
+        cnt[i] = it->n;
+        lg[i] = it->logits;
+        am[i] = it->logits ? it->argmax : NULL;
+        dr[i] = am[i] ? it->draw : NULL;
+        feed[i] = (char)(it->feed != 0);
+    }
+    int rc = dsv4_cuda_batch_launch(c->gwork, seqs, toks, cnt, lg, am, dr, feed, n, err);
+    if (rc) {
+        for (int i = 0; i < n; i++) items[i].status = rc;
+        return rc;
+    }
+    return 1;
+}
+#endif
+
+int mk_model_batch_launch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
+    if (c->n_pend >= 2)
+        return mk_fail(err, MK_EINTERNAL, "batch: a step launched while two are not waited for");
+    int fed = 0, gpu = 0, rc = MK_OK;
+    for (int i = 0; i < n; i++) fed |= items[i].feed != 0;
+#ifdef MK_WITH_CUDA
+    if (c->g) {
+        int q = launch_dsv4_gpu(c, items, n, err);
+        if (q == 1) gpu = 1;
+        else if (q < 0) rc = q;
+        else if (fed) { /* only a queued call reads the picks on the device */
+            rc = mk_fail(err, MK_EINTERNAL, "batch: a step with fed pieces cannot run as one call");
+            for (int i = 0; i < n; i++) items[i].status = rc;
+        } else {
+            /* a step of its own, after the one still queued, if any (waited for here: its results
+             * are delivered by its own wait) */
+            if (c->n_pend && c->pend[0].gpu == 1) {
+                mk_err e1 = {0};
+                c->pend[0].rc = dsv4_cuda_batch_wait(c->gwork, &e1);
+                c->pend[0].gpu = 2;
+            }
+            rc = mk_model_forward_batch(m, c, items, n, err);
+        }
+    } else
+#endif
+    {
+        for (int i = 0; i < n && !rc; i++) { /* the CPU's: the previous step's picks */
+            mk_batch_item *it = &items[i];
+            if (!it->feed) continue;
+            if (it->slot < 0 || it->slot >= c->caps.n_slots || !c->pick_ok[it->slot] || it->n != 1)
+                rc = mk_fail(err, MK_EINTERNAL, "batch: piece %d is fed from slot %d, which picked no token", i, it->slot);
+            else
+                it->tokens = &c->pick[it->slot];
+        }
+        if (rc) {
+            for (int i = 0; i < n; i++) items[i].status = rc;
+        } else {
+            rc = mk_model_forward_batch(m, c, items, n, err);
+            const int V = mk_model_vocab_size(m);
+            for (int i = 0; i < n; i++) {
+                mk_batch_item *it = &items[i];
+                const int s = it->slot >= 0 && it->slot < c->caps.n_slots ? it->slot : -1;
+                if (s >= 0) c->pick_ok[s] = 0;
+                if (it->status || !it->logits || !it->argmax || it->draw || it->argmax_done) continue;
+                *it->argmax = greedy_pick(it->logits, V);
+                it->argmax_done = 1;
+                if (s >= 0) c->pick[s] = *it->argmax < 0 ? 0 : *it->argmax, c->pick_ok[s] = 1;
+            }
+        }
+    }
+    c->pend[c->n_pend].gpu = gpu;
+    c->pend[c->n_pend].rc = rc;
+    c->n_pend++;
+    return rc;
+}
+
+int mk_model_batch_wait(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err) {
+    (void)m;
+    if (!c->n_pend) return mk_fail(err, MK_EINTERNAL, "batch: no launched step to wait for");
+    const int gpu = c->pend[0].gpu;
+    int rc = c->pend[0].rc;
+    c->pend[0] = c->pend[1];
+    c->n_pend--;
+#ifdef MK_WITH_CUDA
+    if (gpu) {
+        if (gpu == 1) rc = dsv4_cuda_batch_wait(c->gwork, err);
+        else if (rc) mk_fail(err, rc, "batch: the step failed on the GPU");
+        for (int i = 0; i < n; i++) {
+            items[i].status = rc;
+            items[i].argmax_done = !rc && items[i].logits && items[i].argmax;
+        }
+    }
+#else
+    (void)gpu, (void)items, (void)n;
+#endif
+    return rc;
 }

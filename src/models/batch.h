@@ -57,6 +57,8 @@ typedef struct {
     int replay;          /* tokens to recompute before a prefix-hit boundary */
     int picks;           /* the model picks tokens where the logits are (mk_batch_item.argmax and .draw:
                           * the GPU); 0: every piece's logits go to the host */
+    int async;           /* mk_model_batch_launch returns before the step ran (the GPU): the host can
+                          * plan and queue the next step meanwhile */
     size_t block_bytes;  /* bytes of one block (device memory on the GPU) */
     size_t bytes;        /* memory of the pool and the slots (and the GPU's step scratch) */
 } mk_kvcache_caps;
@@ -108,6 +110,9 @@ typedef struct {
                               * (mk_sampler_model_step: draw->n_adj, draw->adj) it adjusts those
                               * logits first, and inv_t 0 asks for the argmax of the adjusted logits.
                               * The GPU model does. */
+    int feed;                /* 1 (mk_model_batch_launch only): tokens is not read; the piece's one token is the
+                              * one the model picked (argmax_done) for this slot in the step launched just
+                              * before, which must have had this slot with an argmax */
     int argmax_done;         /* out: 1 when *argmax was written and logits were not */
     int status;              /* out: MK_OK, or why this piece failed (the others still ran) */
 } mk_batch_item;
@@ -115,5 +120,17 @@ typedef struct {
 /* Runs every piece. Returns MK_OK when all succeeded; otherwise the status of the last failure
  * (message in err) with each piece's own status in items[i].status. */
 int mk_model_forward_batch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err);
+
+/* The same step in two halves, for asynchronous scheduling: launch queues it (caps.async: the GPU
+ * runs it while launch returns; otherwise it runs now), wait delivers its results (statuses,
+ * argmax ints, logits rows). The host may launch the next step before waiting for this one (at
+ * most one step left unwaited at a launch); waits go in launch order, each with the items array
+ * of its launch, which must stay untouched until then. Unlike mk_model_forward_batch, a step
+ * launched here has its plain greedy pieces (argmax without a draw) picked by the model on the
+ * CPU too (the argmax of the logits row, the sampler's greedy rule; the row is filled as well),
+ * so that the next step can feed them (mk_batch_item.feed). A step whose launch fails has every
+ * piece's status set; its wait returns that status. */
+int mk_model_batch_launch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err);
+int mk_model_batch_wait(mk_model *m, mk_kvcache *c, mk_batch_item *items, int n, mk_err *err);
 
 #endif

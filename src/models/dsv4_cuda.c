@@ -390,11 +390,23 @@ struct dsv4_cuda_work {
                                              * 8 rows */
     size_t lin_side_bytes;
     int sel_cap, rows_per;
-    int32_t *hids;                          /* host staging of ids (and of apc; page-locked) */
+    int32_t *hids;                          /* host staging of ids (and of apc; page-locked): the current half */
     mk_sample_adj *adj, *hadj;              /* the draws' adjusted tokens (mk_sampler_model_step), packed:
-                                             * device, host staging (page-locked) [adj_cap] */
+                                             * device, host staging (page-locked, the current half) [adj_cap] */
     size_t adj_cap;                         /* max_pieces x MK_SAMPLE_ADJ_MAX */
-    int upl_pending;                        /* an asynchronous upload from hids / hadj may not have run yet */
+    /* Two halves of the host staging (hids, hadj) and of ham, a call each in turn, so that the host
+     * writes the next call's inputs while the previous call's upload may still be queued
+     * (dsv4_cuda_batch_launch). */
+    int32_t *hids_buf[2], *ham_buf[2];
+    mk_sample_adj *hadj_buf[2];
+    int half;
+    int upl_pending[2];                     /* an asynchronous upload from that half may not have run yet */
+    struct gpend *call;                     /* [2] the launched calls of each half (batch_launch / _wait) */
+    int n_pending, oldest;                  /* launched calls not waited for; the half of the oldest */
+    dsv4_cuda_seq **prev_seq;               /* [max_pieces] the last call's logits rows with an argmax on the
+                                             * device (feed), in row order; NULL for rows without */
+    int prev_rows;
+    int *feed_src;                          /* [max_pieces] the call's fed pieces: the previous call's row */
     mk_cuda_apiece *apc, *happ;             /* attention pieces [max_pieces, n_layers + n_mtp], after the ids */
     size_t ids_bytes;                       /* the ints of ids then the draws, each 256-aligned: apc starts there */
     size_t draw_off;                        /* the draws' offset in the ids region */
@@ -413,9 +425,22 @@ struct dsv4_cuda_work {
     dlist mem;
 };
 
+static int pend_create(dsv4_cuda_work *w, size_t max_pieces, mk_err *err);
+static void pend_free(dsv4_cuda_work *w);
+
 static int walloc(dsv4_cuda_work *w, size_t bytes, void *pp, mk_err *err) {
     w->bytes += bytes;
     return dalloc(w->g->ctx, &w->mem, bytes, pp, err);
+}
+
+/* The host staging and results of half h for the next call. */
+static void use_half(dsv4_cuda_work *w, int h) {
+    w->half = h;
+    w->hids = w->hids_buf[h];
+    w->hadj = w->hadj_buf[h];
+    w->ham = w->ham_buf[h];
+    w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
+    w->hdraw = (mk_sample_draw *)((uint8_t *)w->hids + w->draw_off);
 }
 
 static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, int with_mtp, int with_hooks,
@@ -569,18 +594,24 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
         w->lin_side_bytes = sb;
         if (!rc && sb) rc = walloc(w, sb, &w->lin_side, err);
     }
-    if (!rc) rc = mk_cuda_host_alloc(w->ids_bytes + apc_bytes, (void **)&w->hids, err);
     w->adj_cap = P * MK_SAMPLE_ADJ_MAX;
     if (!rc) rc = walloc(w, sizeof(mk_sample_adj) * w->adj_cap, &w->adj, err);
-    if (!rc) rc = mk_cuda_host_alloc(sizeof(mk_sample_adj) * w->adj_cap, (void **)&w->hadj, err);
-    w->ham = malloc(sizeof(int32_t) * P);
+    for (int h = 0; h < 2; h++) {
+        if (!rc) rc = mk_cuda_host_alloc(w->ids_bytes + apc_bytes, (void **)&w->hids_buf[h], err);
+        if (!rc) rc = mk_cuda_host_alloc(sizeof(mk_sample_adj) * w->adj_cap, (void **)&w->hadj_buf[h], err);
+        w->ham_buf[h] = malloc(sizeof(int32_t) * P);
+    }
+    if (!rc) rc = pend_create(w, P, err);
+    w->prev_seq = calloc(P, sizeof *w->prev_seq);
+    w->feed_src = calloc(P, sizeof *w->feed_src);
     w->cnt_save = malloc(sizeof(int) * 2 * (size_t)max_pieces * (c->n_layers + 1));
-    if (!rc && (!w->ham || !w->cnt_save)) rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    if (!rc && (!w->ham_buf[0] || !w->ham_buf[1] || !w->prev_seq || !w->feed_src || !w->cnt_save))
+        rc = mk_fail(err, MK_ENOMEM, "out of memory");
+    w->oldest = -1;
     if (!rc) {
         w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
-        w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
         w->draw = (mk_sample_draw *)((uint8_t *)w->ids + w->draw_off);
-        w->hdraw = (mk_sample_draw *)((uint8_t *)w->hids + w->draw_off);
+        use_half(w, 0);
     }
     if (!rc && with_hooks) {
         size_t hn = Th * d;
@@ -611,16 +642,21 @@ int dsv4_cuda_work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_le
 
 void dsv4_cuda_work_free(dsv4_cuda_work *w) {
     if (!w) return;
-    if (w->upl_pending) {
+    if (w->upl_pending[0] || w->upl_pending[1] || w->n_pending) {
         mk_err e2;
         mk_cuda_ctx_sync(w->g->ctx, &e2);
     }
     for (int i = 0; i < GRAPH_SLOTS; i++) mk_cuda_graph_free(w->graphs[i].g);
     free(w->cnt_save);
     dfree(w->g->ctx, &w->mem);
-    mk_cuda_host_free(w->hids);
-    mk_cuda_host_free(w->hadj);
-    free(w->ham);
+    for (int h = 0; h < 2; h++) {
+        mk_cuda_host_free(w->hids_buf[h]);
+        mk_cuda_host_free(w->hadj_buf[h]);
+        free(w->ham_buf[h]);
+    }
+    pend_free(w);
+    free(w->prev_seq);
+    free(w->feed_src);
     free(w->hh);
     free(w->hf);
     free(w->hi);
@@ -848,7 +884,39 @@ typedef struct {
     int side;      /* queuing the side branch (tuning branch): linears use w->lin_side */
     int cmp_done;  /* this layer's compressors (projections and steps) ran on the side branch */
     double t_mark; /* phase profiling: the last mark */
+    int32_t *ham;  /* the host half the head's argmax ints come back into */
+    int defer;     /* a replayed graph's head copies are queued, not waited for (dsv4_cuda_batch_launch) */
+    int deferred;  /* and they were */
 } gcall;
+
+/* A call of one staging half, launched (dsv4_cuda_batch_launch) and maybe not waited for yet. */
+struct gpend {
+    gcall C;
+    gpiece *pc;          /* [max_pieces] */
+    int pending;         /* launched, not waited for */
+    int queued;          /* its head's copies and the event `done` were queued (else it ran to the end) */
+    mk_cuda_event *done; /* recorded after the call's copies to the host */
+};
+
+static int pend_create(dsv4_cuda_work *w, size_t max_pieces, mk_err *err) {
+    w->call = calloc(2, sizeof *w->call);
+    if (!w->call) return mk_fail(err, MK_ENOMEM, "out of memory");
+    for (int h = 0; h < 2; h++) {
+        w->call[h].pc = calloc(max_pieces, sizeof *w->call[h].pc);
+        if (!w->call[h].pc) return mk_fail(err, MK_ENOMEM, "out of memory");
+        TRY(mk_cuda_event_create(&w->call[h].done, err));
+    }
+    return MK_OK;
+}
+
+static void pend_free(dsv4_cuda_work *w) {
+    for (int h = 0; w->call && h < 2; h++) {
+        free(w->call[h].pc);
+        mk_cuda_event_free(w->call[h].done);
+    }
+    free(w->call);
+    w->call = NULL;
+}
 
 /* ---- phase profile (MINKE_CUDA_PROFILE=1) ------------------------------------------------------
  * Each mark synchronizes the stream and charges the time since the previous mark (device work and
@@ -918,10 +986,10 @@ static int lin(gcall *C, const mk_wmat *W, const float *x, int m, float *y, int 
     return lin_f(C, 0, W, x, m, y, round, err);
 }
 
-/* A wait for the stream: after it, the staging buffer of the ids is free again. */
+/* A wait for the stream: after it, both staging halves are free again. */
 static int work_sync(dsv4_cuda_work *w, mk_err *err) {
     TRY(mk_cuda_ctx_sync(w->g->ctx, err));
-    w->upl_pending = 0;
+    w->upl_pending[0] = w->upl_pending[1] = 0;
     return MK_OK;
 }
 
@@ -932,12 +1000,20 @@ static int sync_call(gcall *C, mk_err *err) { return work_sync(C->w, err); }
  * without waiting: the first kernel waits for it in the stream, the host goes on launching. */
 static int upload_ids(dsv4_cuda_work *w, size_t bytes, mk_err *err) {
     TRY(mk_cuda_upload_async(w->g->ctx, w->ids, w->hids, bytes, err));
-    w->upl_pending = 1;
+    w->upl_pending[w->half] = 1;
     return MK_OK;
 }
 
-/* Before the host writes the staging buffer: a failed call may have left its upload queued. */
-static int staging_free(dsv4_cuda_work *w, mk_err *err) { return w->upl_pending ? work_sync(w, err) : MK_OK; }
+/* Before a call writes the host staging: the other half becomes the current one. Its last upload
+ * may still be queued only if its call was launched and not waited for (an error: at most one call
+ * is left unwaited when the next is launched) or failed (then a wait for the stream). */
+static int staging_next(dsv4_cuda_work *w, mk_err *err) {
+    const int h = w->half ^ 1;
+    if (w->call[h].pending)
+        return mk_fail(err, MK_EINTERNAL, "cuda: a third call launched while two are not waited for");
+    use_half(w, h);
+    return w->upl_pending[h] ? work_sync(w, err) : MK_OK;
+}
 
 /* Test mode: a named intermediate (dsv4.c's names) copied to the host for the dump hook. */
 static int dumpv(gcall *C, const float *dev, int64_t a, int64_t b, int64_t c3, mk_err *err, const char *fmt,
@@ -1672,7 +1748,17 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
 
 /* The head's results to the host (after head(), or a replayed graph that ran it): the argmax of
  * the greedy pieces' rows, the other rows' logits; then the wait at the end of the call. */
+static int head_queue(gcall *C, mk_err *err);
+static void head_fill(const gcall *C);
 static int head_collect(gcall *C, mk_err *err) {
+    TRY(head_queue(C, err));
+    TRY(sync_call(C, err));
+    head_fill(C);
+    return MK_OK;
+}
+
+/* The head's copies to the host, queued: the argmax ints into C->ham, the logits rows. */
+static int head_queue(gcall *C, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
@@ -1681,8 +1767,8 @@ static int head_collect(gcall *C, mk_err *err) {
         n += C->pc[pi].logits != NULL;
         any_am |= C->pc[pi].logits && C->pc[pi].argmax;
     }
-    if (!n) return sync_call(C, err);
-    if (any_am) TRY(mk_cuda_download_async(ctx, w->ham, w->am, sizeof(int32_t) * (size_t)n, err));
+    if (!n) return MK_OK;
+    if (any_am) TRY(mk_cuda_download_async(ctx, C->ham, w->am, sizeof(int32_t) * (size_t)n, err));
     /* the other pieces' rows: one copy per run of pieces whose host rows follow each other (the
      * engine's are one array: page-locked, mk_kvcache_host_floats), then one wait */
     int r0 = 0, run = 0;
@@ -1702,15 +1788,18 @@ static int head_collect(gcall *C, mk_err *err) {
         }
         if (p) n++;
     }
-    TRY(sync_call(C, err));
-    n = 0;
+    return MK_OK;
+}
+
+/* After the wait: the argmax ints to the pieces that asked for them. */
+static void head_fill(const gcall *C) {
+    int n = 0;
     for (int pi = 0; pi < C->np; pi++) {
         const gpiece *p = &C->pc[pi];
         if (!p->logits) continue;
-        if (p->argmax) *p->argmax = w->ham[n];
+        if (p->argmax) *p->argmax = C->ham[n];
         n++;
     }
-    return MK_OK;
 }
 
 static int check_tokens(const dsv4_config *c, const int32_t *tokens, int T, int piece, mk_err *err) {
@@ -1743,7 +1832,7 @@ static void fill_apc(dsv4_cuda_work *w, const gpiece *p, int i, int l0, int l1) 
 /* Checks every piece, lays out the rows and uploads token ids and block tables (one copy). */
 static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                       const int *n, float *const *logits, int32_t *const *argmax, const mk_sample_draw *const *draws,
-                      int np, gpiece *pc, mk_err *err) {
+                      const char *feed, int np, gpiece *pc, mk_err *err) {
     const dsv4_config *c = &w->g->m->cfg;
     memset(C, 0, sizeof *C);
     if (np < 1) return mk_fail(err, MK_EINVAL, "a batched call needs at least one piece");
@@ -1777,7 +1866,18 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (s->pos + n[i] > w->max_len)
             return mk_fail(err, MK_ERANGE, "piece %d: position %d exceeds the scratch's length %d", i, s->pos + n[i],
                            w->max_len);
-        TRY(check_tokens(c, tokens[i], n[i], i, err));
+        if (feed && feed[i]) { /* the previous call's pick for this sequence, on the device */
+            int j = 0;
+            while (j < w->prev_rows && w->prev_seq[j] != s) j++;
+            if (n[i] != 1 || j == w->prev_rows)
+                return mk_fail(err, MK_EINTERNAL,
+                               n[i] != 1 ? "piece %d: a fed piece has %d tokens (needs 1)"
+                                         : "piece %d: fed from a previous call that picked no token for its sequence",
+                               i, n[i]);
+            w->feed_src[i] = j;
+        } else {
+            TRY(check_tokens(c, tokens[i], n[i], i, err));
+        }
         pc[i] = (gpiece){.s = s, .T = n[i], .start = s->pos, .row0 = R, .logits = logits ? logits[i] : NULL,
                          .argmax = logits && logits[i] && argmax ? argmax[i] : NULL};
         pc[i].draw = pc[i].argmax && draws ? draws[i] : NULL;
@@ -1796,10 +1896,10 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
     }
-    TRY(staging_free(w, err));
     int32_t *hpos = w->hids + (w->pos - w->ids);
     for (int i = 0; i < np; i++) {
-        memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
+        if (feed && feed[i]) w->hids[pc[i].row0] = 0; /* overwritten on the device below */
+        else memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
         int32_t *t = w->hids + w->max_rows + (size_t)i * w->tbl_cap;
         for (int b = 0; b < seqs[i]->n_blocks && b < w->tbl_cap; b++) t[b] = seqs[i]->blocks[b];
         pc[i].dtbl = w->tbl + (size_t)i * w->tbl_cap;
@@ -1818,6 +1918,13 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
     }
     const size_t nL = (size_t)(c->n_layers + c->n_mtp);
     TRY(upload_ids(w, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
+    for (int i = 0; feed && i < np;) { /* the fed tokens: one device copy per run of rows in the same order */
+        if (!feed[i]) { i++; continue; }
+        int k = 1;
+        while (i + k < np && feed[i + k] && w->feed_src[i + k] == w->feed_src[i] + k && pc[i + k].row0 == pc[i].row0 + k) k++;
+        TRY(mk_cuda_copy_async(w->g->ctx, w->tok + pc[i].row0, w->am + w->feed_src[i], sizeof(int32_t) * (size_t)k, err));
+        i += k;
+    }
     if (n_adj) TRY(mk_cuda_upload_async(w->g->ctx, w->adj, w->hadj, sizeof(mk_sample_adj) * n_adj, err));
     C->g = w->g;
     C->ctx = w->g->ctx;
@@ -1826,6 +1933,8 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
     C->np = np;
     C->R = R;
     C->hk = np == 1 && w->hh ? &seqs[0]->hooks : NULL;
+    C->ham = w->ham;
+    w->prev_rows = 0; /* w->am is this call's from here on */
     return MK_OK;
 }
 
@@ -1982,6 +2091,10 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
     e->used = ++w->graph_tick;
     C->no_sync = 0;
     TRY(mk_cuda_graph_launch(ctx, e->g, err));
+    if (C->defer) {
+        C->deferred = 1;
+        return head_queue(C, err);
+    }
     return head_collect(C, err);
 }
 
@@ -2002,30 +2115,65 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
 int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                                const int *n, float *const *logits, int32_t *const *argmax,
                                const mk_sample_draw *const *draws, int np, mk_err *err) {
-    gpiece pcs[64], *pc = np <= 64 ? pcs : malloc(sizeof *pc * (size_t)np);
-    if (!pc) return mk_fail(err, MK_ENOMEM, "out of memory");
-    gcall C;
-    int rc = call_setup(&C, w, seqs, tokens, n, logits, argmax, draws, np, pc, err);
-    if (!rc) {
-        int n_cap = 0;
-        if (graph_ok(&C, &n_cap)) {
-            rc = run_graph(&C, n_cap, err);
-        } else {
-            w->gcount.eager++;
-            rc = run_call(&C, err);
-        }
-        for (int i = 0; i < np; i++) {
-            if (rc) {
-                seqs[i]->broken = 1; /* the device may have changed its state before the failure */
-                continue;
-            }
-            seqs[i]->pos += n[i];
-            seqs[i]->n_last = n[i];
-        }
-    }
-    if (pc != pcs) free(pc);
-    return rc;
+    if (w->n_pending) return mk_fail(err, MK_EINTERNAL, "cuda: a forward call while a launched call is not waited for");
+    TRY(dsv4_cuda_batch_launch(w, seqs, tokens, n, logits, argmax, draws, NULL, np, err));
+    return dsv4_cuda_batch_wait(w, err);
 }
+
+int dsv4_cuda_batch_launch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
+                           const int *n, float *const *logits, int32_t *const *argmax,
+                           const mk_sample_draw *const *draws, const char *feed, int np, mk_err *err) {
+    TRY(staging_next(w, err));
+    struct gpend *P = &w->call[w->half];
+    gcall *C = &P->C;
+    int rc = call_setup(C, w, seqs, tokens, n, logits, argmax, draws, feed, np, P->pc, err);
+    if (rc) return rc;
+    C->defer = 1;
+    int n_cap = 0;
+    if (graph_ok(C, &n_cap)) {
+        rc = run_graph(C, n_cap, err);
+    } else {
+        w->gcount.eager++;
+        rc = run_call(C, err);
+    }
+    if (!rc && C->deferred) rc = mk_cuda_event_record(C->ctx, P->done, err);
+    for (int i = 0; i < np; i++) {
+        if (rc) {
+            seqs[i]->broken = 1; /* the device may have changed its state before the failure */
+            continue;
+        }
+        seqs[i]->pos += n[i];
+        seqs[i]->n_last = n[i];
+    }
+    if (rc) return rc;
+    int r = 0; /* the rows a next call may be fed from */
+    for (int i = 0; i < np; i++)
+        if (P->pc[i].logits) w->prev_seq[r++] = P->pc[i].argmax ? seqs[i] : NULL;
+    w->prev_rows = r;
+    P->pending = 1;
+    P->queued = C->deferred;
+    if (!w->n_pending++) w->oldest = w->half;
+    return MK_OK;
+}
+
+int dsv4_cuda_batch_wait(dsv4_cuda_work *w, mk_err *err) {
+    if (!w->n_pending) return mk_fail(err, MK_EINTERNAL, "cuda: no launched call to wait for");
+    const int h = w->oldest;
+    struct gpend *P = &w->call[h];
+    int rc = P->queued ? mk_cuda_event_wait(P->done, err) : MK_OK;
+    P->pending = 0;
+    w->oldest = --w->n_pending ? h ^ 1 : -1;
+    if (rc) {
+        for (int i = 0; i < P->C.np; i++) P->pc[i].s->broken = 1;
+        w->prev_rows = 0;
+        return rc;
+    }
+    if (P->queued) w->upl_pending[h] = 0; /* its upload ran before its kernels */
+    head_fill(&P->C);
+    return MK_OK;
+}
+
+int dsv4_cuda_batch_pending(const dsv4_cuda_work *w) { return w->n_pending; }
 
 int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
     if (!s->work) return mk_fail(err, MK_EINVAL, "cuda: a paged sequence runs through dsv4_cuda_forward_batch");
@@ -2055,7 +2203,10 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     const glayer *L = &g->mtp;
     gpiece p = {.s = s, .T = T, .start = start, .row0 = 0, .logits = logits, .dtbl = w->tbl};
     gcall C = {.g = g, .ctx = ctx, .w = w, .pc = &p, .np = 1, .R = T, .hk = w->hh ? &s->hooks : NULL};
-    TRY(staging_free(w, err));
+    if (w->n_pending) return mk_fail(err, MK_EINTERNAL, "cuda: an MTP call while a launched call is not waited for");
+    TRY(staging_next(w, err));
+    C.ham = w->ham;
+    w->prev_rows = 0;
     for (int b = 0; b < s->n_blocks && b < w->tbl_cap; b++) w->hids[w->max_rows + b] = s->blocks[b];
     memcpy(w->hids, ids, sizeof(int32_t) * (size_t)T);
     for (int j = 0; j < T; j++) w->hids[(w->pos - w->ids) + j] = start + j;
@@ -2110,7 +2261,9 @@ int dsv4_cuda_graph_probe(dsv4_cuda_seq *s, int32_t tok, int reps, dsv4_cuda_gra
     int one = 1;
     gpiece pc;
     gcall C;
-    TRY(call_setup(&C, w, &s, &tk, &one, &lg, &amp, NULL, 1, &pc, err));
+    if (w->n_pending) return mk_fail(err, MK_EINTERNAL, "graph probe: a launched call is not waited for");
+    TRY(staging_next(w, err));
+    TRY(call_setup(&C, w, &s, &tk, &one, &lg, &amp, NULL, NULL, 1, &pc, err));
     C.no_sync = 1;
     s->broken = 1; /* from here on the state is that of a repeated step */
     TRY(run_call(&C, err)); /* warm-up */

@@ -99,6 +99,23 @@ int dsv4_cuda_forward_batch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const
 int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                                const int *n, float *const *logits, int32_t *const *argmax,
                                const mk_sample_draw *const *draws, int np, mk_err *err);
+/* The same call queued without waiting for it where it can be (a decode step replayed as a graph;
+ * other calls run to the end here): dsv4_cuda_batch_wait then waits for it and writes its argmax
+ * ints (the logits rows are copied by the stream meanwhile: they too are there after the wait).
+ * The sequences' positions advance at the launch. One launched call may be left unwaited while
+ * the next one is launched (the host plans and queues step k + 1 while the GPU runs step k);
+ * waits go in launch order. feed (NULL, or [np]): feed[i] != 0 makes piece i's single token the
+ * one the previous call picked for the same sequence (its argmax or draw, copied on the device:
+ * tokens[i] is not read); that call must have had an argmax for it. A token the device picked as
+ * -1 (every logit NaN) is read as token 0 by the embedding. */
+int dsv4_cuda_batch_launch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
+                           const int *n, float *const *logits, int32_t *const *argmax,
+                           const mk_sample_draw *const *draws, const char *feed, int np, mk_err *err);
+/* Waits for the oldest launched call and delivers its results. A failure marks its sequences
+ * broken (as a failed forward call does). */
+int dsv4_cuda_batch_wait(dsv4_cuda_work *w, mk_err *err);
+/* Launched calls not yet waited for (0, 1 or 2). */
+int dsv4_cuda_batch_pending(const dsv4_cuda_work *w);
 /* The MTP layer on the final stream of the last forward call (which must have had n tokens):
  * ids [n] the next tokens; logits [vocab] of the last position. */
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int n, float *logits, mk_err *err);

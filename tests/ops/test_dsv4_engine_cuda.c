@@ -28,6 +28,11 @@
  *       row drawn had before (their decode graph has no argmax kernel): both = alone;
  *   (h) requests with penalties, logit_bias and min_tokens (greedy and sampled) picked by the model
  *       with their adjustments (MINKE_MODEL_ADJUST=1) = sampled on the host;
+ *   (i) asynchronous scheduling (on by default on the GPU: the next step queued, its tokens fed on
+ *       the device, before the host reads this step's): 4 plain greedy requests of 60-420 prompt
+ *       tokens together, then one alone, on engines with it on and off: the same tokens, and steps
+ *       chained only with it on. Printed, not asserted: the lone request's median time between
+ *       tokens, on and off;
  *   (d) GPU vs CPU: one greedy request (100 prompt tokens, 1 output token, 5 top logprobs) through
  *       a CPU engine and a GPU engine: the same first token, its logprob within 2e-2 (absolute),
  *       and every top-5 alternative the two lists share within 2e-2. Asserted on v4-tiny-wide, the
@@ -507,6 +512,71 @@ static int first_token(const char *name, out_t *oc, out_t *og, int *shared, doub
     return 0;
 }
 
+/* (i): see the top of the file */
+static int check_async(mk_model *gm) {
+    enum { N = 4, GEN = 32 };
+    static const int np[N] = {60, 257, 130, 420};
+    static int32_t prompt[N][420];
+    for (int k = 0; k < N; k++) tokens(prompt[k], np[k]);
+    static out_t got[2][N + 1];
+    double gap[2] = {0, 0};
+    uint64_t chained[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        mk_err err = {0};
+        mk_engine *e;
+        mk_engine_options o = {.max_num_seqs = 8, .max_model_len = LEN, .max_waiting = 64,
+                               .max_num_batched_tokens = 256, .long_prefill_token_threshold = 200,
+                               .no_prefix_caching = 1, .async_scheduling = v ? -1 : 0};
+        CHECK(!mk_engine_create(gm, &o, &e, &err), "engine: %s", err.msg);
+        mk_ereq *rq[N + 1];
+        int rc = 0;
+        for (int k = 0; k < N && !rc; k++) rc = submit_as(e, prompt[k], np[k], GEN, 1, &rq[k]);
+        for (int k = 0; k < N && !rc; k++) rc = drain(rq[k], &got[v][k]);
+        if (!rc) rc = submit_as(e, prompt[3], np[3], GEN, 1, &rq[N]);
+        double t[GEN], g[GEN];
+        int n = 0;
+        for (;;) {
+            mk_ereq_event ev;
+            if (rc || !mk_ereq_next(rq[N], 300.0, &ev)) {
+                rc = -1;
+                break;
+            }
+            if (ev.type == MK_EV_FINISH) break;
+            if (n < GEN) got[v][N].tok[n] = ev.tok.token, t[n] = ev.t;
+            n++;
+        }
+        got[v][N].n = n;
+        if (!rc) mk_ereq_release(rq[N]);
+        mk_engine_stats st;
+        mk_engine_stats_get(e, &st);
+        chained[v] = st.chained_steps;
+        mk_engine_free(e);
+        CHECK(!rc && n == GEN, "async scheduling %s: the lone request gave %d tokens", v ? "off" : "on", n);
+        int ng = 0; /* the gaps after the first 4 tokens, sorted: their median */
+        for (int i = 4; i < GEN; i++) {
+            double d = t[i] - t[i - 1];
+            int j = ng++;
+            while (j > 0 && g[j - 1] > d) g[j] = g[j - 1], j--;
+            g[j] = d;
+        }
+        gap[v] = g[ng / 2];
+    }
+    for (int k = 0; k <= N; k++) {
+        CHECK(got[0][k].n == got[1][k].n, "request %d: %d tokens with async scheduling, %d without", k, got[0][k].n,
+              got[1][k].n);
+        for (int i = 0; i < got[0][k].n; i++)
+            CHECK(got[0][k].tok[i] == got[1][k].tok[i], "request %d: token %d is %d with async scheduling, %d without",
+                  k, i, got[0][k].tok[i], got[1][k].tok[i]);
+    }
+    CHECK(chained[1] == 0, "%llu steps chained with async scheduling off", (unsigned long long)chained[1]);
+    if (ENGINE_TEST_DEVICE == MK_DEVICE_CUDA)
+        CHECK(chained[0] > 0, "no step chained with async scheduling on");
+    printf("ok (i) async scheduling: 4 plain greedy requests together and one alone give the same tokens on and off "
+           "(%llu steps chained); the lone request's median time between tokens %.3f ms on, %.3f ms off\n",
+           (unsigned long long)chained[0], gap[0] * 1e3, gap[1] * 1e3);
+    return 0;
+}
+
 /* (d) GPU vs CPU: asserted on v4-tiny-wide, reported on v4-tiny-fp8 (see the top of the file) */
 static int check_vs_cpu(void) {
     static const char *names[2] = {"v4-tiny-wide", "v4-tiny-fp8"};
@@ -543,6 +613,7 @@ int main(void) {
     check_adjust(gm);
     check_prefix(gm);
     check_preemption(gm, alone);
+    check_async(gm);
     if (ENGINE_TEST_DEVICE == MK_DEVICE_CUDA) check_vs_cpu();
     mk_engine_free(alone);
     mk_model_free(gm);

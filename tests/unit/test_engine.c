@@ -211,3 +211,85 @@ Test(engine, free_with_requests_in_flight) {
     }
     mk_model_free(m);
 }
+
+/* Asynchronous scheduling forced on (the CPU model runs each step at its launch, picks the plain
+ * greedy tokens and feeds them to the next step): greedy requests chained step after step produce
+ * the tokens they produce alone; one ends on a stop token in the middle of a chain (the piece
+ * already queued after it is dropped), a seeded sampled one breaks the chains while it runs, one
+ * is cancelled mid-stream, and every counter is back to zero at the end. */
+Test(engine, async_scheduling_equals_alone) {
+    mk_model *m = load();
+    mk_err err = {0};
+    mk_engine *e;
+    mk_engine_options o = {.max_num_seqs = 3, .max_model_len = 128, .max_waiting = 16, .async_scheduling = 1};
+    cr_assert_eq(mk_engine_create(m, &o, &e, &err), 0, "%s", err.msg);
+    enum { N = 5 };
+    int32_t prompts[N][40], stop = -1, eos = 1;
+    int np[N], mt[N];
+    mk_sampling_params sp[N];
+    for (int k = 0; k < N; k++) {
+        np[k] = 6 + 4 * k;
+        mt[k] = 10 + 3 * k;
+        prompt_of(20 + k, prompts[k], np[k]);
+        mk_sampling_defaults(&sp[k]);
+        sp[k].temperature = 0;
+        sp[k].ignore_eos = 1;
+    }
+    sp[2].temperature = 0.8f, sp[2].has_seed = 1, sp[2].seed = 77; /* sampled on the host */
+    { /* request 4 stops on the token it picks sixth when run alone */
+        int32_t w[64];
+        cr_assert_geq(reference(m, prompts[4], np[4], &sp[4], mt[4], w), 6);
+        stop = w[5];
+        sp[4].stop_ids = &stop, sp[4].n_stop_ids = 1;
+    }
+    mk_ereq *rq[N];
+    for (int k = 0; k < N; k++) {
+        mk_ereq_params p = {.prompt = prompts[k], .n_prompt = np[k], .sampling = sp[k], .eos_ids = &eos, .n_eos = 1,
+                            .max_tokens = mt[k]};
+        cr_assert_eq(mk_engine_submit(e, &p, &rq[k], &err), 0, "%s", err.msg);
+    }
+    for (int k = 0; k < N; k++) {
+        int32_t got[64], want[64];
+        int n;
+        mk_efinish fin = drain(rq[k], got, &n);
+        int nw = reference(m, prompts[k], np[k], &sp[k], mt[k], want);
+        cr_assert_eq(fin, k == 4 ? MK_EFIN_STOP : MK_EFIN_LENGTH, "request %d finished with %d", k, fin);
+        cr_assert_eq(n, nw, "request %d: %d tokens, alone %d", k, n, nw);
+        cr_assert(!memcmp(got, want, sizeof(int32_t) * (size_t)n), "request %d: tokens differ from running alone", k);
+        if (k == 4) cr_assert(n <= 6 && got[n - 1] == stop, "request 4 ended after %d tokens", n);
+        mk_ereq_release(rq[k]);
+    }
+    wait_idle(e);
+    mk_engine_stats st;
+    mk_engine_stats_get(e, &st);
+    cr_assert_gt(st.chained_steps, 0, "no step was chained");
+    cr_assert_gt(st.model_argmax_tokens, 0, "no token was picked by the model");
+    const uint64_t chained = st.chained_steps;
+    /* a cancelled chain, then one request alone */
+    mk_ereq_params p = {.prompt = prompts[0], .n_prompt = np[0], .sampling = sp[0], .eos_ids = &eos, .n_eos = 1,
+                        .max_tokens = 100};
+    mk_ereq *c;
+    cr_assert_eq(mk_engine_submit(e, &p, &c, &err), 0, "%s", err.msg);
+    mk_ereq_event ev;
+    for (int i = 0; i < 3; i++) cr_assert(mk_ereq_next(c, 10.0, &ev) && ev.type == MK_EV_TOKEN);
+    mk_ereq_cancel(c);
+    for (;;) {
+        cr_assert(mk_ereq_next(c, 10.0, &ev), "no finish within 10 s");
+        if (ev.type == MK_EV_FINISH) break;
+    }
+    cr_assert_eq(ev.finish, MK_EFIN_CANCEL);
+    mk_ereq_release(c);
+    p.prompt = prompts[3], p.n_prompt = np[3], p.sampling = sp[3], p.max_tokens = mt[3];
+    cr_assert_eq(mk_engine_submit(e, &p, &c, &err), 0, "%s", err.msg);
+    int32_t got[64], want[64];
+    int n;
+    cr_assert_eq(drain(c, got, &n), MK_EFIN_LENGTH);
+    cr_assert_eq(n, reference(m, prompts[3], np[3], &sp[3], mt[3], want));
+    cr_assert(!memcmp(got, want, sizeof(int32_t) * (size_t)n), "tokens differ from running alone");
+    mk_ereq_release(c);
+    wait_idle(e);
+    mk_engine_stats_get(e, &st);
+    cr_assert_gt(st.chained_steps, chained + (uint64_t)mt[3] / 2, "the lone request's steps were not chained");
+    mk_engine_free(e);
+    mk_model_free(m);
+}

@@ -458,6 +458,36 @@ extern "C" int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *s
     return MK_OK;
 }
 
+extern "C" int mk_cuda_copy_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err) {
+    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream), err, "cuda: device copy");
+    return MK_OK;
+}
+
+/* An event is a cudaEvent_t (a pointer) behind the opaque type. Timing is off: a record and a wait
+ * then cost what the ordering needs. */
+extern "C" int mk_cuda_event_create(mk_cuda_event **ev, mk_err *err) {
+    cudaEvent_t e = NULL;
+    *ev = NULL;
+    MK_CU_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), err, "cuda: event create");
+    *ev = (mk_cuda_event *)e;
+    return MK_OK;
+}
+
+extern "C" void mk_cuda_event_free(mk_cuda_event *ev) {
+    if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" int mk_cuda_event_record(mk_cuda_ctx *ctx, mk_cuda_event *ev, mk_err *err) {
+    MK_CU_TRY(cudaEventRecord((cudaEvent_t)ev, ctx->stream), err, "cuda: event record");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_event_wait(mk_cuda_event *ev, mk_err *err) {
+    MK_CU_TRY(cudaEventSynchronize((cudaEvent_t)ev), err, "cuda: event synchronize");
+    MK_CU_TRY(cudaGetLastError(), err, "cuda: after an event");
+    return MK_OK;
+}
+
 extern "C" int mk_cuda_host_alloc(size_t bytes, void **ptr, mk_err *err) {
     *ptr = NULL;
     MK_CU_TRY(cudaMallocHost(ptr, bytes ? bytes : 1), err, "cuda: page-locked host allocation");

@@ -354,6 +354,16 @@ int mk_cuda_upload_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t by
 int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
 /* Queued only (mk_cuda_ctx_sync waits): fast into page-locked memory (mk_cuda_host_alloc). */
 int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+/* Device to device, queued only. */
+int mk_cuda_copy_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
+/* Events on the context's stream: record marks everything queued so far; wait blocks the host
+ * until that has run (and reports a device error). Lets the host wait for one step while the next
+ * one is already queued behind it (mk_cuda_ctx_sync would wait for both). */
+typedef struct mk_cuda_event mk_cuda_event;
+int mk_cuda_event_create(mk_cuda_event **ev, mk_err *err);
+void mk_cuda_event_free(mk_cuda_event *ev);
+int mk_cuda_event_record(mk_cuda_ctx *ctx, mk_cuda_event *ev, mk_err *err);
+int mk_cuda_event_wait(mk_cuda_event *ev, mk_err *err);
 /* Page-locked host memory (copies to and from it run at the bus's speed, without staging). */
 int mk_cuda_host_alloc(size_t bytes, void **ptr, mk_err *err);
 void mk_cuda_host_free(void *ptr);
