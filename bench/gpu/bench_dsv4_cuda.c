@@ -208,7 +208,7 @@ int main(int argc, char **argv) {
     double t0 = now();
     dsv4_model *m;
     /* room for the sequence below: the prefill, 6 x N steps and the graph probe */
-    mk_model_options opt = {.n_threads = 1, .max_seq_len = (P + 6 * N + 8 > 4096 ? P + 6 * N + 8 : 4096) + 16};
+    mk_model_options opt = {.n_threads = 1, .max_seq_len = (P + 7 * N + 8 > 4096 ? P + 7 * N + 8 : 4096) + 16};
     if (dsv4_model_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return 1;

@@ -179,6 +179,13 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
     DBENCH_RC=$?
     cat "$OUT/dsv4_bench.txt"
     stamp "minke decode rc $DBENCH_RC"
+    if [ -x ./build-cuda/test_dsv4_engine_cuda ] && [ "${SKIP_ENGINE_BENCH:-0}" != 1 ]; then
+        stamp "the engine on $CKPT: one plain greedy request, async scheduling on / off"
+        timeout -k 10 200 ./build-cuda/test_dsv4_engine_cuda --bench "$CKPT" 16 "${DSV4_STEPS:-64}" \
+            > "$OUT/engine_bench.txt" 2>&1
+        echo "engine bench rc $?"
+        cat "$OUT/engine_bench.txt"
+    fi
     for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
         stamp "batch-1 decode with $v"
         env ${v//,/ } timeout -k 10 150 ./build-cuda/bench_dsv4_cuda "$CKPT" 16 "${DSV4_STEPS:-64}" /dev/null none 2>&1 |

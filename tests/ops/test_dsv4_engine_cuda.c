@@ -43,6 +43,9 @@
  *       layer 3 between the GPU and the CPU, as in the reference's own CUDA replay): on an H200
  *       two prompts there gave 0.044 and 0.13 (first token equal), v4-tiny-wide 0.0125, so a
  *       2e-2 bound on fp8 would test luck.
+ * With arguments (`--bench DIR [P N]`, bench/gpu/run.sh) it checks nothing and times instead: the engine
+ * on checkpoint DIR, one plain greedy request of P prompt tokens and N tokens, four times with async
+ * scheduling on, off, on, off; it prints the median time between tokens of each run (markdown).
  * Plain program (built by `make cuda`, run by `make test`): prints one line per check, exits 1 on a
  * failure and 0 with "skipped: no CUDA device" without a GPU. MINKE_TEST_DATA overrides tests/data.
  * Compiled with -DENGINE_TEST_DEVICE=MK_DEVICE_CPU (and a mk_cuda_device_count that returns 1) it
@@ -595,11 +598,72 @@ static int check_vs_cpu(void) {
     return 0;
 }
 
-int main(void) {
+/* --bench: see the top of the file */
+static int bench(const char *dir, int P, int N) {
+    mk_err err = {0};
+    mk_model_options mo = {.device = ENGINE_TEST_DEVICE, .n_threads = 1, .max_seq_len = P + N + 16};
+    mk_model *m;
+    CHECK(!mk_model_load(dir, &mo, &m, &err), "loading %s: %s", dir, err.msg);
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)P);
+    double *t = malloc(sizeof(double) * (size_t)N), *g = malloc(sizeof(double) * (size_t)N), gap[4] = {0};
+    const int V = mk_model_vocab_size(m);
+    for (int i = 0; i < P; i++) prompt[i] = (int32_t)(rnd() % (uint64_t)V);
+    int rc = 0;
+    for (int v = 0; v < 4 && !rc; v++) {
+        mk_engine *e = NULL;
+        mk_engine_options eo = {.max_num_seqs = 1, .max_model_len = P + N + 16, .max_waiting = 1,
+                                .async_scheduling = v % 2 ? -1 : 0};
+        rc = mk_engine_create(m, &eo, &e, &err);
+        mk_ereq *r = NULL;
+        static const int32_t no_eos = -1;
+        mk_ereq_params p = {.prompt = prompt, .n_prompt = P, .eos_ids = &no_eos, .n_eos = 0, .max_tokens = N};
+        mk_sampling_defaults(&p.sampling);
+        p.sampling.temperature = 0;
+        if (!rc) rc = mk_engine_submit(e, &p, &r, &err);
+        int k = 0;
+        while (!rc) {
+            mk_ereq_event ev;
+            if (!mk_ereq_next(r, 120.0, &ev)) rc = mk_fail(&err, MK_EINTERNAL, "no event within 120 s");
+            else if (ev.type == MK_EV_FINISH) break;
+            else if (k < N) t[k++] = ev.t;
+        }
+        if (!rc && k < 8) rc = mk_fail(&err, MK_EINTERNAL, "%d tokens", k);
+        if (!rc) {
+            int ng = 0;
+            for (int i = 4; i < k; i++) { /* insertion sort of the gaps */
+                double d = t[i] - t[i - 1];
+                int j = ng++;
+                while (j > 0 && g[j - 1] > d) g[j] = g[j - 1], j--;
+                g[j] = d;
+            }
+            gap[v] = g[ng / 2];
+        }
+        mk_engine_stats st;
+        if (e) mk_engine_stats_get(e, &st);
+        if (!rc) printf("run %d (async scheduling %s): %d tokens, %llu steps chained, median time between tokens %.3f ms\n",
+                        v, v % 2 ? "off" : "on", k, (unsigned long long)st.chained_steps, gap[v] * 1e3);
+        mk_ereq_release(r);
+        mk_engine_free(e);
+    }
+    if (rc) printf("engine bench: %s\n", err.msg);
+    else
+        printf("\n## the engine (mk_engine on %s, one plain greedy request of %d prompt tokens, %d tokens)\n\n"
+               "| async scheduling | median time between tokens, ms (runs on, off, on, off) | tokens/s (mean of the two) |\n"
+               "| --- | --- | --- |\n| on (the default) | %.3f, %.3f | %.1f |\n| off (`--no-async-scheduling`) | %.3f, %.3f | %.1f |\n",
+               mk_model_device_name(m), P, N, gap[0] * 1e3, gap[2] * 1e3, 2.0 / (gap[0] + gap[2]), gap[1] * 1e3,
+               gap[3] * 1e3, 2.0 / (gap[1] + gap[3]));
+    free(prompt), free(t), free(g);
+    mk_model_free(m);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
     if (mk_cuda_device_count() == 0) {
         printf("skipped: no CUDA device\n");
         return 0;
     }
+    if (argc > 2 && !strcmp(argv[1], "--bench"))
+        return bench(argv[2], argc > 3 ? atoi(argv[3]) : 16, argc > 4 ? atoi(argv[4]) : 64);
     mk_model *gm;
     if (load_case("v4-tiny-fp8", ENGINE_TEST_DEVICE, &gm)) return 1;
     mk_engine *alone;
