@@ -1265,7 +1265,6 @@ static int indexer(gcall *C, int layer, const glayer *L, const float *x, mk_err 
  * output for the op that computes that input (0: W takes no quantized input). */
 static int lin_in_q(gcall *C, const mk_wmat *W, mk_cuda_actq *aq) {
     mk_err e2 = {0};
-    aq->xb = NULL;
     return mk_cuda_linear_xq(C->ctx, W, C->R, C->w->lin, C->w->lin_bytes, &aq->q, &aq->sa, &aq->perm, &e2) == MK_OK;
 }
 
@@ -1496,9 +1495,8 @@ static int shared_expert(gcall *C, const glayer *L, const float *x, int flags, v
 }
 
 /* x_q: x was already quantized (FP4-permuted) into w->mxq / w->msa (moe_fp4_mma, and sh1 takes
- * a quantized input: lin_in_q). x_b: x's bf16 copy is already where the gate reads it (mk_cuda_linear_xb
- * of the linear scratch). */
-static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, int x_b, float *out, mk_err *err) {
+ * a quantized input: lin_in_q). */
+static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, float *out, mk_err *err) {
     const dsv4_config *c = &C->g->m->cfg;
     mk_cuda_ctx *ctx = C->ctx;
     dsv4_cuda_work *w = C->w;
@@ -1521,7 +1519,7 @@ static int moe(gcall *C, int layer, const glayer *L, const float *x, int x_q, in
             TRY(st2);
         }
     }
-    TRY(lin_f(C, x_b ? MK_CUDA_LIN_REUSE_X : 0, &L->gate, x, T, w->gsc, 0, err));
+    TRY(lin(C, &L->gate, x, T, w->gsc, 0, err));
     if (C->hk && C->hk->moe) { /* the hook may change the picks before the weights */
         TRY(mk_cuda_moe_route(ctx, w->gsc, T, E, K, L->gate_bias, L->tid2eid, w->tok, c->vocab, w->gidx, w->gmargin,
                               err));
@@ -1651,14 +1649,9 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
      * one when pre_done), the routed experts (w->mxq) */
     mk_cuda_actq aqa = {0}, tmp = {0};
     const int attn_q = lin_in_q(C, &L->wq_a, &aqa), moe_q = moe_fp4_mma(c, L) && lin_in_q(C, &L->sh1, &tmp);
-    /* the tuning's hc_bf16: the FFN hc_pre also writes the gate's bf16 input where the gate reads it */
     mk_cuda_tuning tu;
     mk_cuda_ctx_get_tuning(ctx, &tu);
-    uint16_t *gxb = NULL;
-    mk_err eb = {0};
-    const int moe_b = moe_q && tu.hc_bf16 && T <= 8 &&
-                      mk_cuda_linear_xb(ctx, &L->gate, T, w->lin, w->lin_bytes, &gxb, &eb) == MK_OK;
-    const mk_cuda_actq aqm = {w->mxq, w->msa, 1, moe_b ? gxb : NULL};
+    const mk_cuda_actq aqm = {w->mxq, w->msa, 1};
     if (!pre_done) {
         TRY(mk_cuda_hc_pre_norm(ctx, h, T, hc, d, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_iters,
                                 c->hc_eps, c->norm_eps, L->attn_norm, c->norm_eps, w->x, w->post, w->comb,
@@ -1678,7 +1671,7 @@ static int block(gcall *C, int layer, const glayer *L, float *h, int pre_done, c
      * combine's operands instead of its output (tuning hc_moe_sum; not when dumping: no moe.out) */
     const mk_cuda_moe_sum ms = {w->eo, w->gidx, w->plan, T, c->n_act, c->n_experts, w->seo, w->sub};
     const int sum = nx && tu.hc_moe_sum && !(C->hk && C->hk->dump) && c->n_act <= 64;
-    TRY(moe(C, layer, L, w->x, moe_q, moe_b, sum ? NULL : w->sub, err));
+    TRY(moe(C, layer, L, w->x, moe_q, sum ? NULL : w->sub, err));
     if (nx && nx->layer) TRY(lane_attn_in(C, nx->layer, err)); /* the lane: the next layer's first linears */
     TRY(dumpv(C, w->sub, T, d, 0, err, "L%d.moe.out", layer));
     if (!nx) {

@@ -209,7 +209,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.hc_probe = env_switch("MINKE_CUDA_HC_PROBE", 0);
     /* H100, session 36: greedy step 0.992-0.993 ms against 0.995-0.997 with 0, same call (the same bits) */
     ctx->tune.attn_f16 = env_switch("MINKE_CUDA_ATTN_F16", 1);
-    ctx->tune.hc_bf16 = env_switch("MINKE_CUDA_HC_BF16", 0);
     ctx->tune.attn_mlp = env_switch("MINKE_CUDA_ATTN_MLP", 1);
     ctx->tune.attn_cluster = env_switch("MINKE_CUDA_ATTN_CLUSTER", 1);
     ctx->tune.index_topk = env_switch("MINKE_CUDA_INDEX_TOPK", 1);
@@ -400,7 +399,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.hc_probe = ctx->tune.hc_probe != 0;
     ctx->tune.fp4_tiles = ctx->tune.fp4_tiles != 0;
     ctx->tune.attn_f16 = ctx->tune.attn_f16 != 0;
-    ctx->tune.hc_bf16 = ctx->tune.hc_bf16 != 0;
 }
 
 extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return &ctx->caps; }

@@ -208,7 +208,7 @@ template <bool NORM, int FIN = 0, bool PROBE = false>
 __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, const float *pre,
                                  const uint16_t *__restrict__ nw, float neps, float *__restrict__ y,
                                  const hc_row_vals &rv, uint8_t *__restrict__ q = NULL, float *__restrict__ sq = NULL,
-                                 int perm = 0, long long *pc = NULL, uint16_t *__restrict__ yb = NULL) {
+                                 int perm = 0, long long *pc = NULL) {
     if (!NORM) {
         hc_collapse_block(ht, hc, d, pre, y);
         return;
@@ -239,7 +239,6 @@ __device__ void hc_collapse_norm(const float *__restrict__ ht, int hc, int d, co
             float o = __fmul_rn(v[j], rs);
             if (nw) o = __fmul_rn(rv.w[j], o);
             y[k] = v[j] = mk_d_bf16r(o);
-            if (yb) yb[k] = __bfloat16_as_ushort(__float2bfloat16_rn(v[j])); /* exact: v is a bf16 value */
         }
     }
     HC_STAMP(pc, 8);
@@ -370,8 +369,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
                                                     float hc_eps, float norm_eps, const uint16_t *__restrict__ nw,
                                                     float neps, float *__restrict__ x,
                                                     float *__restrict__ post, float *__restrict__ comb,
-                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm,
-                                                    uint16_t *__restrict__ xb) {
+                                                    uint8_t *__restrict__ xq, float *__restrict__ xsa, int perm) {
     /* launched with programmatic dependent launch: only the norm weights are read before the wait */
     long long pc[HC_NSTAMP];
     const unsigned long long g0 = PROBE ? hc_gtime() : 0ull;
@@ -421,8 +419,7 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fin(const float *__restrict__ h
     __syncthreads();
     HC_STAMP(pc, 5);
     hc_collapse_norm<NORM, FIN, PROBE>(ht, hc, d, pre, nw, neps, x + (size_t)t * d, rv, xq ? xq + (size_t)t * d : NULL,
-                                       xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, pc,
-                                       xb ? xb + (size_t)t * d : (uint16_t *)NULL);
+                                       xq ? xsa + (size_t)t * (d >> 7) : NULL, perm, pc);
     if (PROBE) hc_probe_print(pc, NORM ? 9 : 5, g0, t, yb, ntok);
 }
 
@@ -764,31 +761,26 @@ static int hc_pre_any(mk_cuda_ctx *ctx, const hc_post_in *pin, const float *h, i
             /* tuning hc_fin picks the collapse's variant, hc_probe adds the phase clocks */
             typedef void (*fin_k)(const float *, int, int, int, const double *, const float *, const float *, int,
                                   float, float, const uint16_t *, float, float *, float *, float *, uint8_t *, float *,
-                                  int, uint16_t *);
+                                  int);
             static const fin_k ks[2][2] = {{k_hc_pre_fin<true, 0, false>, k_hc_pre_fin<true, 1, false>},
                                            {k_hc_pre_fin<true, 0, true>, k_hc_pre_fin<true, 1, true>}};
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, ks[ctx->tune.hc_probe][ctx->tune.hc_fin], ht, hc, d, S,
                                      ctx->hc_partial, scale, base, iters, hc_eps, norm_eps, nw, neps,
                                      x + (size_t)t0 * d, post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
                                      fq ? aq->q + (size_t)t0 * d : (uint8_t *)NULL,
-                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0,
-                                     fq && aq->xb ? aq->xb + (size_t)t0 * d : (uint16_t *)NULL);
+                                     fq ? aq->sa + (size_t)t0 * (d / 128) : (float *)NULL, fq ? aq->perm : 0);
         } else
             (void)mk_cuda_launch_pdl(ctx, fgrid, 1024, 0, k_hc_pre_fin<false, 0, false>, ht, hc, d, S, ctx->hc_partial,
                                      scale, base, iters, hc_eps, norm_eps, (const uint16_t *)NULL, 0.0f,
                                      x + (size_t)t0 * d, post + (size_t)t0 * hc, comb + (size_t)t0 * hc * hc,
-                                     (uint8_t *)NULL, (float *)NULL, 0, (uint16_t *)NULL);
+                                     (uint8_t *)NULL, (float *)NULL, 0);
         MK_CU_LAUNCHED(err, "cuda: hc_pre (finish) launch");
     }
     if (norm && !fuse) {
         st = mk_cuda_rmsnorm(ctx, x, s, d, nw, neps, x, err);
         if (st) return st;
     }
-    if (aq && !fq) {
-        st = mk_cuda_act_quant(ctx, x, s, d, aq->perm, aq->q, aq->sa, err);
-        if (!st && aq->xb) st = mk_cuda_to_bf16_launch(ctx, x, (size_t)s * d, aq->xb, err);
-        return st;
-    }
+    if (aq && !fq) return mk_cuda_act_quant(ctx, x, s, d, aq->perm, aq->q, aq->sa, err);
     return MK_OK;
 }
 

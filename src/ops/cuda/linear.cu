@@ -81,17 +81,6 @@ extern "C" int mk_cuda_linear_xq(const mk_cuda_ctx *ctx, const mk_wmat *W, int m
     return MK_OK;
 }
 
-extern "C" int mk_cuda_linear_xb(const mk_cuda_ctx *ctx, const mk_wmat *W, int m, void *scratch, size_t scratch_bytes,
-                                 uint16_t **xb, mk_err *err) {
-    if (W->kind != MK_W_BF16) return mk_fail(err, MK_ENOTSUP, "cuda: linear: kind %d takes no bf16 activations", (int)W->kind);
-    scratch_layout L = layout_for(ctx, W, m < 1 ? 1 : m);
-    if (scratch_bytes < L.total || !scratch)
-        return mk_fail(err, MK_EINVAL, "cuda: linear: scratch of %zu bytes, %zu needed", scratch_bytes, L.total);
-    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-    *xb = (uint16_t *)(base + L.xb);
-    return MK_OK;
-}
-
 static int gemm_ok(const mk_cuda_ctx *ctx, const mk_wmat *W) {
     if (W->kind == MK_W_FP8) return W->n % 128 == 0 && W->k % 128 == 0;
     if (W->kind == MK_W_BF16) return ctx->cublas != NULL;

@@ -271,10 +271,6 @@ typedef struct {
                             * prepared input (the inverse RoPE, f16 per 128-block: mk_cuda_sparse_attn_f16) in
                             * its epilogue: no k_f16_prep launch before wo_a; the same bits. Default 1 (H100,
                             * session 36: greedy step 0.992-0.993 ms against 0.995-0.997), MINKE_CUDA_ATTN_F16=0 */
-    int hc_bf16;           /* 1: a decode step's FFN hc_pre also writes its normalized row as bf16 into the gate's
-                            * linear scratch (mk_cuda_actq.xb, in the finishing kernel's block that computed it),
-                            * and the gate reads it there: no k_to_bf16 launch before the gate; the same bits.
-                            * Default 0 until run on a GPU, MINKE_CUDA_HC_BF16 */
 } mk_cuda_tuning;
 void mk_cuda_ctx_get_tuning(const mk_cuda_ctx *ctx, mk_cuda_tuning *t);
 void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t);
@@ -420,10 +416,6 @@ int mk_cuda_linear_multi(mk_cuda_ctx *ctx, int flags, int count, const mk_wmat *
  * lets the linear run with MK_CUDA_LIN_REUSE_X. */
 int mk_cuda_linear_xq(const mk_cuda_ctx *ctx, const mk_wmat *W, int m, void *scratch, size_t scratch_bytes,
                       uint8_t **xq, float **sa, int *perm, mk_err *err);
-/* Where a bf16 linear of W over m rows keeps its bf16 activations in scratch (what
- * MK_CUDA_LIN_REUSE_X then reads); MK_ENOTSUP for other kinds. */
-int mk_cuda_linear_xb(const mk_cuda_ctx *ctx, const mk_wmat *W, int m, void *scratch, size_t scratch_bytes,
-                      uint16_t **xb, mk_err *err);
 /* act_quant (perm: FP4 layout) of the SwiGLU of g and u [m, k]: mk_cuda_swiglu then
  * mk_cuda_act_quant, or with sw (one weight per row) mk_cuda_moe_swiglu then mk_cuda_act_quant,
  * bit for bit, in one kernel; out (optional) receives the SwiGLU values. */
@@ -550,14 +542,11 @@ int mk_cuda_hc_head(mk_cuda_ctx *ctx, const float *h, int s, int hc, int d, cons
                     const float *scale, const float *base, float hc_eps, float norm_eps, float *y,
                     mk_err *err);
 /* The activation quantization of a normalized row for the next linear: mk_cuda_act_quant's output
- * (e4m3 bytes q [s, d], block scales sa [s, d / 128], perm: the FP4 kernels' permuted layout). xb (or
- * NULL; hc_pre's outputs only): the row's bf16 copy too, k_to_bf16's bytes, for a bf16 linear that reads
- * it (mk_cuda_linear_xb; the tuning's hc_bf16). */
+ * (e4m3 bytes q [s, d], block scales sa [s, d / 128], perm: the FP4 kernels' permuted layout). */
 typedef struct {
     uint8_t *q;
     float *sa;
     int perm;
-    uint16_t *xb;
 } mk_cuda_actq;
 /* mk_cuda_rmsnorm then mk_cuda_act_quant of its output into aq, the same bits, in one launch where
  * the norm's threads cover 128-blocks (d % 128 == 0, d <= 4096), else two. y may alias x. */
