@@ -376,7 +376,9 @@ struct dsv4_cuda_work {
     float *gsc, *gw, *gmargin, *sw, *xd, *act, *actd, *eo, *sg, *su, *seo;
     uint8_t *mxq;                           /* FP4 experts: quantized activations [max(T d, T K I)] */
     float *msa;                             /* and their scales */
-    int32_t *gidx, *plan, *ids, *tok, *tbl, *pos; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] | pos [max_rows] */
+    int32_t *gidx, *plan, *ids, *tok, *tbl, *pos, *fsrc; /* ids = tok [max_rows] | tbl [max_pieces, tbl_cap] |
+                                                          * pos [max_rows] | fsrc [max_rows] (fed rows: the
+                                                          * previous call's row in am, else -1) */
     float *hl, *xl, *logits;                /* head: [max_pieces, hc, dim], [max_pieces, dim], [max_pieces, vocab] */
     int32_t *am, *ham;                      /* argmax of the logits rows [max_pieces]: device, host */
     mk_sample_draw *draw, *hdraw;           /* the logits rows' draws [max_pieces] (inv_t 0: none), in the
@@ -503,7 +505,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->sw, F(Tm * K));
     WA(w->gidx, sizeof(int32_t) * Tm * K);
     WA(w->plan, sizeof(int32_t) * mk_cuda_moe_plan_ints((int)Tm, K, E));
-    w->draw_off = (sizeof(int32_t) * (2 * Tm + P * w->tbl_cap) + 255) & ~(size_t)255;
+    w->draw_off = (sizeof(int32_t) * (3 * Tm + P * w->tbl_cap) + 255) & ~(size_t)255;
     w->ids_bytes = w->draw_off + ((sizeof(mk_sample_draw) * P + 255) & ~(size_t)255);
     const size_t apc_bytes = sizeof(mk_cuda_apiece) * P * (size_t)(c->n_layers + c->n_mtp);
     WA(w->ids, w->ids_bytes + apc_bytes);
@@ -538,6 +540,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     w->tok = w->ids;
     w->tbl = w->ids + Tm;
     w->pos = w->tbl + P * w->tbl_cap;
+    w->fsrc = w->pos + Tm;
     /* linear scratch: the largest need of any weight at its largest row count */
     size_t lb = 0;
     for (int l = 0; l <= c->n_layers; l++) {
@@ -1822,6 +1825,17 @@ static void fill_apc(dsv4_cuda_work *w, const gpiece *p, int i, int l0, int l1) 
     }
 }
 
+/* How fed tokens reach the device: the embedding reads them from the previous call's picks
+ * (default), or MINKE_CUDA_FEED=copy: a device copy per run of rows before the step (A/B). */
+static int feed_in_kernel(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MINKE_CUDA_FEED");
+        v = !(e && !strcmp(e, "copy"));
+    }
+    return v;
+}
+
 /* Checks every piece, lays out the rows and uploads token ids and block tables (one copy). */
 static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                       const int *n, float *const *logits, int32_t *const *argmax, const mk_sample_draw *const *draws,
@@ -1889,10 +1903,16 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
     }
-    int32_t *hpos = w->hids + (w->pos - w->ids);
+    int32_t *hpos = w->hids + (w->pos - w->ids), *hfsrc = w->hids + (w->fsrc - w->ids);
+    const int fk = feed_in_kernel();
     for (int i = 0; i < np; i++) {
-        if (feed && feed[i]) w->hids[pc[i].row0] = 0; /* overwritten on the device below */
-        else memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
+        for (int j = 0; j < n[i]; j++) hfsrc[pc[i].row0 + j] = -1;
+        if (feed && feed[i]) { /* the embedding reads it (or a device copy below writes it) */
+            w->hids[pc[i].row0] = 0;
+            if (fk) hfsrc[pc[i].row0] = w->feed_src[i];
+        } else {
+            memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
+        }
         int32_t *t = w->hids + w->max_rows + (size_t)i * w->tbl_cap;
         for (int b = 0; b < seqs[i]->n_blocks && b < w->tbl_cap; b++) t[b] = seqs[i]->blocks[b];
         pc[i].dtbl = w->tbl + (size_t)i * w->tbl_cap;
@@ -1911,7 +1931,7 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
     }
     const size_t nL = (size_t)(c->n_layers + c->n_mtp);
     TRY(upload_ids(w, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
-    for (int i = 0; feed && i < np;) { /* the fed tokens: one device copy per run of rows in the same order */
+    for (int i = 0; feed && !fk && i < np;) { /* the fed tokens: one device copy per run of rows in the same order */
         if (!feed[i]) { i++; continue; }
         int k = 1;
         while (i + k < np && feed[i + k] && w->feed_src[i + k] == w->feed_src[i] + k && pc[i + k].row0 == pc[i].row0 + k) k++;
@@ -1937,7 +1957,7 @@ static int run_call(gcall *C, mk_err *err) {
     dsv4_cuda *g = w->g;
     const dsv4_config *c = &g->m->cfg;
     if (prof_on()) C->t_mark = ph_now();
-    TRY(mk_cuda_embed_hc(g->ctx, g->embed, c->vocab, w->tok, C->R, c->hc, c->dim, w->h, err));
+    TRY(mk_cuda_embed_hc_fed(g->ctx, g->embed, c->vocab, w->tok, w->fsrc, w->am, C->R, c->hc, c->dim, w->h, err));
     /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
      * collapse when every row is a logits row (a decode step: one token per piece, each wanting
      * logits) */

@@ -1211,6 +1211,34 @@ static void test_argmax_rows(int n) {
     free(x);
 }
 
+/* The embedding with fed rows (mk_cuda_embed_hc_fed, asynchronous scheduling): a plain row, a row fed
+ * from the previous step's picks, one fed a pick outside the vocabulary (read as 0) and one fed -1
+ * (every logit NaN: 0 too); h = the bf16 rows of those ids, and tok holds them afterwards. */
+static void test_embed_fed(void) {
+    enum { V = 40, D = 300, HC = 2, T = 4 };
+    uint16_t emb[V * D];
+    for (int i = 0; i < V * D; i++) emb[i] = mk_f32_to_bf16((float)((i * 7919) % 1000) / 250.0f - 2.0f);
+    int32_t tok[T] = {5, 7, 9, 11}, fsrc[T] = {-1, 0, 2, 1}, am[3] = {33, -1, 70}, want_id[T] = {5, 33, 0, 0};
+    uint16_t *de = dup_dev(emb, sizeof emb);
+    int32_t *dt = dup_dev(tok, sizeof tok), *df = dup_dev(fsrc, sizeof fsrc), *da = dup_dev(am, sizeof am);
+    float *dh = poisoned_dev(sizeof(float) * T * HC * D);
+    CK(mk_cuda_embed_hc_fed(ctx, de, V, dt, df, da, T, HC, D, dh, &err_));
+    static float h[T * HC * D];
+    int32_t got_tok[T];
+    fetch(h, dh, sizeof h);
+    fetch(got_tok, dt, sizeof got_tok);
+    int ok = !memcmp(got_tok, want_id, sizeof got_tok);
+    for (int t = 0; t < T && ok; t++)
+        for (int j = 0; j < HC; j++)
+            for (int i = 0; i < D; i++)
+                ok &= h[((size_t)t * HC + j) * D + i] == mk_bf16_to_f32(emb[(size_t)want_id[t] * D + i]);
+    n_checks++;
+    if (!ok) n_fail++;
+    printf("| %-40s | %-26s | %s (tok after: %d %d %d %d) |\n", "embedding, fed rows", "T 4, d 300, hc 2",
+           ok ? "the fed ids' rows, tok rewritten" : "FAIL", got_tok[0], got_tok[1], got_tok[2], got_tok[3]);
+    mk_cuda_free(ctx, de), mk_cuda_free(ctx, dt), mk_cuda_free(ctx, df), mk_cuda_free(ctx, da), mk_cuda_free(ctx, dh);
+}
+
 /* The GPU draw (mk_cuda_sample_rows) = the host sampler's token (mk_sampler_sample at step 0 of a
  * seeded request), row by row, over settings of temperature, min_p, top_k and top_p and several
  * seeds. ties 1: logits on a 0.25 grid (many exact ties: the id order decides top_k / top_p); 2:
@@ -3531,6 +3559,7 @@ int main(int argc, char **argv) {
     test_linear_grouped_rope(8, 1024, 4096, 1, 512, 64); /* V4-Flash: 64 heads of 512, rope 64 */
     {
         const int n1[1] = {300}, n2[2] = {37, 0}, n3[3] = {1, 129, 640};
+        test_embed_fed();
         test_attn_wo_a_prep(1, n1, 64, 512, 64, 8, 1024); /* a decode step's */
         test_attn_wo_a_prep(2, n2, 64, 512, 64, 8, 1024);
         test_attn_wo_a_prep(3, n3, 64, 512, 64, 8, 1024);

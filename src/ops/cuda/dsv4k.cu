@@ -18,25 +18,42 @@
 /* Block (t, c): elements [256 c, 256 c + 256) of token t's embedding row into its hc streams, a
  * thread per element (one block per token walked the row serially: 10.5 us of a batch-1 step). */
 #define EMBED_T 256
-__global__ void __launch_bounds__(EMBED_T) k_embed_hc(const uint16_t *__restrict__ emb, const int32_t *__restrict__ tok,
+__global__ void __launch_bounds__(EMBED_T) k_embed_hc(const uint16_t *__restrict__ emb, int32_t *tok,
+                                                      const int32_t *__restrict__ fsrc, const int32_t *__restrict__ am,
                                                       int hc, int d, int vocab, float *__restrict__ h) {
     MK_PDL_ENTER(); /* launched with programmatic dependent launch: nothing is touched before */
     const int t = blockIdx.x, i = blockIdx.y * EMBED_T + threadIdx.x;
+    int id;
+    const int s = fsrc ? fsrc[t] : -1;
+    if (s >= 0) { /* fed: the previous step's pick, written back for the kernels after (hash routing) */
+        id = am[s];
+        if (id < 0 || id >= vocab) id = 0;
+        if (blockIdx.y == 0 && threadIdx.x == 0) tok[t] = id;
+    } else {
+        id = tok[t];
+        if (id < 0 || id >= vocab) id = 0;
+    }
     if (i >= d) return;
-    int id = tok[t];
-    if (id < 0 || id >= vocab) id = 0;
     const float v = mk_d_bf16(emb[(size_t)id * d + i]);
     for (int j = 0; j < hc; j++) h[((size_t)t * hc + j) * d + i] = v;
 }
 
-extern "C" int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab,
-                                const int32_t *tok, int T, int hc, int d, float *h, mk_err *err) {
+extern "C" int mk_cuda_embed_hc_fed(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab, int32_t *tok,
+                                    const int32_t *fsrc, const int32_t *am, int T, int hc, int d, float *h,
+                                    mk_err *err) {
     if (T <= 0) return MK_OK;
     if (d < 1 || (d + EMBED_T - 1) / EMBED_T > 65535) return mk_fail(err, MK_EINVAL, "cuda: embed: rows of %d values", d);
+    if (fsrc && !am) return mk_fail(err, MK_EINVAL, "cuda: embed: fed rows without the picks");
     (void)mk_cuda_launch_pdl(ctx, dim3((unsigned)T, (unsigned)((d + EMBED_T - 1) / EMBED_T)), EMBED_T, 0, k_embed_hc,
-                             embed, tok, hc, d, vocab, h);
+                             embed, tok, fsrc, am, hc, d, vocab, h);
     MK_CU_LAUNCHED(err, "cuda: embed launch");
     return MK_OK;
+}
+
+extern "C" int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab,
+                                const int32_t *tok, int T, int hc, int d, float *h, mk_err *err) {
+    /* tok is only read without fsrc */
+    return mk_cuda_embed_hc_fed(ctx, embed, vocab, (int32_t *)tok, NULL, NULL, T, hc, d, h, err);
 }
 
 /* ---- quantization simulations --------------------------------------------------------------- */

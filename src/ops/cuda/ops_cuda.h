@@ -611,6 +611,11 @@ int mk_cuda_sparse_attn_f16(mk_cuda_ctx *ctx, const float *q, int T, int H, int 
 /* h [T, hc, d] = embed[tok[t]] (bf16 -> f32) repeated over the hc streams; tok a device array. */
 int mk_cuda_embed_hc(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab, const int32_t *tok, int T,
                      int hc, int d, float *h, mk_err *err);
+/* The same where a row may be fed (asynchronous scheduling): fsrc [T] (device; NULL: none) >= 0 makes
+ * row t's token am[fsrc[t]] (the previous step's pick, on the device; outside the vocabulary read
+ * as 0), also written into tok[t] for the kernels after it; -1 keeps tok[t]. */
+int mk_cuda_embed_hc_fed(mk_cuda_ctx *ctx, const uint16_t *embed, int vocab, int32_t *tok, const int32_t *fsrc,
+                         const int32_t *am, int T, int hc, int d, float *h, mk_err *err);
 /* mk_act_quant_sim (fp4 = 0) / mk_fp4_quant_sim (fp4 = 1) of the first n values of each of `rows`
  * rows (row r at x + r * stride) in blocks of `block` (<= 128), written to y (may alias x). */
 int mk_cuda_quant_sim(mk_cuda_ctx *ctx, const float *x, int rows, int stride, int n, int block,
