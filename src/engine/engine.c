@@ -569,7 +569,7 @@ static void *engine_main(void *arg) {
     mk_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->incoming && !e->active && !e->stopping) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->incoming && !e->active && !e->inflight && !e->stopping) pthread_cond_wait(&e->cv, &e->mu);
         mk_ereq *in = e->incoming;
         e->incoming = NULL;
         e->n_incoming = 0;
