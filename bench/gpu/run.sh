@@ -185,6 +185,11 @@ if [ "$BUILD_RC" = 0 ] && [ "${SKIP_DSV4:-0}" != 1 ]; then
             > "$OUT/engine_bench.txt" 2>&1
         echo "engine bench rc $?"
         cat "$OUT/engine_bench.txt"
+        for v in ${ENGINE_BENCH_VARIANTS:-}; do # the same under a tuning variable
+            stamp "the engine bench with $v"
+            env ${v//,/ } timeout -k 10 200 ./build-cuda/test_dsv4_engine_cuda --bench "$CKPT" 16 "${DSV4_STEPS:-64}" 2>&1 |
+                grep -E "^run " | sed "s/^/$v: /" | tee -a "$OUT/variants.txt"
+        done
     fi
     for v in ${DSV4_VARIANTS:-}; do # batch-1 decode under a tuning variable, e.g. MINKE_CUDA_MOE_SLABS=2
         stamp "batch-1 decode with $v"
