@@ -676,10 +676,7 @@ static void sanitize(float *l, int V) {
         _mm_storeu_ps(l + i, x);
     }
 #endif
-    for (; i < V; i++) {
-        if (isnan(l[i])) l[i] = -INFINITY;
-        else if (l[i] == INFINITY) l[i] = FLT_MAX;
-    }
+    for (; i < V; i++) l[i] = mk_sample_sanitize(l[i]);
 }
 
 /* The sum of the masses of w[0, n) (exact integers; SSE4.1: four at a time, each mass the

@@ -31,9 +31,7 @@
 #include "models/llama.h"
 #include "models/model.h"
 
-#include <float.h>
 #include <limits.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -485,21 +483,6 @@ int mk_model_forward_batch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int
 
 /* ---- asynchronous steps (mk_model_batch_launch / _wait) ------------------------------------- */
 
-/* The sampler's greedy rule on a logits row: NaN as -inf, the lowest id of the largest value, -1
- * when every value is -inf or NaN (the GPU's argmax: +inf as FLT_MAX ties with FLT_MAX there, and
- * a row holding both picks the first of them, as here). */
-static int32_t greedy_pick(const float *l, int n) {
-    int32_t best = -1;
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        float v = l[i];
-        if (v != v) continue;
-        if (v > FLT_MAX) v = FLT_MAX;
-        if (v > mx) mx = v, best = i;
-    }
-    return best;
-}
-
 /* A DeepSeek-V4 step on the GPU queued as one call: 1 when queued, 0 when it must run as
  * forward_dsv4 does (slots named twice, too many pieces, a piece that is not ready), or the
  * failure of a launch whose pieces were ready (every piece's status set). */
@@ -583,7 +566,7 @@ int mk_model_batch_launch(mk_model *m, mk_kvcache *c, mk_batch_item *items, int 
                 const int s = it->slot >= 0 && it->slot < c->caps.n_slots ? it->slot : -1;
                 if (s >= 0) c->pick_ok[s] = 0;
                 if (it->status || !it->logits || !it->argmax || it->draw || it->argmax_done) continue;
-                *it->argmax = greedy_pick(it->logits, V);
+                *it->argmax = mk_sample_argmax(it->logits, V); /* the sampler's greedy rule */
                 it->argmax_done = 1;
                 if (s >= 0) c->pick[s] = *it->argmax < 0 ? 0 : *it->argmax, c->pick_ok[s] = 1;
             }

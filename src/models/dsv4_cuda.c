@@ -1825,17 +1825,6 @@ static void fill_apc(dsv4_cuda_work *w, const gpiece *p, int i, int l0, int l1) 
     }
 }
 
-/* How fed tokens reach the device: the embedding reads them from the previous call's picks
- * (default), or MINKE_CUDA_FEED=copy: a device copy per run of rows before the step (A/B). */
-static int feed_in_kernel(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MINKE_CUDA_FEED");
-        v = !(e && !strcmp(e, "copy"));
-    }
-    return v;
-}
-
 /* Checks every piece, lays out the rows and uploads token ids and block tables (one copy). */
 static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                       const int *n, float *const *logits, int32_t *const *argmax, const mk_sample_draw *const *draws,
@@ -1904,12 +1893,11 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
     }
     int32_t *hpos = w->hids + (w->pos - w->ids), *hfsrc = w->hids + (w->fsrc - w->ids);
-    const int fk = feed_in_kernel();
     for (int i = 0; i < np; i++) {
         for (int j = 0; j < n[i]; j++) hfsrc[pc[i].row0 + j] = -1;
-        if (feed && feed[i]) { /* the embedding reads it (or a device copy below writes it) */
+        if (feed && feed[i]) { /* the embedding reads it from the previous call's picks */
             w->hids[pc[i].row0] = 0;
-            if (fk) hfsrc[pc[i].row0] = w->feed_src[i];
+            hfsrc[pc[i].row0] = w->feed_src[i];
         } else {
             memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
         }
@@ -1931,13 +1919,6 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
     }
     const size_t nL = (size_t)(c->n_layers + c->n_mtp);
     TRY(upload_ids(w, w->ids_bytes + sizeof(mk_cuda_apiece) * nL * (size_t)np, err));
-    for (int i = 0; feed && !fk && i < np;) { /* the fed tokens: one device copy per run of rows in the same order */
-        if (!feed[i]) { i++; continue; }
-        int k = 1;
-        while (i + k < np && feed[i + k] && w->feed_src[i + k] == w->feed_src[i] + k && pc[i + k].row0 == pc[i].row0 + k) k++;
-        TRY(mk_cuda_copy_async(w->g->ctx, w->tok + pc[i].row0, w->am + w->feed_src[i], sizeof(int32_t) * (size_t)k, err));
-        i += k;
-    }
     if (n_adj) TRY(mk_cuda_upload_async(w->g->ctx, w->adj, w->hadj, sizeof(mk_sample_adj) * n_adj, err));
     C->g = w->g;
     C->ctx = w->g->ctx;
@@ -2185,8 +2166,6 @@ int dsv4_cuda_batch_wait(dsv4_cuda_work *w, mk_err *err) {
     head_fill(&P->C);
     return MK_OK;
 }
-
-int dsv4_cuda_batch_pending(const dsv4_cuda_work *w) { return w->n_pending; }
 
 int dsv4_cuda_forward(dsv4_cuda_seq *s, const int32_t *tokens, int T, float *logits, mk_err *err) {
     if (!s->work) return mk_fail(err, MK_EINVAL, "cuda: a paged sequence runs through dsv4_cuda_forward_batch");

@@ -105,8 +105,8 @@ int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, co
  * The sequences' positions advance at the launch. One launched call may be left unwaited while
  * the next one is launched (the host plans and queues step k + 1 while the GPU runs step k);
  * waits go in launch order. feed (NULL, or [np]): feed[i] != 0 makes piece i's single token the
- * one the previous call picked for the same sequence (its argmax or draw, copied on the device:
- * tokens[i] is not read); that call must have had an argmax for it. A token the device picked as
+ * one the previous call picked for the same sequence (its argmax or draw, read on the device by
+ * the embedding, mk_cuda_embed_hc_fed: tokens[i] is not read); that call must have had an argmax for it. A token the device picked as
  * -1 (every logit NaN) is read as token 0 by the embedding. */
 int dsv4_cuda_batch_launch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                            const int *n, float *const *logits, int32_t *const *argmax,
@@ -114,8 +114,6 @@ int dsv4_cuda_batch_launch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const 
 /* Waits for the oldest launched call and delivers its results. A failure marks its sequences
  * broken (as a failed forward call does). */
 int dsv4_cuda_batch_wait(dsv4_cuda_work *w, mk_err *err);
-/* Launched calls not yet waited for (0, 1 or 2). */
-int dsv4_cuda_batch_pending(const dsv4_cuda_work *w);
 /* The MTP layer on the final stream of the last forward call (which must have had n tokens):
  * ids [n] the next tokens; logits [vocab] of the last position. */
 int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int n, float *logits, mk_err *err);

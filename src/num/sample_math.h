@@ -20,6 +20,7 @@
 #ifndef MK_ENGINE_SAMPLE_MATH_H
 #define MK_ENGINE_SAMPLE_MATH_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -153,6 +154,21 @@ MK_SM_FN float mk_sample_exp(float x) {
 MK_SM_FN float mk_sample_weight(float l, float mx, float inv_t) {
     const float w = mk_sample_exp(MK_SM_MUL(MK_SM_SUB(l, mx), inv_t));
     return w < MK_SAMPLE_W_MIN ? 0.0f : w;
+}
+
+/* The sampler's view of a raw logit (how it sanitizes a row): NaN as -inf, +inf as FLT_MAX. */
+MK_SM_FN float mk_sample_sanitize(float v) { return v != v ? -INFINITY : v == INFINITY ? FLT_MAX : v; }
+
+/* The greedy token of raw logits l[0, n) by the sampler's rule: the lowest id of the largest
+ * sanitized value, -1 when every value is -inf or NaN. */
+MK_SM_FN int32_t mk_sample_argmax(const float *l, int n) {
+    int32_t best = -1;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        const float v = mk_sample_sanitize(l[i]);
+        if (v > mx) mx = v, best = i;
+    }
+    return best;
 }
 
 /* w[i] = mk_sample_weight(l[i], mx, inv_t) for i < n, on the host: four at a time with SSE4.1 (the

@@ -718,13 +718,9 @@ Test(sampler, plain_greedy_take_equals_sample) {
     mk_sampler *s = make(&p, V, &eos, 1, NULL, 0);
     cr_assert(mk_sampler_plain_greedy(s));
     for (int r = 0; r < 4; r++) {
-        /* the argmax as the model computes it (batch.h: NaN = -inf, +inf = FLT_MAX, lowest id) */
-        int32_t am = -1;
-        float best = -INFINITY;
-        for (int i = 0; i < V; i++) {
-            float v = isnan(rows[r][i]) ? -INFINITY : rows[r][i] == INFINITY ? 3.4028235e38f : rows[r][i];
-            if (v > best) best = v, am = i;
-        }
+        /* the argmax as a model picks it (mk_sample_argmax: batch.c's CPU picks; batch.h's rule: NaN =
+         * -inf, +inf = FLT_MAX, lowest id), against the sampler's own scan below */
+        const int32_t am = mk_sample_argmax(rows[r], V);
         float l[7];
         memcpy(l, rows[r], sizeof l);
         mk_sample_out a, b;

@@ -456,11 +456,6 @@ extern "C" int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *s
     return MK_OK;
 }
 
-extern "C" int mk_cuda_copy_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err) {
-    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream), err, "cuda: device copy");
-    return MK_OK;
-}
-
 /* An event is a cudaEvent_t (a pointer) behind the opaque type. Timing is off: a record and a wait
  * then cost what the ordering needs. */
 extern "C" int mk_cuda_event_create(mk_cuda_event **ev, mk_err *err) {

@@ -350,8 +350,6 @@ int mk_cuda_upload_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t by
 int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
 /* Queued only (mk_cuda_ctx_sync waits): fast into page-locked memory (mk_cuda_host_alloc). */
 int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
-/* Device to device, queued only. */
-int mk_cuda_copy_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err);
 /* Events on the context's stream: record marks everything queued so far; wait blocks the host
  * until that has run (and reports a device error). Lets the host wait for one step while the next
  * one is already queued behind it (mk_cuda_ctx_sync would wait for both). */
