@@ -412,6 +412,12 @@ struct dsv4_cuda_work {
     mk_cuda_apiece *apc, *happ;             /* attention pieces [max_pieces, n_layers + n_mtp], after the ids */
     size_t ids_bytes;                       /* the ints of ids then the draws, each 256-aligned: apc starts there */
     size_t draw_off;                        /* the draws' offset in the ids region */
+    /* the ids region laid out for max_rows rows (ids_full), and, with MINKE_CUDA_IDS_COMPACT=1, for
+     * max_pieces rows (ids_small, a call of at most that many rows: every decode step): a call uploads
+     * its layout's region whole, ~12 bytes a row of capacity (set_layout) */
+    int32_t *ids_full, *ids_small;
+    size_t ids_bytes_l[2], draw_off_l[2];
+    int layout_rows[2];
     /* host buffers of the hooks (standalone sequences only) */
     float *hh;
     size_t hh_n;
@@ -433,6 +439,34 @@ static void pend_free(dsv4_cuda_work *w);
 static int walloc(dsv4_cuda_work *w, size_t bytes, void *pp, mk_err *err) {
     w->bytes += bytes;
     return dalloc(w->g->ctx, &w->mem, bytes, pp, err);
+}
+
+static void use_half(dsv4_cuda_work *w, int h);
+
+/* The ids region of the next call: layout 1 (max_pieces rows) for a call of at most that many rows
+ * when MINKE_CUDA_IDS_COMPACT=1, else 0 (max_rows rows). The device pointers of the inputs, and the
+ * host staging's offsets, follow. */
+static int ids_compact(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MINKE_CUDA_IDS_COMPACT");
+        v = e && atoi(e) == 1;
+    }
+    return v;
+}
+
+static void set_layout(dsv4_cuda_work *w, int l) {
+    const size_t rows = (size_t)w->layout_rows[l];
+    w->ids = l ? w->ids_small : w->ids_full;
+    w->ids_bytes = w->ids_bytes_l[l];
+    w->draw_off = w->draw_off_l[l];
+    w->tok = w->ids;
+    w->tbl = w->ids + rows;
+    w->pos = w->tbl + (size_t)w->max_pieces * w->tbl_cap;
+    w->fsrc = w->pos + rows;
+    w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
+    w->draw = (mk_sample_draw *)((uint8_t *)w->ids + w->draw_off);
+    use_half(w, w->half);
 }
 
 /* The host staging and results of half h for the next call. */
@@ -505,10 +539,16 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->sw, F(Tm * K));
     WA(w->gidx, sizeof(int32_t) * Tm * K);
     WA(w->plan, sizeof(int32_t) * mk_cuda_moe_plan_ints((int)Tm, K, E));
-    w->draw_off = (sizeof(int32_t) * (3 * Tm + P * w->tbl_cap) + 255) & ~(size_t)255;
-    w->ids_bytes = w->draw_off + ((sizeof(mk_sample_draw) * P + 255) & ~(size_t)255);
     const size_t apc_bytes = sizeof(mk_cuda_apiece) * P * (size_t)(c->n_layers + c->n_mtp);
-    WA(w->ids, w->ids_bytes + apc_bytes);
+    for (int l = 0; l < 2; l++) { /* 0: max_rows rows, 1: max_pieces rows (ids_compact) */
+        const size_t rows = l ? (P < Tm ? P : Tm) : Tm;
+        w->layout_rows[l] = (int)rows;
+        w->draw_off_l[l] = (sizeof(int32_t) * (3 * rows + P * w->tbl_cap) + 255) & ~(size_t)255;
+        w->ids_bytes_l[l] = w->draw_off_l[l] + ((sizeof(mk_sample_draw) * P + 255) & ~(size_t)255);
+    }
+    w->ids_bytes = w->ids_bytes_l[0];
+    WA(w->ids_full, w->ids_bytes_l[0] + apc_bytes);
+    WA(w->ids_small, w->ids_bytes_l[1] + apc_bytes);
     WA(w->xd, F(Tm * d));
     WA(w->act, F(Tm * K * I));
     WA(w->actd, F(Tm * K * I));
@@ -537,10 +577,6 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
         dsv4_cuda_work_free(w);
         return rc;
     }
-    w->tok = w->ids;
-    w->tbl = w->ids + Tm;
-    w->pos = w->tbl + P * w->tbl_cap;
-    w->fsrc = w->pos + Tm;
     /* linear scratch: the largest need of any weight at its largest row count */
     size_t lb = 0;
     for (int l = 0; l <= c->n_layers; l++) {
@@ -611,11 +647,7 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     if (!rc && (!w->ham_buf[0] || !w->ham_buf[1] || !w->prev_seq || !w->feed_src || !w->cnt_save))
         rc = mk_fail(err, MK_ENOMEM, "out of memory");
     w->oldest = -1;
-    if (!rc) {
-        w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
-        w->draw = (mk_sample_draw *)((uint8_t *)w->ids + w->draw_off);
-        use_half(w, 0);
-    }
+    if (!rc) set_layout(w, 0);
     if (!rc && with_hooks) {
         size_t hn = Th * d;
         if ((size_t)c->vocab > hn) hn = c->vocab;
@@ -1892,6 +1924,7 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         if (R > w->max_rows)
             return mk_fail(err, MK_ERANGE, "a call of %d or more tokens exceeds the scratch's %d rows", R, w->max_rows);
     }
+    set_layout(w, ids_compact() && R <= w->layout_rows[1]);
     int32_t *hpos = w->hids + (w->pos - w->ids), *hfsrc = w->hids + (w->fsrc - w->ids);
     for (int i = 0; i < np; i++) {
         for (int j = 0; j < n[i]; j++) hfsrc[pc[i].row0 + j] = -1;
@@ -1901,7 +1934,7 @@ static int call_setup(gcall *C, dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, c
         } else {
             memcpy(w->hids + pc[i].row0, tokens[i], sizeof(int32_t) * (size_t)n[i]);
         }
-        int32_t *t = w->hids + w->max_rows + (size_t)i * w->tbl_cap;
+        int32_t *t = w->hids + (w->tbl - w->ids) + (size_t)i * w->tbl_cap;
         for (int b = 0; b < seqs[i]->n_blocks && b < w->tbl_cap; b++) t[b] = seqs[i]->blocks[b];
         pc[i].dtbl = w->tbl + (size_t)i * w->tbl_cap;
         for (int j = 0; j < n[i]; j++) hpos[pc[i].row0 + j] = pc[i].start + j;
@@ -2199,7 +2232,9 @@ int dsv4_cuda_mtp_forward(dsv4_cuda_seq *s, const int32_t *ids, int T, float *lo
     TRY(staging_next(w, err));
     C.ham = w->ham;
     w->prev_rows = 0;
-    for (int b = 0; b < s->n_blocks && b < w->tbl_cap; b++) w->hids[w->max_rows + b] = s->blocks[b];
+    set_layout(w, 0);
+    p.dtbl = w->tbl;
+    for (int b = 0; b < s->n_blocks && b < w->tbl_cap; b++) w->hids[(w->tbl - w->ids) + b] = s->blocks[b];
     memcpy(w->hids, ids, sizeof(int32_t) * (size_t)T);
     for (int j = 0; j < T; j++) w->hids[(w->pos - w->ids) + j] = start + j;
     fill_apc(w, &p, 0, c->n_layers, c->n_layers + 1);
