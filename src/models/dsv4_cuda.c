@@ -355,7 +355,7 @@ size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p) { return p->lay.bytes
 typedef struct {
     mk_cuda_graph *g;
     int np, n_cap, mode;
-    const void *base;
+    const void *base, *ids; /* ids: the call's ids region (set_layout), which the kernels read */
     size_t block_bytes;
     unsigned long used;
 } ggraph;
@@ -2084,7 +2084,7 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
     for (int i = 0; i < GRAPH_SLOTS; i++) {
         ggraph *q = &w->graphs[i];
         if (q->g && q->np == C->np && q->n_cap == n_cap && q->mode == mode && q->base == pool->base &&
-            q->block_bytes == pool->lay.bytes)
+            q->ids == w->ids && q->block_bytes == pool->lay.bytes)
             e = q;
         if (!q->g || (lru->g && q->used < lru->used)) lru = q;
     }
@@ -2111,7 +2111,7 @@ static int run_graph(gcall *C, int n_cap, mk_err *err) {
                                       err);
         }
         mk_cuda_graph_free(lru->g);
-        *lru = (ggraph){gr, C->np, n_cap, mode, pool->base, pool->lay.bytes, 0};
+        *lru = (ggraph){gr, C->np, n_cap, mode, pool->base, w->ids, pool->lay.bytes, 0};
         e = lru;
         w->gcount.captured++;
     }
