@@ -638,7 +638,9 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     for (int h = 0; h < 2; h++) {
         if (!rc) rc = mk_cuda_host_alloc(w->ids_bytes + apc_bytes, (void **)&w->hids_buf[h], err);
         if (!rc) rc = mk_cuda_host_alloc(sizeof(mk_sample_adj) * w->adj_cap, (void **)&w->hadj_buf[h], err);
-        w->ham_buf[h] = malloc(sizeof(int32_t) * P);
+        /* page-locked: a copy to pageable memory returns only when it has run, which would hold the
+         * host until the step ends and undo the lookahead of dsv4_cuda_batch_launch */
+        if (!rc) rc = mk_cuda_host_alloc(sizeof(int32_t) * P, (void **)&w->ham_buf[h], err);
     }
     if (!rc) rc = pend_create(w, P, err);
     w->prev_seq = calloc(P, sizeof *w->prev_seq);
@@ -687,7 +689,7 @@ void dsv4_cuda_work_free(dsv4_cuda_work *w) {
     for (int h = 0; h < 2; h++) {
         mk_cuda_host_free(w->hids_buf[h]);
         mk_cuda_host_free(w->hadj_buf[h]);
-        free(w->ham_buf[h]);
+        mk_cuda_host_free(w->ham_buf[h]);
     }
     pend_free(w);
     free(w->prev_seq);
