@@ -415,9 +415,12 @@ struct dsv4_cuda_work {
     /* the ids region laid out for max_rows rows (ids_full), and, with MINKE_CUDA_IDS_COMPACT=1, for
      * max_pieces rows (ids_small, a call of at most that many rows: every decode step): a call uploads
      * its layout's region whole, ~12 bytes a row of capacity (set_layout) */
-    int32_t *ids_full, *ids_small;
+    int32_t *ids_full[2], *ids_small[2]; /* [half]: the same region in both halves unless step_io() */
     size_t ids_bytes_l[2], draw_off_l[2];
     int layout_rows[2];
+    int layout;                             /* the current call's (set_view) */
+    int32_t *am_buf[2];                     /* [half] the picks on the device; one buffer unless step_io() */
+    int32_t *am_prev;                       /* the previous call's picks (the other half's), fed rows read */
     /* host buffers of the hooks (standalone sequences only) */
     float *hh;
     size_t hh_n;
@@ -441,8 +444,6 @@ static int walloc(dsv4_cuda_work *w, size_t bytes, void *pp, mk_err *err) {
     return dalloc(w->g->ctx, &w->mem, bytes, pp, err);
 }
 
-static void use_half(dsv4_cuda_work *w, int h);
-
 /* The ids region of the next call: layout 1 (max_pieces rows) for a call of at most that many rows
  * when MINKE_CUDA_IDS_COMPACT=1, else 0 (max_rows rows). The device pointers of the inputs, and the
  * host staging's offsets, follow. */
@@ -455,9 +456,28 @@ static int ids_compact(void) {
     return v;
 }
 
-static void set_layout(dsv4_cuda_work *w, int l) {
+/* MINKE_CUDA_STEP_IO=1: a call's ids go up on an upload stream into its half's device region while
+ * the previous call still runs, and its picks come down on a download stream (mk_cuda_copy_on), so
+ * that only event waits sit between two replayed steps on the main stream. The device ids regions
+ * and picks are then per half: a call reads the picks of the previous one (the other half) and
+ * writes its own. The host waits for call k (its download stream's event: after its graph and
+ * copies) before it launches call k + 2 into the same half (at most two calls pending). */
+static int step_io(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MINKE_CUDA_STEP_IO");
+        v = e && atoi(e) == 1;
+    }
+    return v;
+}
+
+/* The next call's view of half h (host staging, results, and with step_io its device regions) in
+ * ids layout l: the device pointers of its inputs and the host staging's offsets. */
+static void set_view(dsv4_cuda_work *w, int h, int l) {
     const size_t rows = (size_t)w->layout_rows[l];
-    w->ids = l ? w->ids_small : w->ids_full;
+    w->half = h;
+    w->layout = l;
+    w->ids = l ? w->ids_small[h] : w->ids_full[h];
     w->ids_bytes = w->ids_bytes_l[l];
     w->draw_off = w->draw_off_l[l];
     w->tok = w->ids;
@@ -466,18 +486,17 @@ static void set_layout(dsv4_cuda_work *w, int l) {
     w->fsrc = w->pos + rows;
     w->apc = (mk_cuda_apiece *)((uint8_t *)w->ids + w->ids_bytes);
     w->draw = (mk_sample_draw *)((uint8_t *)w->ids + w->draw_off);
-    use_half(w, w->half);
-}
-
-/* The host staging and results of half h for the next call. */
-static void use_half(dsv4_cuda_work *w, int h) {
-    w->half = h;
+    w->am = w->am_buf[h];
+    w->am_prev = w->am_buf[h ^ 1];
     w->hids = w->hids_buf[h];
     w->hadj = w->hadj_buf[h];
     w->ham = w->ham_buf[h];
     w->happ = (mk_cuda_apiece *)((uint8_t *)w->hids + w->ids_bytes);
     w->hdraw = (mk_sample_draw *)((uint8_t *)w->hids + w->draw_off);
 }
+
+static void set_layout(dsv4_cuda_work *w, int l) { set_view(w, w->half, l); }
+static void use_half(dsv4_cuda_work *w, int h) { set_view(w, h, w->layout); }
 
 static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, int with_mtp, int with_hooks,
                        dsv4_cuda_work **out, mk_err *err) {
@@ -547,8 +566,14 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
         w->ids_bytes_l[l] = w->draw_off_l[l] + ((sizeof(mk_sample_draw) * P + 255) & ~(size_t)255);
     }
     w->ids_bytes = w->ids_bytes_l[0];
-    WA(w->ids_full, w->ids_bytes_l[0] + apc_bytes);
-    WA(w->ids_small, w->ids_bytes_l[1] + apc_bytes);
+    for (int h = 0; h < 2; h++) {
+        if (h && !step_io()) {
+            w->ids_full[1] = w->ids_full[0], w->ids_small[1] = w->ids_small[0];
+            break;
+        }
+        WA(w->ids_full[h], w->ids_bytes_l[0] + apc_bytes);
+        WA(w->ids_small[h], w->ids_bytes_l[1] + apc_bytes);
+    }
     WA(w->xd, F(Tm * d));
     WA(w->act, F(Tm * K * I));
     WA(w->actd, F(Tm * K * I));
@@ -564,7 +589,12 @@ static int work_create(dsv4_cuda *g, int max_rows, int max_pieces, int max_len, 
     WA(w->hl, F(P * hc * d));
     WA(w->xl, F(P * d));
     WA(w->logits, F(P * c->vocab));
-    WA(w->am, sizeof(int32_t) * P);
+    WA(w->am_buf[0], sizeof(int32_t) * P);
+    if (step_io()) {
+        WA(w->am_buf[1], sizeof(int32_t) * P);
+    } else {
+        w->am_buf[1] = w->am_buf[0];
+    }
     WA(w->sws, F(P * c->vocab));
     if (w->with_mtp) {
         WA(w->me, F(Tm * d));
@@ -933,6 +963,8 @@ struct gpend {
     int pending;         /* launched, not waited for */
     int queued;          /* its head's copies and the event `done` were queued (else it ran to the end) */
     mk_cuda_event *done; /* recorded after the call's copies to the host */
+    mk_cuda_event *up;   /* step_io: its ids uploaded (the main stream waits for it) */
+    mk_cuda_event *end;  /* step_io: its kernels ran (the download stream waits for it) */
 };
 
 static int pend_create(dsv4_cuda_work *w, size_t max_pieces, mk_err *err) {
@@ -942,6 +974,8 @@ static int pend_create(dsv4_cuda_work *w, size_t max_pieces, mk_err *err) {
         w->call[h].pc = calloc(max_pieces, sizeof *w->call[h].pc);
         if (!w->call[h].pc) return mk_fail(err, MK_ENOMEM, "out of memory");
         TRY(mk_cuda_event_create(&w->call[h].done, err));
+        TRY(mk_cuda_event_create(&w->call[h].up, err));
+        TRY(mk_cuda_event_create(&w->call[h].end, err));
     }
     return MK_OK;
 }
@@ -950,6 +984,8 @@ static void pend_free(dsv4_cuda_work *w) {
     for (int h = 0; w->call && h < 2; h++) {
         free(w->call[h].pc);
         mk_cuda_event_free(w->call[h].done);
+        mk_cuda_event_free(w->call[h].up);
+        mk_cuda_event_free(w->call[h].end);
     }
     free(w->call);
     w->call = NULL;
@@ -1036,6 +1072,14 @@ static int sync_call(gcall *C, mk_err *err) { return work_sync(C->w, err); }
 /* Uploads the call's ids / block tables / attention pieces from the page-locked staging buffer
  * without waiting: the first kernel waits for it in the stream, the host goes on launching. */
 static int upload_ids(dsv4_cuda_work *w, size_t bytes, mk_err *err) {
+    if (step_io()) { /* on the upload stream; the main stream waits for it (dsv4_cuda.c's step_io) */
+        mk_cuda_event *up = w->call[w->half].up;
+        TRY(mk_cuda_copy_on(w->g->ctx, MK_CUDA_S_UP, w->ids, w->hids, bytes, err));
+        TRY(mk_cuda_event_record_on(w->g->ctx, MK_CUDA_S_UP, up, err));
+        TRY(mk_cuda_stream_wait_on(w->g->ctx, MK_CUDA_S_MAIN, up, err));
+        w->upl_pending[w->half] = 1;
+        return MK_OK;
+    }
     TRY(mk_cuda_upload_async(w->g->ctx, w->ids, w->hids, bytes, err));
     w->upl_pending[w->half] = 1;
     return MK_OK;
@@ -1797,8 +1841,14 @@ static int head_queue(gcall *C, mk_err *err) {
         n += C->pc[pi].logits != NULL;
         any_am |= C->pc[pi].logits && C->pc[pi].argmax;
     }
+    const int sid = step_io() ? MK_CUDA_S_DOWN : MK_CUDA_S_MAIN;
+    if (sid != MK_CUDA_S_MAIN) { /* the copies on the download stream, after the call's kernels */
+        mk_cuda_event *end = w->call[w->half].end;
+        TRY(mk_cuda_event_record_on(ctx, MK_CUDA_S_MAIN, end, err));
+        TRY(mk_cuda_stream_wait_on(ctx, sid, end, err));
+    }
     if (!n) return MK_OK;
-    if (any_am) TRY(mk_cuda_download_async(ctx, C->ham, w->am, sizeof(int32_t) * (size_t)n, err));
+    if (any_am) TRY(mk_cuda_copy_on(ctx, sid, C->ham, w->am, sizeof(int32_t) * (size_t)n, err));
     /* the other pieces' rows: one copy per run of pieces whose host rows follow each other (the
      * engine's are one array: page-locked, mk_kvcache_host_floats), then one wait */
     int r0 = 0, run = 0;
@@ -1812,8 +1862,7 @@ static int head_queue(gcall *C, mk_err *err) {
             run++;
         } else {
             if (run)
-                TRY(mk_cuda_download_async(ctx, dst, w->logits + (size_t)r0 * c->vocab, F((size_t)run * c->vocab),
-                                           err));
+                TRY(mk_cuda_copy_on(ctx, sid, dst, w->logits + (size_t)r0 * c->vocab, F((size_t)run * c->vocab), err));
             dst = l, r0 = n, run = l ? 1 : 0;
         }
         if (p) n++;
@@ -1973,7 +2022,7 @@ static int run_call(gcall *C, mk_err *err) {
     dsv4_cuda *g = w->g;
     const dsv4_config *c = &g->m->cfg;
     if (prof_on()) C->t_mark = ph_now();
-    TRY(mk_cuda_embed_hc_fed(g->ctx, g->embed, c->vocab, w->tok, w->fsrc, w->am, C->R, c->hc, c->dim, w->h, err));
+    TRY(mk_cuda_embed_hc_fed(g->ctx, g->embed, c->vocab, w->tok, w->fsrc, w->am_prev, C->R, c->hc, c->dim, w->h, err));
     /* each block's last hc_post runs with the next block's hc_pre, the last one's with the head's
      * collapse when every row is a logits row (a decode step: one token per piece, each wanting
      * logits) */
@@ -2165,7 +2214,8 @@ int dsv4_cuda_batch_launch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const 
         w->gcount.eager++;
         rc = run_call(C, err);
     }
-    if (!rc && C->deferred) rc = mk_cuda_event_record(C->ctx, P->done, err);
+    if (!rc && C->deferred)
+        rc = mk_cuda_event_record_on(C->ctx, step_io() ? MK_CUDA_S_DOWN : MK_CUDA_S_MAIN, P->done, err);
     for (int i = 0; i < np; i++) {
         if (rc) {
             seqs[i]->broken = 1; /* the device may have changed its state before the failure */

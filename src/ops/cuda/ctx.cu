@@ -289,6 +289,8 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
     if (ctx->hc_partial) cudaFree(ctx->hc_partial);
     mk_cuda_lane_free(ctx); /* first: it gives the main stream back where a branch was left open */
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    for (int i = 0; i < 2; i++)
+        if (ctx->io[i]) cudaStreamDestroy(ctx->io[i]);
     for (int i = 0; i < ctx->trace_cap; i++) cudaEventDestroy(ctx->trace_ev[i]);
     free(ctx->trace_ev);
     free(ctx->trace_name);
@@ -406,6 +408,8 @@ extern "C" const mk_cuda_caps *mk_cuda_ctx_caps(const mk_cuda_ctx *ctx) { return
 extern "C" void *mk_cuda_ctx_stream(mk_cuda_ctx *ctx) { return (void *)ctx->stream; }
 
 extern "C" int mk_cuda_ctx_sync(mk_cuda_ctx *ctx, mk_err *err) {
+    for (int i = 0; i < 2; i++)
+        if (ctx->io[i]) MK_CU_TRY(cudaStreamSynchronize(ctx->io[i]), err, "cuda: I/O stream synchronize");
     MK_CU_TRY(cudaStreamSynchronize(ctx->stream), err, "cuda: stream synchronize");
     MK_CU_TRY(cudaGetLastError(), err, "cuda: after synchronize");
     return MK_OK;
@@ -453,6 +457,44 @@ extern "C" int mk_cuda_download(mk_cuda_ctx *ctx, void *dst, const void *src, si
 
 extern "C" int mk_cuda_download_async(mk_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, mk_err *err) {
     MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), err, "cuda: download");
+    return MK_OK;
+}
+
+/* The stream of sid (MK_CUDA_S_*), an I/O stream made at its first use (never inside a capture:
+ * the step I/O runs between calls). */
+static int sid_stream(mk_cuda_ctx *ctx, int sid, cudaStream_t *s, mk_err *err) {
+    if (sid == MK_CUDA_S_MAIN) {
+        *s = ctx->stream;
+        return MK_OK;
+    }
+    if (sid != MK_CUDA_S_UP && sid != MK_CUDA_S_DOWN) return mk_fail(err, MK_EINVAL, "cuda: stream id %d", sid);
+    cudaStream_t *io = &ctx->io[sid - MK_CUDA_S_UP];
+    if (!*io) MK_CU_TRY(cudaStreamCreateWithFlags(io, cudaStreamNonBlocking), err, "cuda: I/O stream");
+    *s = *io;
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_copy_on(mk_cuda_ctx *ctx, int sid, void *dst, const void *src, size_t bytes, mk_err *err) {
+    cudaStream_t s = NULL;
+    int st = sid_stream(ctx, sid, &s, err);
+    if (st) return st;
+    MK_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), err, "cuda: copy on an I/O stream");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_event_record_on(mk_cuda_ctx *ctx, int sid, mk_cuda_event *ev, mk_err *err) {
+    cudaStream_t s = NULL;
+    int st = sid_stream(ctx, sid, &s, err);
+    if (st) return st;
+    MK_CU_TRY(cudaEventRecord((cudaEvent_t)ev, s), err, "cuda: event record");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_stream_wait_on(mk_cuda_ctx *ctx, int sid, mk_cuda_event *ev, mk_err *err) {
+    cudaStream_t s = NULL;
+    int st = sid_stream(ctx, sid, &s, err);
+    if (st) return st;
+    MK_CU_TRY(cudaStreamWaitEvent(s, (cudaEvent_t)ev, 0), err, "cuda: stream wait");
     return MK_OK;
 }
 

@@ -55,6 +55,8 @@ struct mk_cuda_ctx {
     int prio_hi, prio_lo;           /* the device's greatest and least stream priorities (tuning prio) */
     cudaStream_t side, main;
     cudaEvent_t side_fork, side_done;
+    /* the step I/O streams (ctx.cu's mk_cuda_copy_on): uploads, downloads; made at first use */
+    cudaStream_t io[2];
 };
 /* lane.cu, for ctx.cu: the lane's stream and events made (before a capture), the lane joined into
  * the main stream (before a capture ends), both freed */

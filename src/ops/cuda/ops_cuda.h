@@ -358,6 +358,15 @@ int mk_cuda_event_create(mk_cuda_event **ev, mk_err *err);
 void mk_cuda_event_free(mk_cuda_event *ev);
 int mk_cuda_event_record(mk_cuda_ctx *ctx, mk_cuda_event *ev, mk_err *err);
 int mk_cuda_event_wait(mk_cuda_event *ev, mk_err *err);
+/* Step I/O beside the context's stream (MK_CUDA_S_MAIN): an upload stream and a download stream,
+ * so that a call's inputs go up while the previous call still runs and its results come down while
+ * the next one starts. copy_on queues a copy (either way: the pointers tell) on stream sid;
+ * event_record_on marks what sid has queued; stream_wait_on makes sid wait for an event. Outside a
+ * capture only; mk_cuda_ctx_sync waits for all three streams. */
+enum { MK_CUDA_S_MAIN = 0, MK_CUDA_S_UP = 1, MK_CUDA_S_DOWN = 2 };
+int mk_cuda_copy_on(mk_cuda_ctx *ctx, int sid, void *dst, const void *src, size_t bytes, mk_err *err);
+int mk_cuda_event_record_on(mk_cuda_ctx *ctx, int sid, mk_cuda_event *ev, mk_err *err);
+int mk_cuda_stream_wait_on(mk_cuda_ctx *ctx, int sid, mk_cuda_event *ev, mk_err *err);
 /* Page-locked host memory (copies to and from it run at the bus's speed, without staging). */
 int mk_cuda_host_alloc(size_t bytes, void **ptr, mk_err *err);
 void mk_cuda_host_free(void *ptr);
