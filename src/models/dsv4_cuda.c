@@ -419,6 +419,7 @@ struct dsv4_cuda_work {
     size_t ids_bytes_l[2], draw_off_l[2];
     int layout_rows[2];
     int layout;                             /* the current call's (set_view) */
+    int io;                                 /* the current call's I/O on the I/O streams (step_io) */
     int32_t *am_buf[2];                     /* [half] the picks on the device; one buffer unless step_io() */
     int32_t *am_prev;                       /* the previous call's picks (the other half's), fed rows read */
     /* host buffers of the hooks (standalone sequences only) */
@@ -444,29 +445,33 @@ static int walloc(dsv4_cuda_work *w, size_t bytes, void *pp, mk_err *err) {
     return dalloc(w->g->ctx, &w->mem, bytes, pp, err);
 }
 
-/* The ids region of the next call: layout 1 (max_pieces rows) for a call of at most that many rows
- * when MINKE_CUDA_IDS_COMPACT=1, else 0 (max_rows rows). The device pointers of the inputs, and the
- * host staging's offsets, follow. */
+/* The ids region of the next call: layout 1 (max_pieces rows: every decode step) for a call of at
+ * most that many rows, else 0 (max_rows rows), so that a decode step uploads ~1 KB and not ~25 KB
+ * at a 2048-row budget; MINKE_CUDA_IDS_COMPACT=0 uses layout 0 always. The device pointers of the
+ * inputs, and the host staging's offsets, follow. */
 static int ids_compact(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("MINKE_CUDA_IDS_COMPACT");
-        v = e && atoi(e) == 1;
+        v = !(e && atoi(e) == 0);
     }
     return v;
 }
 
-/* MINKE_CUDA_STEP_IO=1: a call's ids go up on an upload stream into its half's device region while
- * the previous call still runs, and its picks come down on a download stream (mk_cuda_copy_on), so
- * that only event waits sit between two replayed steps on the main stream. The device ids regions
- * and picks are then per half: a call reads the picks of the previous one (the other half) and
- * writes its own. The host waits for call k (its download stream's event: after its graph and
- * copies) before it launches call k + 2 into the same half (at most two calls pending). */
+/* Step I/O (default on; MINKE_CUDA_STEP_IO=0 off): a call launched while another is pending (the
+ * engine's async scheduling: w->io) sends its ids up on an upload stream into its half's device
+ * region while the previous call still runs, and brings its picks down on a download stream
+ * (mk_cuda_copy_on), so that only event waits sit between two chained steps on the main stream.
+ * The device ids regions and picks are per half: a call reads the picks of the previous one (the
+ * other half) and writes its own. The host waits for call k (its download stream's event: after
+ * its kernels and copies, or the context's sync) before it launches call k + 2 into the same half
+ * (at most two calls pending). A call launched with none pending uses the main stream: the GPU
+ * waits for it anyway, and the streams' hand-overs cost a waited step ~5-10 us. */
 static int step_io(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("MINKE_CUDA_STEP_IO");
-        v = e && atoi(e) == 1;
+        v = !(e && atoi(e) == 0);
     }
     return v;
 }
@@ -1072,7 +1077,7 @@ static int sync_call(gcall *C, mk_err *err) { return work_sync(C->w, err); }
 /* Uploads the call's ids / block tables / attention pieces from the page-locked staging buffer
  * without waiting: the first kernel waits for it in the stream, the host goes on launching. */
 static int upload_ids(dsv4_cuda_work *w, size_t bytes, mk_err *err) {
-    if (step_io()) { /* on the upload stream; the main stream waits for it (dsv4_cuda.c's step_io) */
+    if (w->io) { /* on the upload stream; the main stream waits for it (step_io) */
         mk_cuda_event *up = w->call[w->half].up;
         TRY(mk_cuda_copy_on(w->g->ctx, MK_CUDA_S_UP, w->ids, w->hids, bytes, err));
         TRY(mk_cuda_event_record_on(w->g->ctx, MK_CUDA_S_UP, up, err));
@@ -1093,6 +1098,7 @@ static int staging_next(dsv4_cuda_work *w, mk_err *err) {
     if (w->call[h].pending)
         return mk_fail(err, MK_EINTERNAL, "cuda: a third call launched while two are not waited for");
     use_half(w, h);
+    w->io = 0;
     return w->upl_pending[h] ? work_sync(w, err) : MK_OK;
 }
 
@@ -1841,7 +1847,7 @@ static int head_queue(gcall *C, mk_err *err) {
         n += C->pc[pi].logits != NULL;
         any_am |= C->pc[pi].logits && C->pc[pi].argmax;
     }
-    const int sid = step_io() ? MK_CUDA_S_DOWN : MK_CUDA_S_MAIN;
+    const int sid = w->io ? MK_CUDA_S_DOWN : MK_CUDA_S_MAIN;
     if (sid != MK_CUDA_S_MAIN) { /* the copies on the download stream, after the call's kernels */
         mk_cuda_event *end = w->call[w->half].end;
         TRY(mk_cuda_event_record_on(ctx, MK_CUDA_S_MAIN, end, err));
@@ -2201,7 +2207,9 @@ int dsv4_cuda_forward_batch_am(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, co
 int dsv4_cuda_batch_launch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const int32_t *const *tokens,
                            const int *n, float *const *logits, int32_t *const *argmax,
                            const mk_sample_draw *const *draws, const char *feed, int np, mk_err *err) {
+    const int io = step_io() && w->n_pending > 0;
     TRY(staging_next(w, err));
+    w->io = io;
     struct gpend *P = &w->call[w->half];
     gcall *C = &P->C;
     int rc = call_setup(C, w, seqs, tokens, n, logits, argmax, draws, feed, np, P->pc, err);
@@ -2215,7 +2223,7 @@ int dsv4_cuda_batch_launch(dsv4_cuda_work *w, dsv4_cuda_seq *const *seqs, const 
         rc = run_call(C, err);
     }
     if (!rc && C->deferred)
-        rc = mk_cuda_event_record_on(C->ctx, step_io() ? MK_CUDA_S_DOWN : MK_CUDA_S_MAIN, P->done, err);
+        rc = mk_cuda_event_record_on(C->ctx, w->io ? MK_CUDA_S_DOWN : MK_CUDA_S_MAIN, P->done, err);
     for (int i = 0; i < np; i++) {
         if (rc) {
             seqs[i]->broken = 1; /* the device may have changed its state before the failure */
