@@ -323,7 +323,8 @@ static int free_slot(mk_engine *e) {
  * collected (mk_model_batch_wait, then sampling and the events). Without asynchronous scheduling
  * it is collected right after its launch. With it, a launched step is left in flight, and the
  * next call of step() chains when it can: every piece of the step in flight is a one-token decode
- * whose token the model picks (plain greedy), none can end by length, none ends a KV block
+ * whose token the model picks (plain greedy, or a plain draw by a model that draws: a CPU model
+ * picks only greedy tokens at a launch), none can end by length, none ends a KV block
  * (nothing to register in the prefix cache, no block to allocate: no preemption), nothing waits
  * and nothing is cancelled. Then the step in flight is committed at once, a placeholder token is
  * appended for each request, the next step is planned (the same requests, in the same order) and
@@ -350,8 +351,9 @@ static void sample_task(void *ctx, int j, int tid) {
 }
 
 /* The batch items of planned step S (n pieces). chained: every piece is fed from the step in
- * flight, and only a plain greedy pick is handed to the model (a draw's counter and a model step's
- * list of adjusted tokens follow the token not known yet). */
+ * flight, and only a plain greedy pick or a plain draw is handed to the model (the draw's counter
+ * one step ahead of the sampler's, which has not accepted the token in flight yet; a model step's
+ * list of adjusted tokens follows that token, so it is never chained). */
 static void build(mk_engine *e, estep *S, int chained) {
     int nl = 0;
     for (int i = 0; i < S->n; i++) {
@@ -381,7 +383,8 @@ static void build(mk_engine *e, estep *S, int chained) {
         int32_t *am = it->logits && e->model_argmax && mk_sampler_plain_greedy(r->smp) ? &S->argmax[i] : NULL;
         /* a plain draw (sampler.h) lets the model draw it there (tuning: model_draw) */
         const mk_sample_draw *dr = NULL;
-        if (!chained && !am && it->logits && e->model_draw && mk_sampler_plain_draw(r->smp, &S->draws[i]))
+        if (!am && it->logits && e->model_draw && (!chained || e->caps.picks) &&
+            mk_sampler_plain_draw_ahead(r->smp, chained, &S->draws[i])) /* chained: after the token in flight */
             am = &S->argmax[i], dr = &S->draws[i];
         /* and a step with adjustments (bias, penalties, masked stop tokens) the model may pick with them */
         if (!chained && !am && it->logits && e->model_draw && e->model_adjust &&
@@ -493,7 +496,8 @@ static int chainable(mk_engine *e, const estep *S, double now) {
     for (int i = 0; i < S->n; i++) {
         const mk_sched_item *it = &S->items[i];
         const mk_batch_item *b = &S->bitems[i];
-        if (!it->req || it->n != 1 || !it->logits || !b->argmax || b->draw || b->status) return 0;
+        if (!it->req || it->n != 1 || !it->logits || !b->argmax || b->status) return 0;
+        if (b->draw && (b->draw->n_adj || !e->caps.picks)) return 0; /* a plain draw, by the model */
         const mk_ereq *r = it->req->owner;
         if (r->n_gen + 1 >= r->max_tokens || (it->start + 1) % bt == 0 || it->req->n_tokens != it->start + 1) return 0;
     }

@@ -574,11 +574,15 @@ static float inv_temperature(const mk_sampling_params *p) { return 1.0f / fmaxf(
  * to report, no bias, no penalties, no stop token masked by min_tokens (process() masks them while
  * fewer than min_tokens were generated). Then the model may pick the token itself (plain greedy /
  * plain draw). */
-static int unprocessed(const mk_sampler *s) {
+/* Whether the step `ahead` tokens after the next one is plain (nothing but temperature and the
+ * truncations): no logprobs, bias or penalties, and no stop token masked by min_tokens then. */
+static int unprocessed_at(const mk_sampler *s, int ahead) {
     const mk_sampling_params *p = &s->p;
     if (s->want_lp || p->n_bias || s->counts) return 0;
-    return !(s->n_generated < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0));
+    return !(s->n_generated + ahead < p->min_tokens && (s->n_eos > 0 || p->n_stop_ids > 0));
 }
+
+static int unprocessed(const mk_sampler *s) { return unprocessed_at(s, 0); }
 
 /* The first id of the largest of the (sanitized: no NaN) logits l, -1 when all are -inf: what a scan
  * keeping the strictly larger value finds (the lowest id wins ties, -0 and +0 tie). Two passes with
@@ -797,14 +801,16 @@ int mk_sampler_plain_greedy(const mk_sampler *s) {
     return s->p.temperature < MK_SAMPLER_GREEDY_EPS && unprocessed(s);
 }
 
-int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d) {
+int mk_sampler_plain_draw_ahead(const mk_sampler *s, int ahead, mk_sample_draw *d) {
     const mk_sampling_params *p = &s->p;
     const float inv_t = inv_temperature(p);
-    if (p->temperature < MK_SAMPLER_GREEDY_EPS || !unprocessed(s) || !(inv_t > 0.0f)) return 0;
+    if (ahead < 0 || p->temperature < MK_SAMPLER_GREEDY_EPS || !unprocessed_at(s, ahead) || !(inv_t > 0.0f)) return 0;
     *d = (mk_sample_draw){.inv_t = inv_t, .min_p = p->min_p, .top_p = p->top_p, .top_k = p->top_k,
-                          .u53 = mk_philox_u53(s->seed, s->step, 0), .rep = 1.0f};
+                          .u53 = mk_philox_u53(s->seed, s->step + (uint64_t)ahead, 0), .rep = 1.0f};
     return 1;
 }
+
+int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d) { return mk_sampler_plain_draw_ahead(s, 0, d); }
 
 /* Whether a processed step may be handed to the model with its adjustments (mk_sampler_model_step):
  * no logprobs (they need the raw logits on the host), a repetition penalty of at least 1 (below 1 it

@@ -141,6 +141,12 @@ int mk_sampler_plain_greedy(const mk_sampler *s);
  * give); the engine records its token with mk_sampler_take. 0 otherwise (d untouched). */
 int mk_sampler_plain_draw(const mk_sampler *s, mk_sample_draw *d);
 
+/* The same for the step `ahead` tokens later (0: the next one), as if that many tokens were
+ * accepted first: a plain sampler's state moves only by its step counter (the draw's uniform) and
+ * its count of generated tokens (min_tokens), so a step can be handed to the model before the
+ * tokens of the steps in flight are known (the engine's asynchronous scheduling). */
+int mk_sampler_plain_draw_ahead(const mk_sampler *s, int ahead, mk_sample_draw *d);
+
 /* 1 when the next step is not plain (a logit_bias, penalties, or stop tokens masked by min_tokens;
  * greedy or not) but its token can still be picked by the model where the logits are, once the
  * model adjusts them as mk_sampler_sample would: no logprobs, a repetition penalty of at least 1,

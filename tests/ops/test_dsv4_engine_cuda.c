@@ -30,8 +30,9 @@
  *       with their adjustments (MINKE_MODEL_ADJUST=1) = sampled on the host;
  *   (i) asynchronous scheduling (on by default on the GPU: the next step queued, its tokens fed on
  *       the device, before the host reads this step's): 4 plain greedy requests of 60-420 prompt
- *       tokens together, then one alone, on engines with it on and off: the same tokens, and steps
- *       chained only with it on. Printed, not asserted: the lone request's median time between
+ *       tokens together, then one alone, then 2 seeded plain sampled ones together (the model draws
+ *       them; a chained step's draw is one sampler step ahead), on engines with it on and off: the
+ *       same tokens, and steps chained (greedy and drawn ones) only with it on. Printed, not asserted: the lone request's median time between
  *       tokens, on and off;
  *   (d) GPU vs CPU: one greedy request (100 prompt tokens, 1 output token, 5 top logprobs) through
  *       a CPU engine and a GPU engine: the same first token, its logprob within 2e-2 (absolute),
@@ -45,7 +46,8 @@
  *       2e-2 bound on fp8 would test luck.
  * With arguments (`--bench DIR [P N]`, bench/gpu/run.sh) it checks nothing and times instead: the engine
  * on checkpoint DIR, one plain greedy request of P prompt tokens and N tokens, four times with async
- * scheduling on, off, on, off; it prints the median time between tokens of each run (markdown).
+ * scheduling on, off, on, off, then a plain sampled one (T 0.8, top_p 0.95) on and off; it prints the
+ * median time between tokens of each run (markdown).
  * Plain program (built by `make cuda`, run by `make test`): prints one line per check, exits 1 on a
  * failure and 0 with "skipped: no CUDA device" without a GPU. MINKE_TEST_DATA overrides tests/data.
  * Compiled with -DENGINE_TEST_DEVICE=MK_DEVICE_CPU (and a mk_cuda_device_count that returns 1) it
@@ -517,13 +519,13 @@ static int first_token(const char *name, out_t *oc, out_t *og, int *shared, doub
 
 /* (i): see the top of the file */
 static int check_async(mk_model *gm) {
-    enum { N = 4, GEN = 32 };
+    enum { N = 4, GEN = 32, NS = 2 };
     static const int np[N] = {60, 257, 130, 420};
     static int32_t prompt[N][420];
     for (int k = 0; k < N; k++) tokens(prompt[k], np[k]);
-    static out_t got[2][N + 1];
+    static out_t got[2][N + 1 + NS];
     double gap[2] = {0, 0};
-    uint64_t chained[2] = {0, 0};
+    uint64_t chained[2] = {0, 0}, chained_drawn[2] = {0, 0};
     for (int v = 0; v < 2; v++) {
         mk_err err = {0};
         mk_engine *e;
@@ -552,7 +554,14 @@ static int check_async(mk_model *gm) {
         if (!rc) mk_ereq_release(rq[N]);
         mk_engine_stats st;
         mk_engine_stats_get(e, &st);
-        chained[v] = st.chained_steps;
+        /* then plain sampled requests together: the model draws them, chained steps one draw ahead */
+        mk_ereq *rs[NS];
+        for (int k = 0; k < NS && !rc; k++) rc = submit_sampled(e, prompt[k], np[k], GEN, k, 0, &rs[k]);
+        for (int k = 0; k < NS && !rc; k++) rc = drain(rs[k], &got[v][N + 1 + k]);
+        mk_engine_stats st2;
+        mk_engine_stats_get(e, &st2);
+        chained[v] = st2.chained_steps;
+        chained_drawn[v] = st2.chained_steps - st.chained_steps;
         mk_engine_free(e);
         CHECK(!rc && n == GEN, "async scheduling %s: the lone request gave %d tokens", v ? "off" : "on", n);
         int ng = 0; /* the gaps after the first 4 tokens, sorted: their median */
@@ -564,7 +573,7 @@ static int check_async(mk_model *gm) {
         }
         gap[v] = g[ng / 2];
     }
-    for (int k = 0; k <= N; k++) {
+    for (int k = 0; k <= N + NS; k++) {
         CHECK(got[0][k].n == got[1][k].n, "request %d: %d tokens with async scheduling, %d without", k, got[0][k].n,
               got[1][k].n);
         for (int i = 0; i < got[0][k].n; i++)
@@ -572,11 +581,14 @@ static int check_async(mk_model *gm) {
                   k, i, got[0][k].tok[i], got[1][k].tok[i]);
     }
     CHECK(chained[1] == 0, "%llu steps chained with async scheduling off", (unsigned long long)chained[1]);
-    if (ENGINE_TEST_DEVICE == MK_DEVICE_CUDA)
+    if (ENGINE_TEST_DEVICE == MK_DEVICE_CUDA) {
         CHECK(chained[0] > 0, "no step chained with async scheduling on");
-    printf("ok (i) async scheduling: 4 plain greedy requests together and one alone give the same tokens on and off "
-           "(%llu steps chained); the lone request's median time between tokens %.3f ms on, %.3f ms off\n",
-           (unsigned long long)chained[0], gap[0] * 1e3, gap[1] * 1e3);
+        CHECK(chained_drawn[0] > 0, "no step of the plain sampled requests chained with async scheduling on");
+    }
+    printf("ok (i) async scheduling: 4 plain greedy requests together, one alone, then %d seeded plain sampled ones "
+           "together give the same tokens on and off (%llu steps chained, %llu of them drawn); the lone request's "
+           "median time between tokens %.3f ms on, %.3f ms off\n", NS, (unsigned long long)chained[0],
+           (unsigned long long)chained_drawn[0], gap[0] * 1e3, gap[1] * 1e3);
     return 0;
 }
 
@@ -609,16 +621,17 @@ static int bench(const char *dir, int P, int N) {
     const int V = mk_model_vocab_size(m);
     for (int i = 0; i < P; i++) prompt[i] = (int32_t)(rnd() % (uint64_t)V);
     int rc = 0;
-    for (int v = 0; v < 6 && !rc; v++) { /* runs 4, 5: a 64-token step budget (a smaller upload per step) */
+    for (int v = 0; v < 6 && !rc; v++) { /* runs 4, 5: a plain sampled request (T 0.8, top_p 0.95, seeded) */
         mk_engine *e = NULL;
         mk_engine_options eo = {.max_num_seqs = 1, .max_model_len = P + N + 16, .max_waiting = 1,
-                                .async_scheduling = v % 2 ? -1 : 0, .max_num_batched_tokens = v >= 4 ? 64 : 0};
+                                .async_scheduling = v % 2 ? -1 : 0};
         rc = mk_engine_create(m, &eo, &e, &err);
         mk_ereq *r = NULL;
         static const int32_t no_eos = -1;
         mk_ereq_params p = {.prompt = prompt, .n_prompt = P, .eos_ids = &no_eos, .n_eos = 0, .max_tokens = N};
         mk_sampling_defaults(&p.sampling);
         p.sampling.temperature = 0;
+        if (v >= 4) p.sampling.temperature = 0.8f, p.sampling.top_p = 0.95f, p.sampling.seed = 7, p.sampling.has_seed = 1;
         if (!rc) rc = mk_engine_submit(e, &p, &r, &err);
         int k = 0;
         while (!rc) {
@@ -641,7 +654,7 @@ static int bench(const char *dir, int P, int N) {
         mk_engine_stats st;
         if (e) mk_engine_stats_get(e, &st);
         if (!rc) printf("run %d (async scheduling %s%s): %d tokens, %llu steps chained, median time between tokens %.3f ms\n",
-                        v, v % 2 ? "off" : "on", v >= 4 ? ", step budget 64 tokens" : "", k, (unsigned long long)st.chained_steps, gap[v] * 1e3);
+                        v, v % 2 ? "off" : "on", v >= 4 ? ", sampled: T 0.8, top_p 0.95" : "", k, (unsigned long long)st.chained_steps, gap[v] * 1e3);
         mk_ereq_release(r);
         mk_engine_free(e);
     }
@@ -649,9 +662,10 @@ static int bench(const char *dir, int P, int N) {
     else
         printf("\n## the engine (mk_engine on %s, one plain greedy request of %d prompt tokens, %d tokens)\n\n"
                "| async scheduling | median time between tokens, ms (runs on, off, on, off) | tokens/s (mean of the two) |\n"
-               "| --- | --- | --- |\n| on (the default) | %.3f, %.3f | %.1f |\n| off (`--no-async-scheduling`) | %.3f, %.3f | %.1f |\n",
+               "| --- | --- | --- |\n| on (the default) | %.3f, %.3f | %.1f |\n| off (`--no-async-scheduling`) | %.3f, %.3f | %.1f |\n"
+               "| sampled (T 0.8, top_p 0.95): on, off | %.3f, %.3f | |\n",
                mk_model_device_name(m), P, N, gap[0] * 1e3, gap[2] * 1e3, 2.0 / (gap[0] + gap[2]), gap[1] * 1e3,
-               gap[3] * 1e3, 2.0 / (gap[1] + gap[3]));
+               gap[3] * 1e3, 2.0 / (gap[1] + gap[3]), gap[4] * 1e3, gap[5] * 1e3);
     free(prompt), free(t), free(g);
     mk_model_free(m);
     return rc ? 1 : 0;

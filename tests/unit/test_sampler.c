@@ -1867,3 +1867,43 @@ Test(sampler, validation_messages) {
     cr_assert_eq(mk_sampler_create(&p, 100, NULL, 0, prompt, 3, &s, &err), MK_EINVAL);
     cr_assert(strstr(err.msg, "prompt token -5 at position 2"), "%s", err.msg);
 }
+
+/* mk_sampler_plain_draw_ahead (the engine's chained steps): the draw `ahead` steps later equals the
+ * plain draw made after that many tokens are accepted, field for field (its uniform moves with the
+ * sampler's step counter), and min_tokens' masked stop tokens end the plain draws until enough
+ * tokens will have been generated. */
+static int same_draw(const mk_sample_draw *a, const mk_sample_draw *b) {
+    return a->inv_t == b->inv_t && a->min_p == b->min_p && a->top_p == b->top_p && a->top_k == b->top_k &&
+           a->u53 == b->u53 && a->rep == b->rep && a->freq == b->freq && a->pres == b->pres && a->n_adj == b->n_adj &&
+           a->adj_off == b->adj_off && a->adj == b->adj;
+}
+
+Test(sampler, plain_draw_ahead_equals_the_draw_after_accepting) {
+    mk_sampling_params p;
+    mk_sampling_defaults(&p);
+    p.temperature = 0.8f, p.top_p = 0.9f, p.top_k = 40, p.min_p = 0.02f;
+    p.seed = 4242, p.has_seed = 1;
+    p.min_tokens = 3;
+    const int32_t eos = 7;
+    mk_sampler *s = make(&p, 64, &eos, 1, NULL, 0);
+    mk_sample_draw d0, d1, d2;
+    /* 0 tokens generated: the next 3 steps mask the stop token (not plain), the 4th is plain */
+    for (int a = 0; a < 3; a++) cr_assert(!mk_sampler_plain_draw_ahead(s, a, &d0), "ahead %d is plain", a);
+    cr_assert(mk_sampler_plain_draw_ahead(s, 3, &d1));
+    cr_assert(mk_sampler_plain_draw_ahead(s, 4, &d2));
+    cr_assert(!mk_sampler_plain_draw_ahead(s, -1, &d0));
+    for (int t = 0; t < 3; t++) mk_sampler_accept(s, 10 + t);
+    cr_assert(mk_sampler_plain_draw(s, &d0));
+    cr_assert(same_draw(&d0, &d1), "the draw 3 ahead differs from the draw after 3 tokens");
+    cr_assert(mk_sampler_plain_draw_ahead(s, 1, &d1));
+    mk_sampler_accept(s, 20);
+    cr_assert(mk_sampler_plain_draw(s, &d0));
+    cr_assert(same_draw(&d0, &d1) && same_draw(&d0, &d2),
+              "the draw 1 ahead differs from the draw after 1 token");
+    mk_sampler_free(s);
+    /* greedy: never a plain draw, ahead or not */
+    p.temperature = 0.0f, p.min_tokens = 0;
+    s = make(&p, 64, &eos, 1, NULL, 0);
+    cr_assert(!mk_sampler_plain_draw_ahead(s, 1, &d0));
+    mk_sampler_free(s);
+}
