@@ -351,7 +351,7 @@ size_t dsv4_cuda_pool_block_bytes(const dsv4_cuda_pool *p) { return p->lay.bytes
  * columns (idx_cols), the head's mode (head_mode: which of its kernels run) and the
  * KV pool's device base and block size (which the kernels' arguments hold; the layout within a
  * block follows from the model and the block size). */
-#define GRAPH_SLOTS 16
+#define GRAPH_SLOTS 32 /* a shape's graph per staging half with step I/O (each half has its own ids region) */
 typedef struct {
     mk_cuda_graph *g;
     int np, n_cap, mode;
