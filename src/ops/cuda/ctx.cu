@@ -160,7 +160,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
-    ctx->tune.bf16_cl = env_switch("MINKE_CUDA_BF16_CL", 0);
     ctx->tune.moe_b_occ = getenv("MINKE_CUDA_MOE_B_OCC") && atoi(getenv("MINKE_CUDA_MOE_B_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_b_pf = env_switch("MINKE_CUDA_MOE_B_PF", 0);
     ctx->tune.moe_b_sl = getenv("MINKE_CUDA_MOE_B_SL") && atoi(getenv("MINKE_CUDA_MOE_B_SL")) == 1 ? 1 : 2;
@@ -371,7 +370,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.moe_occ = ctx->tune.moe_occ == 2 ? 2 : 3;
     ctx->tune.moe_pf = ctx->tune.moe_pf != 0;
     ctx->tune.bf16_pipe = ctx->tune.bf16_pipe != 0;
-    ctx->tune.bf16_cl = ctx->tune.bf16_cl != 0;
     ctx->tune.moe_b_occ = ctx->tune.moe_b_occ == 2 ? 2 : 3;
     ctx->tune.moe_b_pf = ctx->tune.moe_b_pf != 0;
     ctx->tune.moe_b_sl = ctx->tune.moe_b_sl == 1 ? 1 : 2;

@@ -58,9 +58,6 @@
  */
 #include "ops/cuda/cuda_common.cuh"
 
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-
 #define GEMV_MAXW 8      /* warps per block */
 #define GEMV_MAXSPLIT 16 /* blocks per slab along k */
 
@@ -1559,77 +1556,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
-/* k_gemv_bf16 of one chunk (m <= 8, one split) as a cluster of nw one-warp blocks per slab (tuning
- * bf16_cl): block r of a slab's cluster is k_gemv_bf16's warp r, on an SM of its own, and loads its
- * whole k range (up to BC_PRE 32-k steps) before its programmatic wait, so that after the wait only
- * the activations' loads, the MMA chain and the reduction remain. The MMA chain is k_gemv_bf16's
- * (steps in order from zero) and rank 0 adds the other ranks' fragments through distributed shared
- * memory in rank order, as gemv_reduce adds the warps' (empty ranges' zeros included): the same bits.
- * For the gate (256 x 4096: 16 blocks of 8 warps, half of each warp's weights loaded after the wait),
- * whose GEMV added ~8.7 us to each score-routed FFN in the H100's greedy graph (session 38). */
-#define BC_PRE 16
-__global__ void __launch_bounds__(32) k_gemv_bf16_cl(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb,
-                                                     int m, int n, int k, int per, float *__restrict__ y, int round) {
-    mk_d_pdl_launch_dependents();
-    cg::cluster_group cl = cg::this_cluster();
-    __shared__ float part[32 * 4];
-    const int lane = threadIdx.x, r = (int)cl.block_rank(), nr = (int)cl.num_blocks();
-    const int g = lane >> 2, t = lane & 3;
-    const int n0 = (int)blockIdx.y * 16;
-    const int ns = k >> 5;
-    const int s0 = r * per, s1 = min(ns, s0 + per);
-    const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16;
-    const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
-    const bool xcol = g < m;
-    const uint8_t *xr = (const uint8_t *)(xb + (size_t)(xcol ? g : 0) * k) + t * 16;
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint4 a[BC_PRE][2];
-#pragma unroll
-    for (int u = 0; u < BC_PRE; u++) {
-        if (s0 + u < s1) {
-            const size_t off = (size_t)(s0 + u) * 64;
-            a[u][0] = mk_d_ld_stream(w0 + off);
-            a[u][1] = mk_d_ld_stream(w1 + off);
-        }
-    }
-    mk_d_pdl_wait();
-#pragma unroll
-    for (int u = 0; u < BC_PRE; u++) {
-        if (s0 + u < s1) {
-            const uint4 b = xcol ? mk_d_ld16(xr + (size_t)(s0 + u) * 64) : make_uint4(0, 0, 0, 0);
-            mk_d_mma_bf16(c, a[u][0].x, a[u][1].x, a[u][0].y, a[u][1].y, b.x, b.y);
-            mk_d_mma_bf16(c, a[u][0].z, a[u][1].z, a[u][0].w, a[u][1].w, b.z, b.w);
-        }
-    }
-    for (int st = s0 + BC_PRE; st < s1; st++) { /* a range longer than BC_PRE steps: the rest after the wait */
-        const size_t off = (size_t)st * 64;
-        const uint4 a0 = mk_d_ld_stream(w0 + off), a1 = mk_d_ld_stream(w1 + off);
-        const uint4 b = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
-        mk_d_mma_bf16(c, a0.x, a1.x, a0.y, a1.y, b.x, b.y);
-        mk_d_mma_bf16(c, a0.z, a1.z, a0.w, a1.w, b.z, b.w);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) part[lane * 4 + i] = c[i];
-    cl.sync(); /* every rank's fragment is in its shared memory */
-    if (r == 0) {
-        for (int q = 1; q < nr; q++) {
-            const float *pq = cl.map_shared_rank(part, q);
-#pragma unroll
-            for (int i = 0; i < 4; i++) c[i] += pq[lane * 4 + i];
-        }
-        const int c0 = 2 * t, c1 = 2 * t + 1;
-        if (c0 < m) {
-            y[(size_t)c0 * n + n0 + g] = gemv_out(c[0], round);
-            y[(size_t)c0 * n + n0 + g + 8] = gemv_out(c[2], round);
-        }
-        if (c1 < m) {
-            y[(size_t)c1 * n + n0 + g] = gemv_out(c[1], round);
-            y[(size_t)c1 * n + n0 + g + 8] = gemv_out(c[3], round);
-        }
-    }
-    cl.sync(); /* no block leaves while rank 0 reads its shared memory */
-}
-
 /* k_gemv_bf16 for plans of one warp per slab (the head: nw 1, the whole k in one MMA chain), with the
  * warps independent and pipelined (tuning bf16_pipe): a grid of one wave of warps, warp w serving
  * slabs w, w + W, ... (W warps in all); each walks its slabs' k in items of BP_U 32-k steps and keeps
@@ -1773,13 +1699,6 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
                               m, n, k, y, round, nwarps),
                   err, "cuda: bf16 gemv (warps pipelined) launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (warps pipelined) launch");
-        return MK_OK;
-    }
-    if (ctx->tune.bf16_cl && p.splits == 1 && m <= 8 && p.nw > 1 && p.nw <= 8) { /* a cluster per slab, same bits */
-        MK_CU_TRY(mk_cuda_launch_cluster(ctx, dim3((unsigned)p.nw, (unsigned)(n / 16)), dim3(32), 0, p.nw, 1,
-                                         k_gemv_bf16_cl, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round),
-                  err, "cuda: bf16 gemv (a cluster per slab) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (a cluster per slab) launch");
         return MK_OK;
     }
     dim3 grid((m + 7) / 8, n / 16, p.splits);

@@ -135,10 +135,6 @@ typedef struct {
                             * k_gemv_bf16_wpipe: one wave of independent warps, each walking its slabs
                             * with two items of weights in flight (same bits); default 1 (H100: the head
                             * 351.8 us in the greedy graph against 358.9, session 26); MINKE_CUDA_BF16_PIPE */
-    int bf16_cl;           /* 1: bf16 GEMVs of one chunk and one split with 2-8 warps per slab (the gate)
-                            * run k_gemv_bf16_cl: a cluster of one-warp blocks per slab, each loading
-                            * its whole k range before its programmatic wait (same bits); default 0
-                            * (not yet run on a GPU); MINKE_CUDA_BF16_CL */
     int hc_moe_sum;        /* 1: a block's last hc_post (fused with the next hc_pre / the head's collapse)
                             * computes the MoE combine where it reads the MoE output (mk_cuda_moe_sum:
                             * no combine launch; same bits); default 1 (H200: ~0.9% less per decode step
