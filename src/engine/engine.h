@@ -9,8 +9,8 @@
  * hits and preemption by recompute when KV runs out — runs it as one batch
  * (models/batch.h), samples for every request whose prompt is complete, and appends events
  * (token, finish) to each request's own output queue. With asynchronous scheduling (on by default
- * where the model runs steps asynchronously: the GPU) the next step of a batch of plain greedy
- * decodes is planned and queued, its tokens fed on the device, before this step's tokens are read
+ * where the model runs steps asynchronously: the GPU) the next step of a batch of plain greedy or
+ * plainly sampled decodes is planned and queued, its tokens fed on the device, before this step's tokens are read
  * (engine.c says when steps chain); the tokens are the same. The producer reads that queue with
  * mk_ereq_next (blocking with a timeout) and detokenizes and matches stop strings itself; when it
  * sees a stop string or its client goes away, it calls mk_ereq_cancel, and the engine drops the
