@@ -445,17 +445,22 @@ static int walloc(dsv4_cuda_work *w, size_t bytes, void *pp, mk_err *err) {
     return dalloc(w->g->ctx, &w->mem, bytes, pp, err);
 }
 
+/* A switch read once from the environment, on unless set to 0 (*v: -1 until read). */
+static int env_on(const char *name, int *v) {
+    if (*v < 0) {
+        const char *e = getenv(name);
+        *v = !(e && atoi(e) == 0);
+    }
+    return *v;
+}
+
 /* The ids region of the next call: layout 1 (max_pieces rows: every decode step) for a call of at
  * most that many rows, else 0 (max_rows rows), so that a decode step uploads ~1 KB and not ~25 KB
  * at a 2048-row budget; MINKE_CUDA_IDS_COMPACT=0 uses layout 0 always. The device pointers of the
  * inputs, and the host staging's offsets, follow. */
 static int ids_compact(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MINKE_CUDA_IDS_COMPACT");
-        v = !(e && atoi(e) == 0);
-    }
-    return v;
+    return env_on("MINKE_CUDA_IDS_COMPACT", &v);
 }
 
 /* Step I/O (default on; MINKE_CUDA_STEP_IO=0 off): a call launched while another is pending (the
@@ -469,11 +474,7 @@ static int ids_compact(void) {
  * waits for it anyway, and the streams' hand-overs cost a waited step ~5-10 us. */
 static int step_io(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MINKE_CUDA_STEP_IO");
-        v = !(e && atoi(e) == 0);
-    }
-    return v;
+    return env_on("MINKE_CUDA_STEP_IO", &v);
 }
 
 /* The next call's view of half h (host staging, results, and with step_io its device regions) in
