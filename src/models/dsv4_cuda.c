@@ -412,8 +412,8 @@ struct dsv4_cuda_work {
     mk_cuda_apiece *apc, *happ;             /* attention pieces [max_pieces, n_layers + n_mtp], after the ids */
     size_t ids_bytes;                       /* the ints of ids then the draws, each 256-aligned: apc starts there */
     size_t draw_off;                        /* the draws' offset in the ids region */
-    /* the ids region laid out for max_rows rows (ids_full), and, with MINKE_CUDA_IDS_COMPACT=1, for
-     * max_pieces rows (ids_small, a call of at most that many rows: every decode step): a call uploads
+    /* the ids region laid out for max_rows rows (ids_full) and for max_pieces rows (ids_small: a call
+     * of at most that many rows, every decode step, unless MINKE_CUDA_IDS_COMPACT=0): a call uploads
      * its layout's region whole, ~12 bytes a row of capacity (set_layout) */
     int32_t *ids_full[2], *ids_small[2]; /* [half]: the same region in both halves unless step_io() */
     size_t ids_bytes_l[2], draw_off_l[2];
