@@ -570,12 +570,10 @@ static int top_k_cut(const float *l, float *w, int V, int k, int32_t *idx) {
 /* 1 / the temperature, 0.01 at least (vLLM's floor): what the weights divide by. */
 static float inv_temperature(const mk_sampling_params *p) { return 1.0f / fmaxf(p->temperature, 0.01f); }
 
-/* Whether this step leaves the logits as the model made them before the temperature: no logprobs
- * to report, no bias, no penalties, no stop token masked by min_tokens (process() masks them while
- * fewer than min_tokens were generated). Then the model may pick the token itself (plain greedy /
- * plain draw). */
-/* Whether the step `ahead` tokens after the next one is plain (nothing but temperature and the
- * truncations): no logprobs, bias or penalties, and no stop token masked by min_tokens then. */
+/* Whether the step `ahead` tokens after the next one (0: the next) leaves the logits as the model
+ * made them before the temperature: no logprobs to report, no bias, no penalties, no stop token
+ * masked by min_tokens (process() masks them while fewer than min_tokens were generated). Then the
+ * model may pick the token itself (plain greedy / plain draw). */
 static int unprocessed_at(const mk_sampler *s, int ahead) {
     const mk_sampling_params *p = &s->p;
     if (s->want_lp || p->n_bias || s->counts) return 0;

@@ -32,8 +32,8 @@
  *       the device, before the host reads this step's): 4 plain greedy requests of 60-420 prompt
  *       tokens together, then one alone, then 2 seeded plain sampled ones together (the model draws
  *       them; a chained step's draw is one sampler step ahead), on engines with it on and off: the
- *       same tokens, and steps chained (greedy and drawn ones) only with it on. Printed, not asserted: the lone request's median time between
- *       tokens, on and off;
+ *       same tokens, and steps chained (greedy and drawn ones) only with it on. Printed, not
+ *       asserted: the lone request's median time between tokens, on and off;
  *   (d) GPU vs CPU: one greedy request (100 prompt tokens, 1 output token, 5 top logprobs) through
  *       a CPU engine and a GPU engine: the same first token, its logprob within 2e-2 (absolute),
  *       and every top-5 alternative the two lists share within 2e-2. Asserted on v4-tiny-wide, the
