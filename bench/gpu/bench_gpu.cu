@@ -11,6 +11,8 @@
  *      and is replayed as a CUDA graph (launch gaps as in a captured decode step). "op" includes
  *      the activation quantization kernel; "kernel" reuses the quantized activations
  *      (MK_CUDA_LIN_REUSE_X), i.e. the GEMV alone. cuBLAS's bf16 GEMV gives a reference point.
+ *   2c. The head's GEMV (bf16 129280 x 4096) at 1 and 8 rows with its weights in rows and in slab
+ *      tiles (mk_cuda_bf16_tiles), alternating.
  *   3. The FP8 GEMM at m = 64 / 256 against cuBLAS bf16 GEMM (bf16 weights and activations, fp32
  *      accumulation) on the same shapes, and cuBLAS bf16 at 8192^3 as the matrix-rate ceiling.
  *   4. The GPU draw (mk_cuda_sample_rows) at vocabulary 129280, 1 to 64 rows, over peaked (normal,
@@ -688,6 +690,40 @@ static void w_pat(void *arg, int i) {
     }
     CU(cudaGetLastError());
 }
+/* ---- 2c. the head's GEMV in rows and in slab tiles (mk_cuda_bf16_tiles, tuning head_tiles) ------- */
+
+/* The head (bf16 129280 x 4096, 1.06 GB) at 1 and 8 rows, its weights in rows and in slab tiles, two
+ * copies of each so every call reads HBM; the two layouts alternate (rows, tiles, rows, tiles) so a
+ * drift of the clocks shows. The GEMV alone (the bf16 activations reused). */
+static void bench_head(void) {
+    out("## The head's GEMV: rows against slab tiles (bf16 129280 x 4096; GEMV alone, activations reused)\n\n");
+    out("| layout | m | kernel | us / call | GB/s | of copy | of read-only |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+    lin_arg R, T;
+    lin_setup(&R, MK_W_BF16, 129280, 4096, 8, (size_t)1 << 30);
+    lin_setup(&T, MK_W_BF16, 129280, 4096, 8, (size_t)1 << 30);
+    for (int i = 0; i < T.ncopies; i++) MK(mk_cuda_bf16_tiles(ctx, &T.W[i], &err_));
+    const size_t bytes = w_bytes(&R.W[0]);
+    static const int ms[] = {1, 8};
+    for (int rep = 0; rep < 2; rep++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int lay = 0; lay < 2; lay++) {
+                lin_arg *L = lay ? &T : &R;
+                L->m = ms[mi];
+                L->kern = MK_CUDA_K_AUTO;
+                L->flags = MK_CUDA_LIN_ROW_INVARIANT;
+                w_linear(L, 0); /* the activations prepared once */
+                L->flags = MK_CUDA_LIN_ROW_INVARIANT | MK_CUDA_LIN_REUSE_X;
+                const double t = time_graph(w_linear, L, 8, 9), gbs = bytes / t / 1e9;
+                out("| %s | %d | %s | %.2f | %.0f | %.1f%% | %.1f%% |\n", lay ? "slab tiles" : "rows", ms[mi],
+                    mk_cuda_linear_kernel_name(ctx, MK_CUDA_K_AUTO, &L->W[0], ms[mi]), t * 1e6, gbs,
+                    100.0 * gbs / bw_copy_rw, 100.0 * gbs / bw_read);
+            }
+    out("\n");
+    for (int i = 0; i < T.ncopies; i++) mk_cuda_bf16_tiles_forget(ctx, T.W[i].w);
+    lin_free(&R);
+    lin_free(&T);
+}
+
 static void bench_pattern(void) {
     const size_t per = (size_t)PAT_ROWS * (PAT_ROWB + PAT_SROWB), bytes = per * 2 * PAT_E;
     pat_arg A;
@@ -888,13 +924,14 @@ int main(int argc, char **argv) {
     char desc[1024];
     mk_cuda_ctx_describe(ctx, desc, sizeof desc);
     out("# minke GPU benchmark\n\n%s\n\n", desc);
-    /* BENCH_GPU_ONLY: a comma list of the sections after the bandwidth (decode, experts, pattern, gemm,
-     * sample); all of them without it */
+    /* BENCH_GPU_ONLY: a comma list of the sections after the bandwidth (decode, experts, head, pattern,
+     * gemm, sample); all of them without it */
     const char *only = getenv("BENCH_GPU_ONLY");
 #define SECTION(name) (!only || strstr(only, name))
     bench_bandwidth();
     if (SECTION("decode")) bench_decode();
     if (SECTION("experts")) bench_moe_wgmma();
+    if (SECTION("head")) bench_head();
     if (SECTION("pattern")) bench_pattern();
     if (SECTION("gemm")) bench_gemm();
     if (SECTION("sample")) bench_sample();

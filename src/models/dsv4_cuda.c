@@ -238,6 +238,12 @@ int dsv4_cuda_create(mk_cuda_ctx *ctx, const dsv4_model *m, dsv4_cuda **out, mk_
     if (!rc) rc = up(g, m->embed, 2 * (size_t)c->vocab * d, (const void **)&g->embed, err);
     if (!rc) rc = up(g, m->norm, 2 * (size_t)d, (const void **)&g->norm, err);
     if (!rc) rc = upw(g, &m->head, &g->head, err);
+    { /* the tuning's head_tiles: the head in slab tiles (its GEMVs read them; the same bits) */
+        mk_cuda_tuning tu;
+        mk_cuda_ctx_get_tuning(ctx, &tu);
+        if (!rc && tu.head_tiles && g->head.kind == MK_W_BF16 && g->head.n % 16 == 0 && g->head.k % 128 == 0)
+            rc = mk_cuda_bf16_tiles(ctx, &g->head, err);
+    }
     if (!rc) rc = up(g, m->hc_head_fn, sizeof(float) * (size_t)hc * hc * d, (const void **)&g->hc_head_fn, err);
     if (!rc) rc = up(g, m->hc_head_base, sizeof(float) * hc, (const void **)&g->hc_head_base, err);
     if (!rc) rc = up(g, m->hc_head_scale, sizeof(float), (const void **)&g->hc_head_scale, err);
@@ -254,6 +260,7 @@ int dsv4_cuda_create(mk_cuda_ctx *ctx, const dsv4_model *m, dsv4_cuda **out, mk_
 
 void dsv4_cuda_free(dsv4_cuda *g) {
     if (!g) return;
+    if (g->head.w) mk_cuda_bf16_tiles_forget(g->ctx, g->head.w); /* nothing when it is in rows */
     for (int i = 0; i < g->n_allocs; i++) mk_cuda_free(g->ctx, g->allocs[i]);
     free(g->allocs);
     if (g->rope_plain.cs) mk_cuda_rope_table_free(g->ctx, &g->rope_plain);

@@ -305,6 +305,53 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     free((void *)Wh.w), free((void *)Wh.scale), free(x), free(yref), free(y), free(scr);
 }
 
+/* bf16 slab tiles (mk_cuda_bf16_tiles, the tuning head_tiles): the same matrix before and after the
+ * rearrangement, row-invariant linears of m rows (m <= 8: the warp-pipelined GEMV; more: the
+ * row-invariant GEMM) against the CPU; where the rows' plan is one warp per slab (same_bits: the
+ * head's shape) the tiles give the rows' bits exactly. Then: a second rearrangement is refused, cuBLAS
+ * is not chosen for it (a plain linear of 40 rows still takes the GEMM of tiles) and the simple kernel
+ * refuses it; forgotten, the matrix reads as rows again (not tiled). */
+static void test_bf16_tiles(int n, int k, int m, int same_bits) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, MK_W_BF16, n, k);
+    float *x = xmalloc(sizeof(float) * m * k), *yref = xmalloc(sizeof(float) * m * n),
+          *yr = xmalloc(sizeof(float) * m * n), *yt = xmalloc(sizeof(float) * m * n);
+    fill_act(x, (size_t)m * k, 1.0f);
+    float *scr = xmalloc(sizeof(float) * mk_linear_scratch(m, k));
+    mk_linear(pool, &Wh, x, m, yref, 0, scr);
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k), *dy = poisoned_dev(sizeof(float) * m * n);
+    size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
+    void *ds = poisoned_dev(sb);
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, dy, 0, ds, sb, &err_));
+    fetch(yr, dy, sizeof(float) * m * n);
+    CK(mk_cuda_bf16_tiles(ctx, &Wd, &err_));
+    int ok = mk_cuda_bf16_tiled(ctx, &Wd);
+    CK(mk_cuda_memset(ctx, dy, 0xff, sizeof(float) * m * n, &err_));
+    CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, dy, 0, ds, sb, &err_));
+    fetch(yt, dy, sizeof(float) * m * n);
+    char op[80], shape[64];
+    snprintf(op, sizeof op, "linear bf16 %s", mk_cuda_linear_kernel_name(ctx, MK_CUDA_K_AUTO, &Wd, m));
+    snprintf(shape, sizeof shape, "n%d k%d m%d", n, k, m);
+    compare(op, shape, yref, yt, (size_t)m * n, NORM, 1e-4);
+    if (same_bits) compare("bf16 slab tiles = rows (bits)", shape, yr, yt, (size_t)m * n, EXACT, 0);
+    mk_err e2 = {0};
+    ok = ok && mk_cuda_bf16_tiles(ctx, &Wd, &e2) == MK_EINVAL; /* tiles twice: refused */
+    ok = ok && mk_cuda_linear_ex(ctx, MK_CUDA_K_SIMPLE, 0, &Wd, dx, m, dy, 0, ds, sb, &e2) == MK_ENOTSUP;
+    ok = ok && strstr(mk_cuda_linear_kernel_name(ctx, MK_CUDA_K_AUTO, &Wd, 40), "slab tiles") != NULL;
+    mk_cuda_bf16_tiles_forget(ctx, Wd.w);
+    ok = ok && !mk_cuda_bf16_tiled(ctx, &Wd);
+    if (!ok) {
+        n_fail++;
+        printf("| %-40s | %-26s | tiles' bookkeeping: FAIL |\n", "bf16 slab tiles", shape);
+    }
+    mk_cuda_wmat_free(ctx, &Wd);
+    mk_cuda_free(ctx, dx);
+    mk_cuda_free(ctx, dy);
+    mk_cuda_free(ctx, ds);
+    free((void *)Wh.w), free(x), free(yref), free(yr), free(yt), free(scr);
+}
+
 /* The L2 lane (mk_cuda_lane_prefetch): inside a capture, prefetches forked between two GEMVs (the
  * second's weights, unaligned and odd-sized spans, evict_last too) leave both results bit for bit
  * those of the eager launches, the graph replays twice, each capture's prefetches are launched and
@@ -3488,6 +3535,11 @@ int main(int argc, char **argv) {
     test_linear(MK_W_BF16, 1024, 4096, 40, 0, MK_CUDA_K_AUTO);
     test_linear(MK_W_BF16, 40960, 4096, 1, 0, MK_CUDA_K_AUTO); /* a warp per slab (the head's plan): bf16_pipe */
     test_linear(MK_W_BF16, 40960, 4000, 3, 1, MK_CUDA_K_AUTO); /* the same, k % 128 != 0: a partial last item */
+    test_bf16_tiles(40960, 4096, 1, 1); /* the head's plan: the tiles give the rows' bits */
+    test_bf16_tiles(40960, 4096, 5, 1);
+    test_bf16_tiles(40960, 4096, 24, 1); /* the row-invariant GEMM */
+    test_bf16_tiles(1024, 2048, 3, 0);   /* other plans: against the CPU only */
+    test_bf16_tiles(4096 + 16, 4096, 70, 0);
     test_linear(MK_W_BF16, 1024, 4096, 2, 0, MK_CUDA_K_SIMPLE);
     test_linear(MK_W_BF16, 256, 4096, 5, 1, MK_CUDA_K_AUTO); /* the gate's plan at 5 rows, bf16 out */
     test_linear(MK_W_BF16, 64, 8192, 1, 0, MK_CUDA_K_AUTO);  /* 8 warps a slab, 32 steps a warp */

@@ -57,6 +57,9 @@ struct mk_cuda_ctx {
     cudaEvent_t side_fork, side_done;
     /* the step I/O streams (ctx.cu's mk_cuda_copy_on): uploads, downloads; made at first use */
     cudaStream_t io[2];
+    /* the bf16 matrices in slab tiles (gemv.cu's mk_cuda_bf16_tiles), by their weights' address */
+    const void *tiled[MK_CUDA_TILED_MAX];
+    int n_tiled;
 };
 /* lane.cu, for ctx.cu: the lane's stream and events made (before a capture), the lane joined into
  * the main stream (before a capture ends), both freed */
@@ -366,6 +369,14 @@ __device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t byt
  * starts in W [n, k / 2 bytes] and its 4 scale bytes in S [n, k / 32], in rows (tl 0) or slab tiles
  * (tl 1); 128-block kb of the row is MK_FP4_WKB(tl) * kb bytes further (its scales MK_FP4_SKB(tl) * kb).
  * A slab's 16 rows take 16 * k / 2 bytes (8 k) and 16 * k / 32 scale bytes (k / 2) either way. */
+/* A bf16 matrix [n, k] in rows (tl 0) or slab tiles (tl 1, mk_cuda_bf16_tiles): where row `row`'s 32-k
+ * step 0 starts (bytes); step st of the row is MK_BF16_WST(tl) * st bytes further. */
+#define MK_BF16_WST(tl) ((tl) ? 1024 : 64)
+__device__ __forceinline__ const uint8_t *mk_d_bf16_row(const uint16_t *W, int row, int k, int tl) {
+    const uint8_t *b = (const uint8_t *)W;
+    return tl ? b + (size_t)(row >> 4) * ((size_t)k * 32) + (size_t)(row & 15) * 64 : b + (size_t)row * ((size_t)k * 2);
+}
+
 #define MK_FP4_WKB(tl) ((tl) ? 1024 : 64)
 #define MK_FP4_SKB(tl) ((tl) ? 64 : 4)
 __device__ __forceinline__ const uint8_t *mk_d_fp4_w(const uint8_t *W, int row, int k, int tl) {

@@ -441,12 +441,14 @@ __device__ __forceinline__ void ri_stage_rows(uint8_t *dst, int mt, SWZ swz, SRC
     }
 }
 
-/* S 64-byte steps of a warp's rows g / g + 8 (w0 / w1: the lane's bytes) from byte off, into a. */
+/* S steps of a warp's rows g / g + 8 (w0 / w1: the lane's bytes) from byte off, into a; a step is sst
+ * bytes further (64 in rows; 1024 in bf16 slab tiles, mk_cuda_bf16_tiles). */
 template <int S>
-__device__ __forceinline__ void ri_load_w(uint4 (&a)[S][2], const uint8_t *w0, const uint8_t *w1, size_t off) {
+__device__ __forceinline__ void ri_load_w(uint4 (&a)[S][2], const uint8_t *w0, const uint8_t *w1, size_t off,
+                                          int sst = 64) {
 #pragma unroll
     for (int s = 0; s < S; s++)
-        a[s][0] = mk_d_ld_stream(w0 + off + s * 64), a[s][1] = mk_d_ld_stream(w1 + off + s * 64);
+        a[s][0] = mk_d_ld_stream(w0 + off + (size_t)s * sst), a[s][1] = mk_d_ld_stream(w1 + off + (size_t)s * sst);
 }
 
 /* The end of a GEMV warp range (a segment): its sum (part, from zero) added to the earlier ones in
@@ -949,6 +951,63 @@ extern "C" int mk_cuda_fp4_expert_layout(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err 
     }
     k_fp4_tiles<<<(unsigned)(dev->n / 16), 256, smem, ctx->stream>>>((uint8_t *)dev->w, (uint8_t *)dev->scale, dev->k);
     MK_CU_LAUNCHED(err, "cuda: fp4 tiles launch");
+    return MK_OK;
+}
+
+/* bf16 slab tiles (mk_cuda_bf16_tiles): 16-byte piece p of a run of whole slabs in rows (src: row
+ * r = p / (k / 8), piece c = p % (k / 8) of it, i.e. 32-k step c / 4, quarter c % 4) to its tile place
+ * in dst: ((r / 16) (k / 32) + c / 4) 1024 + (r % 16) 64 + (c % 4) 16 bytes. */
+__global__ void k_bf16_tiles(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t pieces, int k) {
+    const size_t rp = (size_t)k / 8;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < pieces; p += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = p / rp, c = p % rp;
+        dst[(r >> 4) * (rp * 16) + (c >> 2) * 64 + (r & 15) * 4 + (c & 3)] = src[p];
+    }
+}
+
+extern "C" int mk_cuda_bf16_tiled(const mk_cuda_ctx *ctx, const mk_wmat *W) {
+    if (!W || W->kind != MK_W_BF16 || !W->w) return 0;
+    for (int i = 0; i < ctx->n_tiled; i++)
+        if (ctx->tiled[i] == W->w) return 1;
+    return 0;
+}
+
+extern "C" void mk_cuda_bf16_tiles_forget(mk_cuda_ctx *ctx, const void *w) {
+    for (int i = 0; i < ctx->n_tiled; i++)
+        if (ctx->tiled[i] == w) {
+            ctx->tiled[i] = ctx->tiled[--ctx->n_tiled];
+            return;
+        }
+}
+
+extern "C" int mk_cuda_bf16_tiles(mk_cuda_ctx *ctx, const mk_wmat *dev, mk_err *err) {
+    if (dev->kind != MK_W_BF16 || !dev->w || dev->n <= 0 || dev->n % 16 || dev->k <= 0 || dev->k % 128)
+        return mk_fail(err, MK_EINVAL,
+                       "cuda: bf16 slab tiles: need bf16 weights with n %% 16 == 0 and k %% 128 == 0 (kind %d, n %d, k %d)",
+                       (int)dev->kind, dev->n, dev->k);
+    if (mk_cuda_bf16_tiled(ctx, dev)) return mk_fail(err, MK_EINVAL, "cuda: bf16 slab tiles: the matrix is in tiles already");
+    if (ctx->n_tiled >= MK_CUDA_TILED_MAX)
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 slab tiles: at most %d matrices a context", MK_CUDA_TILED_MAX);
+    const size_t slab = (size_t)32 * (size_t)dev->k, slabs = (size_t)dev->n / 16; /* bytes a slab (16 rows) */
+    size_t per = ((size_t)64 << 20) / slab;
+    if (per < 1) per = 1;
+    if (per > slabs) per = slabs;
+    void *tmp = NULL;
+    cudaError_t e = cudaMalloc(&tmp, per * slab);
+    if (e != cudaSuccess) return mk_cuda_fail(err, e, "cuda: bf16 slab tiles: staging buffer");
+    uint8_t *w = (uint8_t *)dev->w;
+    for (size_t s0 = 0; s0 < slabs && e == cudaSuccess; s0 += per) {
+        const size_t cnt = slabs - s0 < per ? slabs - s0 : per;
+        e = cudaMemcpyAsync(tmp, w + s0 * slab, cnt * slab, cudaMemcpyDeviceToDevice, ctx->stream);
+        if (e == cudaSuccess) {
+            k_bf16_tiles<<<1024, 256, 0, ctx->stream>>>((const uint4 *)tmp, (uint4 *)(w + s0 * slab), cnt * slab / 16, dev->k);
+            e = cudaGetLastError();
+        }
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(ctx->stream);
+    cudaFree(tmp);
+    if (e != cudaSuccess) return mk_cuda_fail(err, e, "cuda: bf16 slab tiles");
+    ctx->tiled[ctx->n_tiled++] = dev->w;
     return MK_OK;
 }
 
@@ -1571,7 +1630,7 @@ struct bf16_item {
 };
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb,
                                                            int m, int n, int k, float *__restrict__ y, int round,
-                                                           int nwarps) {
+                                                           int nwarps, int tl) {
     mk_d_pdl_launch_dependents();
     const int lane = threadIdx.x & 31, gw = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int g = lane >> 2, t = lane & 3;
@@ -1583,13 +1642,14 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__re
     const int c0 = 2 * t, c1 = 2 * t + 1;
     auto load = [&](bf16_item &it, int i) {
         const int slab = gw + (i / ng) * nwarps, st0 = (i % ng) * BP_U;
-        const uint8_t *w0 = (const uint8_t *)(W + (size_t)(slab * 16 + g) * k) + t * 16;
-        const uint8_t *w1 = w0 + (size_t)16 * k; /* 8 rows of 2k bytes */
+        const uint8_t *w0 = mk_d_bf16_row(W, slab * 16 + g, k, tl) + t * 16;
+        const uint8_t *w1 = mk_d_bf16_row(W, slab * 16 + g + 8, k, tl) + t * 16;
+        const int wst = MK_BF16_WST(tl);
 #pragma unroll
         for (int u = 0; u < BP_U; u++) {
             if (st0 + u < ns) {
-                it.a[u][0] = mk_d_ld_stream(w0 + (size_t)(st0 + u) * 64);
-                it.a[u][1] = mk_d_ld_stream(w1 + (size_t)(st0 + u) * 64);
+                it.a[u][0] = mk_d_ld_stream(w0 + (size_t)(st0 + u) * wst);
+                it.a[u][1] = mk_d_ld_stream(w1 + (size_t)(st0 + u) * wst);
             }
         }
     };
@@ -1626,7 +1686,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__re
 template <int J, int ST = 3>
 __global__ void __launch_bounds__(256, 1)
     k_gemm_bf16_ri(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb, int m, int n, int k, int per,
-                   float *__restrict__ y, int round) {
+                   float *__restrict__ y, int round, int tl) {
     __shared__ __align__(16) uint8_t xs[ST][8 * J * 256]; /* 3 stages of 64 rows: 48 KiB */
     mk_d_pdl_launch_dependents();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1636,13 +1696,14 @@ __global__ void __launch_bounds__(256, 1)
     const bool active = slab < (n >> 4);
     const int n0 = active ? slab * 16 : 0;
     const int r0 = (int)blockIdx.x * 8 * J, mt = min(8 * J, m - r0);
-    const uint8_t *w0 = (const uint8_t *)(W + (size_t)(n0 + g) * k) + t * 16, *w1 = w0 + (size_t)16 * k;
+    const uint8_t *w0 = mk_d_bf16_row(W, n0 + g, k, tl) + t * 16, *w1 = mk_d_bf16_row(W, n0 + g + 8, k, tl) + t * 16;
+    const int wst = MK_BF16_WST(tl); /* a 32-k step's bytes in the layout */
     auto stage = [&](int u) {
         ri_stage_rows<J, 16>(xs[u % ST], mt, [](int r, int c) { return c ^ ((r & 1) << 2); },
                              [&](int r) { return (const uint8_t *)(xb + (size_t)(r0 + r) * k + (size_t)u * 128); });
     };
     uint4 an[4][2];
-    if (active) ri_load_w(an, w0, w1, 0);
+    if (active) ri_load_w(an, w0, w1, 0, wst);
     mk_d_pdl_wait();
     ri_prologue<ST>(stage, nu);
     float tot[4 * J], part[4 * J];
@@ -1653,7 +1714,7 @@ __global__ void __launch_bounds__(256, 1)
         uint4 a[4][2];
 #pragma unroll
         for (int s = 0; s < 4; s++) a[s][0] = an[s][0], a[s][1] = an[s][1];
-        if (active && u + 1 < nu) ri_load_w(an, w0, w1, (size_t)(u + 1) * 256);
+        if (active && u + 1 < nu) ri_load_w(an, w0, w1, (size_t)(u + 1) * 4 * wst, wst);
         if (!active) continue;
         const uint8_t *xst = xs[u % ST];
 #pragma unroll
@@ -1681,13 +1742,30 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     if (m < 1 || n % 16 || n / 16 > 65535 || k % 32)
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 32 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
+    if (mk_cuda_bf16_tiled(ctx, W)) { /* slab tiles: one MMA chain over the whole k per slab (the head's plan) */
+        if (m > 8) {
+            dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
+            MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, k / 32, y,
+                                  round, 1),
+                      err, "cuda: bf16 row-invariant gemm (slab tiles) launch");
+            if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm (slab tiles) launch");
+            return MK_OK;
+        }
+        const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
+        const int nwarps = slabs < wave ? slabs : wave;
+        MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
+                              m, n, k, y, round, nwarps, 1),
+                  err, "cuda: bf16 gemv (slab tiles) launch");
+        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (slab tiles) launch");
+        return MK_OK;
+    }
     gemv_plan p = plan_for(ctx, n / 16, k / 32);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
     if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) { /* the row-invariant GEMM: the same bits */
         dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
-        MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round),
+        MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round, 0),
                   err, "cuda: bf16 row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
         return MK_OK;
@@ -1696,7 +1774,7 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
         const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
         const int nwarps = slabs < wave ? slabs : wave;
         MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
-                              m, n, k, y, round, nwarps),
+                              m, n, k, y, round, nwarps, 0),
                   err, "cuda: bf16 gemv (warps pipelined) launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (warps pipelined) launch");
         return MK_OK;
@@ -1716,7 +1794,7 @@ int mk_cuda_gemv_bf16_multi_ok(const mk_cuda_ctx *ctx, int count, const mk_wmat 
     gemv_plan p0 = {0, 0, 0};
     for (int i = 0; i < count; i++) {
         const mk_wmat *V = W[i];
-        if (V->kind != MK_W_BF16 || V->k != W[0]->k || V->k % 32 || V->n % 16) return 0;
+        if (V->kind != MK_W_BF16 || V->k != W[0]->k || V->k % 32 || V->n % 16 || mk_cuda_bf16_tiled(ctx, V)) return 0;
         gemv_plan p = plan_for(ctx, V->n / 16, V->k / 32);
         if (p.splits > 1) return 0;
         if (i == 0) p0 = p;

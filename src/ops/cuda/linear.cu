@@ -83,7 +83,7 @@ extern "C" int mk_cuda_linear_xq(const mk_cuda_ctx *ctx, const mk_wmat *W, int m
 
 static int gemm_ok(const mk_cuda_ctx *ctx, const mk_wmat *W) {
     if (W->kind == MK_W_FP8) return W->n % 128 == 0 && W->k % 128 == 0;
-    if (W->kind == MK_W_BF16) return ctx->cublas != NULL;
+    if (W->kind == MK_W_BF16) return ctx->cublas != NULL && !mk_cuda_bf16_tiled(ctx, W); /* cuBLAS reads rows */
     return 0;
 }
 
@@ -110,6 +110,8 @@ extern "C" const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cud
     case MK_CUDA_K_GEMV:
         if (W->kind == MK_W_FP8) return m > 8 ? "fp8 mma gemv (chunks of 8)" : "fp8 mma gemv";
         if (W->kind == MK_W_FP4) return m > 8 ? "fp4 mma gemv (chunks of 8)" : "fp4 mma gemv";
+        if (W->kind == MK_W_BF16 && mk_cuda_bf16_tiled(ctx, W))
+            return m > 8 ? "bf16 mma gemm (slab tiles)" : "bf16 mma gemv (slab tiles)";
         if (W->kind == MK_W_BF16) return m > 8 ? "bf16 mma gemv (chunks of 8)" : "bf16 mma gemv";
         if (W->kind == MK_W_FP8_DQ) return m > 8 ? "fp8_dq f16 mma gemv (chunks of 8)" : "fp8_dq f16 mma gemv";
         return "?";
@@ -142,6 +144,8 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
     mk_cuda_kernel kk = resolve(ctx, kern, W, m, flags);
     switch (kk) {
     case MK_CUDA_K_SIMPLE:
+        if (mk_cuda_bf16_tiled(ctx, W))
+            return mk_fail(err, MK_ENOTSUP, "cuda: linear: the simple kernel reads rows; this bf16 matrix is in slab tiles");
         if (W->kind == MK_W_F32) mk_cuda_note(ctx, NOTE_SIMPLE_F32, "f32 weights use the simple FMA kernel");
         else if (W->kind == MK_W_FP8_DQ) mk_cuda_note(ctx, NOTE_SIMPLE_DQ, "fp8_dq weights (wo_a) use the simple FMA kernel");
         else if (kern == MK_CUDA_K_AUTO)

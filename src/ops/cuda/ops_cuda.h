@@ -152,6 +152,8 @@ typedef struct {
                             * its weight rows into L2, before its PDL wait (default 0). The same bits each
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
+    int head_tiles;        /* 1: the model uploads its bf16 head in slab tiles (mk_cuda_bf16_tiles; the same
+                            * bits); default 0 (not yet measured); MINKE_CUDA_HEAD_TILES */
     int fp4_tiles;         /* 1: the routed experts' FP4 weights and scales are uploaded in slab tiles
                             * (mk_cuda_fp4_expert_layout: a slab's 16 rows one 1 KB run per 128-block)
                             * and every expert kernel reads them there; the same bits. Default 1. H100,
@@ -756,6 +758,20 @@ int mk_cuda_index_multi(mk_cuda_ctx *ctx, const mk_cuda_apiece *pieces, int np, 
  * byte stays inside its slab's range). The expert kernels must run under the same fp4_tiles as the
  * upload. Only for the routed experts' matrices: every other FP4 consumer reads the natural order. */
 int mk_cuda_fp4_expert_layout(mk_cuda_ctx *ctx, mk_wmat *dev, mk_err *err);
+
+/* Rearranges an uploaded bf16 matrix (n % 16 == 0, k % 128 == 0) in place into slab tiles: the 64-byte
+ * 32-k step st of row r moves to ((r / 16) * (k / 32) + st) * 1024 + (r % 16) * 64, so a slab's 16 rows
+ * are one 1 KB run per step and a warp's loads of an item one contiguous run (every byte stays in its
+ * slab's range). The context records the matrix (by W->w; at most MK_CUDA_TILED_MAX): from then on its
+ * bf16 GEMVs read the tiles and compute each slab as one MMA chain over the whole k (k_gemv_bf16_wpipe
+ * up to 8 rows, the row-invariant GEMM beyond): the bits of the rows under a one-warp-per-slab plan
+ * (the head's). cuBLAS and the simple kernel refuse such a matrix. An error midway leaves the matrix
+ * partly rearranged (a load-time failure: free it). mk_cuda_bf16_tiles_forget before freeing the
+ * weights; mk_cuda_bf16_tiled says whether W is recorded. */
+#define MK_CUDA_TILED_MAX 8
+int mk_cuda_bf16_tiles(mk_cuda_ctx *ctx, const mk_wmat *dev, mk_err *err);
+int mk_cuda_bf16_tiled(const mk_cuda_ctx *ctx, const mk_wmat *W);
+void mk_cuda_bf16_tiles_forget(mk_cuda_ctx *ctx, const void *w);
 
 /* MoE (moe.cu). route: scores [T, E] gate logits -> sqrt(softplus); idx [T, K] the top-k of
  * scores + bias (margin [T] k-th minus (k+1)-th) or, with bias NULL, tid2eid[tok[t]] (margin inf).
