@@ -153,7 +153,11 @@ typedef struct {
                             * way. H100: experts 192.7 us a greedy step in the graph at 3 / 0 against 264.9
                             * at 2 / 1 (session 26); MINKE_CUDA_MOE_OCC, MINKE_CUDA_MOE_PF */
     int head_tiles;        /* 1: the model uploads its bf16 head in slab tiles (mk_cuda_bf16_tiles; the same
-                            * bits); default 0 (not yet measured); MINKE_CUDA_HEAD_TILES */
+                            * bits); default 1 (H100, session 39: the head's GEMV 339 us against 352 alone, the
+                            * engine's greedy step 0.931-0.941 ms against 0.951-0.956); MINKE_CUDA_HEAD_TILES */
+    int dq_pipe;           /* 1: FP8_DQ GEMVs (wo_a) of at most 8 rows without split-K run k_gemv_dq_pipe,
+                            * pipelined as k_gemv_fp8_pipe (the same bits); default 0 (not yet measured);
+                            * MINKE_CUDA_DQ_PIPE */
     int fp4_tiles;         /* 1: the routed experts' FP4 weights and scales are uploaded in slab tiles
                             * (mk_cuda_fp4_expert_layout: a slab's 16 rows one 1 KB run per 128-block)
                             * and every expert kernel reads them there; the same bits. Default 1. H100,
