@@ -1822,14 +1822,20 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
     if (!done)
         TRY(mk_cuda_hc_head_norm(ctx, w->hl, n, c->hc, c->dim, fn, scale, base, c->hc_eps, c->norm_eps, norm,
                                  c->norm_eps, w->xl, err));
-    TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
     int any_greedy, any_draw, any_adj;
     head_kernels(C, &any_greedy, &any_draw, &any_adj);
+    /* greedy pieces: the argmax of every logits row, then only those ints to the host (with no
+     * adjusted rows: from the head's linear, in its launch where the tuning's head_argmax can) */
+    if (any_greedy && !any_adj)
+        TRY(mk_cuda_linear_argmax(ctx, MK_CUDA_LIN_ROW_INVARIANT, &C->g->head, w->xl, n, w->logits, 0, w->am, w->lin,
+                                  w->lin_bytes, err));
+    else
+        TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
     /* adjusted tokens first (bias, penalties, masked stop tokens: mk_sampler_model_step), in place */
     if (any_adj) TRY(mk_cuda_adjust_rows(ctx, w->logits, n, c->vocab, w->draw, w->adj, err));
-    /* greedy pieces: the argmax of every logits row, then only those ints to the host; pieces with
-     * a draw: the sampler's token instead (rows without a draw, inv_t 0 in w->draw, keep theirs) */
-    if (any_greedy) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
+    /* pieces with a draw: the sampler's token instead (rows without a draw, inv_t 0 in w->draw, keep
+     * theirs) */
+    if (any_greedy && any_adj) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
     if (any_draw) TRY(mk_cuda_sample_rows(ctx, w->logits, n, c->vocab, w->draw, w->sws, w->am, err));
     return C->no_sync ? MK_OK : head_collect(C, err);
 }

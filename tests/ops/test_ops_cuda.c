@@ -354,6 +354,71 @@ static void test_bf16_tiles(int n, int k, int m, int same_bits) {
     free((void *)Wh.w), free(x), free(yref), free(yr), free(yt), free(scr);
 }
 
+/* mk_cuda_linear_argmax with the tuning head_argmax (the argmax inside the head's GEMV) against the
+ * plain linear then mk_cuda_argmax_rows: the same logits bit for bit and the same picks, in rows and
+ * in slab tiles, three times in a row (the arrival counter is left at zero). Row 7's weights, times 4
+ * (exact in bf16), are planted again at rows n / 2 + 3 and n - 5: the largest logits of every row tie
+ * across blocks, and the lowest id must win. */
+static void test_linear_argmax(int n, int k, int m, int tiles) {
+    mk_wmat Wh, Wd;
+    make_weights(&Wh, MK_W_BF16, n, k);
+    uint16_t *w = (uint16_t *)Wh.w;
+    for (int i = 0; i < k; i++) w[(size_t)7 * k + i] = mk_f32_to_bf16(4.0f * mk_bf16_to_f32(w[(size_t)7 * k + i]));
+    memcpy(w + (size_t)(n / 2 + 3) * k, w + (size_t)7 * k, sizeof(uint16_t) * k);
+    memcpy(w + (size_t)(n - 5) * k, w + (size_t)7 * k, sizeof(uint16_t) * k);
+    float *x = xmalloc(sizeof(float) * m * k), *y1 = xmalloc(sizeof(float) * m * n), *y2 = xmalloc(sizeof(float) * m * n);
+    fill_act(x, (size_t)m * k, 1.0f);
+    for (int r = 0; r < m; r++) /* row r leans on row 7's weights: its dot with them is the largest */
+        for (int i = 0; i < k; i++) x[(size_t)r * k + i] = mk_bf16r(x[(size_t)r * k + i] * 0.25f + (r & 1 ? 0.5f : 1.0f) *
+                                                          mk_bf16_to_f32(w[(size_t)7 * k + i]));
+    CK(mk_cuda_wmat_upload(ctx, &Wh, &Wd, &err_));
+    if (tiles) CK(mk_cuda_bf16_tiles(ctx, &Wd, &err_));
+    float *dx = dup_dev(x, sizeof(float) * m * k), *dy = poisoned_dev(sizeof(float) * m * n);
+    int32_t *dam = poisoned_dev(sizeof(int32_t) * 8), a1[8], a2[8];
+    size_t sb = mk_cuda_linear_scratch(ctx, &Wd, m);
+    void *ds = poisoned_dev(sb);
+    mk_cuda_tuning t0, t;
+    mk_cuda_ctx_get_tuning(ctx, &t0);
+    t = t0;
+    t.head_argmax = 0;
+    mk_cuda_ctx_set_tuning(ctx, &t);
+    CK(mk_cuda_linear_argmax(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, dy, 0, dam, ds, sb, &err_));
+    fetch(y1, dy, sizeof(float) * m * n);
+    fetch(a1, dam, sizeof(int32_t) * m);
+    t.head_argmax = 1;
+    mk_cuda_ctx_set_tuning(ctx, &t);
+    const int fused = mk_cuda_gemv_bf16_am_ok(ctx, &Wd, m);
+    int same = 1;
+    for (int rep = 0; rep < 3; rep++) {
+        CK(mk_cuda_memset(ctx, dy, 0xff, sizeof(float) * m * n, &err_));
+        CK(mk_cuda_memset(ctx, dam, 0xff, sizeof(int32_t) * 8, &err_));
+        CK(mk_cuda_linear_argmax(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Wd, dx, m, dy, 0, dam, ds, sb, &err_));
+        fetch(y2, dy, sizeof(float) * m * n);
+        fetch(a2, dam, sizeof(int32_t) * m);
+        same = same && !memcmp(y1, y2, sizeof(float) * m * n) && !memcmp(a1, a2, sizeof(int32_t) * m);
+    }
+    mk_cuda_ctx_set_tuning(ctx, &t0);
+    int lowest = 1, ties = 0; /* the planted tie (where the three logits came out equal): row 7 wins */
+    for (int r = 0; r < m; r++) {
+        const float *yr = y1 + (size_t)r * n;
+        if (yr[7] == yr[n / 2 + 3] && yr[7] == yr[n - 5]) ties++, lowest = lowest && a1[r] == 7;
+    }
+    if (!ties) lowest = 0; /* the test must see a tie */
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%d k%d m%d%s", n, k, m, tiles ? " tiles" : "");
+    n_checks++;
+    if (!same || !lowest || !fused) n_fail++;
+    printf("| %-40s | %-26s | fused launch %s; logits and picks = linear then argmax: %s; the tie's lowest id: %s |\n",
+           "linear + argmax (head_argmax)", shape, fused ? "yes" : "NO", same ? "PASS" : "FAIL", lowest ? "PASS" : "FAIL");
+    if (tiles) mk_cuda_bf16_tiles_forget(ctx, Wd.w);
+    mk_cuda_wmat_free(ctx, &Wd);
+    mk_cuda_free(ctx, dx);
+    mk_cuda_free(ctx, dy);
+    mk_cuda_free(ctx, dam);
+    mk_cuda_free(ctx, ds);
+    free((void *)Wh.w), free(x), free(y1), free(y2);
+}
+
 /* The L2 lane (mk_cuda_lane_prefetch): inside a capture, prefetches forked between two GEMVs (the
  * second's weights, unaligned and odd-sized spans, evict_last too) leave both results bit for bit
  * those of the eager launches, the graph replays twice, each capture's prefetches are launched and
@@ -3552,6 +3617,9 @@ int main(int argc, char **argv) {
     test_linear(MK_W_BF16, 40960, 4096, 1, 0, MK_CUDA_K_AUTO); /* a warp per slab (the head's plan): bf16_pipe */
     test_linear(MK_W_BF16, 40960, 4000, 3, 1, MK_CUDA_K_AUTO); /* the same, k % 128 != 0: a partial last item */
     test_bf16_tiles(40960, 4096, 1, 1); /* the head's plan: the tiles give the rows' bits */
+    test_linear_argmax(40960, 4096, 1, 0); /* the argmax inside the head's GEMV */
+    test_linear_argmax(40960, 4096, 3, 1);
+    test_linear_argmax(129280, 4096, 8, 1); /* the head's shape, 8 rows */
     test_bf16_tiles(40960, 4096, 5, 1);
     test_bf16_tiles(40960, 4096, 24, 1); /* the row-invariant GEMM */
     test_bf16_tiles(1024, 2048, 3, 0);   /* other plans: against the CPU only */

@@ -154,19 +154,7 @@ extern "C" int mk_cuda_hadamard(mk_cuda_ctx *ctx, float *x, int rows, int n, flo
 
 /* ---- argmax of logits rows ------------------------------------------------------------------ */
 
-/* The sampler's greedy rule: NaN counts as -inf, +inf as FLT_MAX, the largest value wins, the
- * lowest id among equal values; -1 when every value is -inf (or NaN). A candidate (v, i) beats
- * (bv, bi) when v > bv, or v == bv and i < bi; -inf values never become candidates. */
-__device__ __forceinline__ void am_better(float v, int i, float &bv, int &bi) {
-    if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
-}
-
-/* Value v at id i as a candidate (the rule above). */
-__device__ __forceinline__ void am_take(float v, int i, float &bv, int &bi) {
-    if (isnan(v)) return;
-    if (v == INFINITY) v = FLT_MAX;
-    if (v > -INFINITY) am_better(v, i, bv, bi);
-}
+/* The greedy rule: mk_d_am_better / mk_d_am_take (cuda_common.cuh). */
 
 /* The best candidate of elements [lo, hi) of row r (lo a multiple of 4) by the block's threads,
  * to every thread of warp 0 (bv, bi; bi INT_MAX: none). The rule is a total order, so any visiting
@@ -191,18 +179,18 @@ __device__ __forceinline__ void am_slice(const float *__restrict__ r, int lo, in
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int i = 4 * (b + u * nt + threadIdx.x);
-                am_take(v[u].x, i, bv, bi), am_take(v[u].y, i + 1, bv, bi);
-                am_take(v[u].z, i + 2, bv, bi), am_take(v[u].w, i + 3, bv, bi);
+                mk_d_am_take(v[u].x, i, bv, bi), mk_d_am_take(v[u].y, i + 1, bv, bi);
+                mk_d_am_take(v[u].z, i + 2, bv, bi), mk_d_am_take(v[u].w, i + 3, bv, bi);
             }
         }
         tail = n4 > a4 ? n4 << 2 : lo;
     }
-    for (int i = tail + threadIdx.x; i < hi; i += blockDim.x) am_take(r[i], i, bv, bi);
+    for (int i = tail + threadIdx.x; i < hi; i += blockDim.x) mk_d_am_take(r[i], i, bv, bi);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        am_better(ov, oi, bv, bi);
+        mk_d_am_better(ov, oi, bv, bi);
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     if (lane == 0) sv[warp] = bv, si[warp] = bi;
@@ -214,7 +202,7 @@ __device__ __forceinline__ void am_slice(const float *__restrict__ r, int lo, in
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            am_better(ov, oi, bv, bi);
+            mk_d_am_better(ov, oi, bv, bi);
         }
     }
 }
@@ -248,7 +236,7 @@ __global__ void __launch_bounds__(1024) k_argmax_cluster(const float *__restrict
     if (threadIdx.x == 0) cv = bv, ci = bi;
     cl.sync(); /* every block's winner is in its shared memory */
     if (q == 0 && threadIdx.x == 0) {
-        for (int b = 1; b < AM_NB; b++) am_better(*cl.map_shared_rank(&cv, b), *cl.map_shared_rank(&ci, b), bv, bi);
+        for (int b = 1; b < AM_NB; b++) mk_d_am_better(*cl.map_shared_rank(&cv, b), *cl.map_shared_rank(&ci, b), bv, bi);
         out[row] = bi == INT_MAX ? -1 : bi;
     }
     cl.sync(); /* no block leaves while rank 0 reads its shared memory */

@@ -160,6 +160,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* H100, session 39: greedy step through the engine 0.931-0.941 ms against 0.951-0.956 in rows, same call */
     ctx->tune.head_tiles = env_switch("MINKE_CUDA_HEAD_TILES", 1);
     ctx->tune.dq_pipe = env_switch("MINKE_CUDA_DQ_PIPE", 0);
+    ctx->tune.head_argmax = env_switch("MINKE_CUDA_HEAD_ARGMAX", 0);
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
@@ -254,6 +255,11 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     if (e == cudaSuccess) e = cudaMemset(ctx->counters, 0, sizeof(unsigned) * MK_CUDA_COUNTERS);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&ctx->hc_partial, sizeof(double) * MK_CUDA_HC_SPLIT_TOK * MK_CUDA_HC_SPLIT * 32);
+    ctx->am_blocks = 2 * (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1); /* k_gemv_bf16_wpipe's one wave */
+    if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->am_v, sizeof(float) * MK_CUDA_AM_ROWS * ctx->am_blocks);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->am_i, sizeof(int) * MK_CUDA_AM_ROWS * ctx->am_blocks);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->am_n, sizeof(unsigned));
+    if (e == cudaSuccess) e = cudaMemset(ctx->am_n, 0, sizeof(unsigned));
     if (e != cudaSuccess) {
         st = mk_cuda_fail(err, e, "cuda: split-K counters");
         goto fail;
@@ -290,6 +296,9 @@ extern "C" void mk_cuda_ctx_free(mk_cuda_ctx *ctx) {
 #endif
     if (ctx->counters) cudaFree(ctx->counters);
     if (ctx->hc_partial) cudaFree(ctx->hc_partial);
+    if (ctx->am_v) cudaFree(ctx->am_v);
+    if (ctx->am_i) cudaFree(ctx->am_i);
+    if (ctx->am_n) cudaFree(ctx->am_n);
     mk_cuda_lane_free(ctx); /* first: it gives the main stream back where a branch was left open */
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     for (int i = 0; i < 2; i++)
@@ -405,6 +414,7 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.fp4_tiles = ctx->tune.fp4_tiles != 0;
     ctx->tune.head_tiles = ctx->tune.head_tiles != 0;
     ctx->tune.dq_pipe = ctx->tune.dq_pipe != 0;
+    ctx->tune.head_argmax = ctx->tune.head_argmax != 0;
     ctx->tune.attn_f16 = ctx->tune.attn_f16 != 0;
 }
 

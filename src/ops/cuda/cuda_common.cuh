@@ -12,6 +12,8 @@
 #ifndef MK_OPS_CUDA_COMMON_CUH
 #define MK_OPS_CUDA_COMMON_CUH
 
+#include <float.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 extern "C" { /* base/status.h is a C header without C++ guards */
@@ -60,7 +62,14 @@ struct mk_cuda_ctx {
     /* the bf16 matrices in slab tiles (gemv.cu's mk_cuda_bf16_tiles), by their weights' address */
     const void *tiled[MK_CUDA_TILED_MAX];
     int n_tiled;
+    /* the fused argmax of k_gemv_bf16_wpipe (mk_cuda_linear_argmax): per block and row the block's best
+       (value, id) [MK_CUDA_AM_ROWS][am_blocks], and an arrival counter (zero between launches) */
+    float *am_v;
+    int *am_i;
+    unsigned *am_n;
+    int am_blocks;
 };
+#define MK_CUDA_AM_ROWS 8
 /* lane.cu, for ctx.cu: the lane's stream and events made (before a capture), the lane joined into
  * the main stream (before a capture ends), both freed */
 int mk_cuda_lane_ready(mk_cuda_ctx *ctx, mk_err *err);
@@ -369,6 +378,20 @@ __device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t byt
  * starts in W [n, k / 2 bytes] and its 4 scale bytes in S [n, k / 32], in rows (tl 0) or slab tiles
  * (tl 1); 128-block kb of the row is MK_FP4_WKB(tl) * kb bytes further (its scales MK_FP4_SKB(tl) * kb).
  * A slab's 16 rows take 16 * k / 2 bytes (8 k) and 16 * k / 32 scale bytes (k / 2) either way. */
+/* The sampler's greedy rule: NaN counts as -inf, +inf as FLT_MAX, the largest value wins, the
+ * lowest id among equal values; -1 when every value is -inf (or NaN). A candidate (v, i) beats
+ * (bv, bi) when v > bv, or v == bv and i < bi; -inf values never become candidates. */
+__device__ __forceinline__ void mk_d_am_better(float v, int i, float &bv, int &bi) {
+    if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
+}
+
+/* Value v at id i as a candidate (the rule above). */
+__device__ __forceinline__ void mk_d_am_take(float v, int i, float &bv, int &bi) {
+    if (isnan(v)) return;
+    if (v == INFINITY) v = FLT_MAX;
+    if (v > -INFINITY) mk_d_am_better(v, i, bv, bi);
+}
+
 /* A bf16 matrix [n, k] in rows (tl 0) or slab tiles (tl 1, mk_cuda_bf16_tiles): where row `row`'s 32-k
  * step 0 starts (bytes); step st of the row is MK_BF16_WST(tl) * st bytes further. */
 #define MK_BF16_WST(tl) ((tl) ? 1024 : 64)
@@ -486,6 +509,12 @@ int mk_cuda_gemv_bf16_multi(mk_cuda_ctx *ctx, int count, const mk_wmat *const *W
                             float *const *y, const int *round, mk_err *err);
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err);
+/* mk_cuda_gemv_bf16 of m <= MK_CUDA_AM_ROWS rows on the warp-pipelined GEMV (its plan, or slab tiles) with
+ * each row's argmax (mk_cuda_argmax_rows' rule) into am in the same launch (_ok: whether it applies). One
+ * such launch at a time per context: the blocks' winners go through the context's am_v / am_i / am_n.
+ * mk_cuda_gemv_bf16_am_ok: ops_cuda.h. */
+int mk_cuda_gemv_bf16_am(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y, int round,
+                         int32_t *am, mk_err *err);
 /* dq with G > 1: W [G gn, k] block-diagonal over G groups, xh / sx rows of G k (x's group i is
  * columns [i k, (i + 1) k)), y rows of G gn; each group computed as its own [gn, k] launch. */
 int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *xh, const float *sx, int m,

@@ -1624,13 +1624,59 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
  * stored from the lanes' registers (gemv_out): the same bits. At most 8 activation rows (one chunk).
  * H100 (session 26): the head adds 351.8 us to a greedy step in the graph (~3.0 TB/s) against 358.9 with
  * k_gemv_bf16's 8080 one-warp blocks. */
+/* The end of k_gemv_bf16_wpipe's fused argmax: the lanes' best candidates of rows c0 = 2t / c1 = 2t + 1
+ * (mk_d_am_take's rule, a total order: any visiting order gives the same winner) taken over the lanes of
+ * each t, then over the block's warps into am_v / am_i [row][block]; the last block to arrive (am_n)
+ * takes the blocks' winners of each row into am[row] (-1: none) and sets am_n back to zero. */
+__device__ __forceinline__ void bf16_argmax_end(int m, float bv0, int bi0, float bv1, int bi1, int32_t *__restrict__ am,
+                                                float *__restrict__ am_v, int *__restrict__ am_i,
+                                                unsigned *__restrict__ am_n) {
+    __shared__ float sv[GEMV_MAXW][MK_CUDA_AM_ROWS];
+    __shared__ int si[GEMV_MAXW][MK_CUDA_AM_ROWS];
+    __shared__ bool last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, t = lane & 3;
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) { /* over g: lanes t, t + 4, ... */
+        mk_d_am_better(__shfl_xor_sync(0xffffffffu, bv0, o), __shfl_xor_sync(0xffffffffu, bi0, o), bv0, bi0);
+        mk_d_am_better(__shfl_xor_sync(0xffffffffu, bv1, o), __shfl_xor_sync(0xffffffffu, bi1, o), bv1, bi1);
+    }
+    if (lane < 4) sv[warp][2 * t] = bv0, si[warp][2 * t] = bi0, sv[warp][2 * t + 1] = bv1, si[warp][2 * t + 1] = bi1;
+    __syncthreads();
+    const int nb = (int)gridDim.x, b = (int)blockIdx.x;
+    if (threadIdx.x < m) { /* the block's winner of row r */
+        const int r = threadIdx.x;
+        float v = sv[0][r];
+        int id = si[0][r];
+        for (int w = 1; w < nw; w++) mk_d_am_better(sv[w][r], si[w][r], v, id);
+        am_v[(size_t)r * nb + b] = v, am_i[(size_t)r * nb + b] = id;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(am_n, 1u) == (unsigned)nb - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int r = warp; r < m; r += nw) { /* warp r: row r over the blocks' winners */
+        float v = -INFINITY;
+        int id = INT_MAX;
+        for (int q = lane; q < nb; q += 32) mk_d_am_better(__ldcg(am_v + (size_t)r * nb + q), __ldcg(am_i + (size_t)r * nb + q), v, id);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mk_d_am_better(__shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, id, o), v, id);
+        if (lane == 0) am[r] = id == INT_MAX ? -1 : id;
+    }
+    if (threadIdx.x == 0) *am_n = 0u;
+}
+
 #define BP_U 4
 struct bf16_item {
     uint4 a[BP_U][2]; /* [step][row half] */
 };
 __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__restrict__ W, const uint16_t *__restrict__ xb,
                                                            int m, int n, int k, float *__restrict__ y, int round,
-                                                           int nwarps, int tl) {
+                                                           int nwarps, int tl, int32_t *__restrict__ am,
+                                                           float *__restrict__ am_v, int *__restrict__ am_i,
+                                                           unsigned *__restrict__ am_n) {
     mk_d_pdl_launch_dependents();
     const int lane = threadIdx.x & 31, gw = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int g = lane >> 2, t = lane & 3;
@@ -1654,6 +1700,8 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__re
         }
     };
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float bv0 = -INFINITY, bv1 = -INFINITY; /* with am: the lane's best of rows c0 / c1 so far */
+    int bi0 = INT_MAX, bi1 = INT_MAX;
     auto comp = [&](const bf16_item &it, int i) {
         const int st0 = (i % ng) * BP_U;
         uint4 b[BP_U];
@@ -1669,12 +1717,19 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16_wpipe(const uint16_t *__re
         }
         if (i % ng == ng - 1) { /* the slab's last item: its outputs, then the next slab from zero */
             const int n0 = (gw + (i / ng) * nwarps) * 16;
-            if (c0 < m) y[(size_t)c0 * n + n0 + g] = gemv_out(c[0], round), y[(size_t)c0 * n + n0 + g + 8] = gemv_out(c[2], round);
-            if (c1 < m) y[(size_t)c1 * n + n0 + g] = gemv_out(c[1], round), y[(size_t)c1 * n + n0 + g + 8] = gemv_out(c[3], round);
+            const float o0 = gemv_out(c[0], round), o1 = gemv_out(c[1], round), o2 = gemv_out(c[2], round),
+                        o3 = gemv_out(c[3], round);
+            if (c0 < m) y[(size_t)c0 * n + n0 + g] = o0, y[(size_t)c0 * n + n0 + g + 8] = o2;
+            if (c1 < m) y[(size_t)c1 * n + n0 + g] = o1, y[(size_t)c1 * n + n0 + g + 8] = o3;
+            if (am) { /* the stored values as argmax candidates (rows c0, c1; ids in order within the lane) */
+                mk_d_am_take(o0, n0 + g, bv0, bi0), mk_d_am_take(o2, n0 + g + 8, bv0, bi0);
+                mk_d_am_take(o1, n0 + g, bv1, bi1), mk_d_am_take(o3, n0 + g + 8, bv1, bi1);
+            }
             c[0] = c[1] = c[2] = c[3] = 0.0f;
         }
     };
     gemv_pipe2<bf16_item>(total, load, comp);
+    if (am) bf16_argmax_end(m, bv0, bi0, bv1, bi1, am, am_v, am_i, am_n);
 }
 
 /* k_gemv_bf16's bits for many rows of one matrix (the head over a batch's rows, prefill), arranged
@@ -1754,7 +1809,8 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
         const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
         const int nwarps = slabs < wave ? slabs : wave;
         MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
-                              m, n, k, y, round, nwarps, 1),
+                              m, n, k, y, round, nwarps, 1, (int32_t *)NULL, (float *)NULL, (int *)NULL,
+                              (unsigned *)NULL),
                   err, "cuda: bf16 gemv (slab tiles) launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (slab tiles) launch");
         return MK_OK;
@@ -1774,7 +1830,8 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
         const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
         const int nwarps = slabs < wave ? slabs : wave;
         MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
-                              m, n, k, y, round, nwarps, 0),
+                              m, n, k, y, round, nwarps, 0, (int32_t *)NULL, (float *)NULL, (int *)NULL,
+                              (unsigned *)NULL),
                   err, "cuda: bf16 gemv (warps pipelined) launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (warps pipelined) launch");
         return MK_OK;
@@ -1785,6 +1842,28 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
     MK_CU_TRY(gemv_launch(ctx, grid, p.nw * 32, k_gemv_bf16<8>, M, xb, m, k, p.per, ws, ctx->counters), err,
               "cuda: bf16 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv launch");
+    return MK_OK;
+}
+
+extern "C" int mk_cuda_gemv_bf16_am_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, int m) {
+    if (W->kind != MK_W_BF16 || m < 1 || m > MK_CUDA_AM_ROWS || W->n % 16 || W->k % 32 || !ctx->am_n) return 0;
+    if (mk_cuda_bf16_tiled(ctx, W)) return 1;
+    const gemv_plan p = plan_for(ctx, W->n / 16, W->k / 32);
+    return ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && !(W->k % 128 == 0 && ri_tiles_for(ctx, m, W->n / 16) > 1);
+}
+
+int mk_cuda_gemv_bf16_am(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y, int round,
+                         int32_t *am, mk_err *err) {
+    if (!mk_cuda_gemv_bf16_am_ok(ctx, W, m))
+        return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv with argmax: needs the warp-pipelined GEMV's plan and at most %d "
+                       "rows (m %d, n %d, k %d)", MK_CUDA_AM_ROWS, m, W->n, W->k);
+    const int n = W->n, k = W->k, tl = mk_cuda_bf16_tiled(ctx, W);
+    const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
+    const int nwarps = slabs < wave ? slabs : wave;
+    MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb, m,
+                          n, k, y, round, nwarps, tl, am, ctx->am_v, ctx->am_i, ctx->am_n),
+              err, "cuda: bf16 gemv with argmax launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv with argmax launch");
     return MK_OK;
 }
 

@@ -208,6 +208,28 @@ extern "C" int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flag
     }
 }
 
+extern "C" int mk_cuda_linear_argmax(mk_cuda_ctx *ctx, int flags, const mk_wmat *W, const float *x, int m, float *y,
+                                     int round_bf16, int32_t *am, void *scratch, size_t scratch_bytes, mk_err *err) {
+    if (m < 0 || !W || !W->w || !am) return mk_fail(err, MK_EINVAL, "cuda: linear with argmax: bad arguments");
+    if (m == 0) return MK_OK;
+    if (ctx->tune.head_argmax && resolve(ctx, MK_CUDA_K_AUTO, W, m, flags) == MK_CUDA_K_GEMV &&
+        mk_cuda_gemv_bf16_am_ok(ctx, W, m)) {
+        scratch_layout L = layout_for(ctx, W, m);
+        if (scratch_bytes < L.total || !scratch)
+            return mk_fail(err, MK_EINVAL, "cuda: linear: scratch of %zu bytes, %zu needed (m %d, n %d, k %d)",
+                           scratch_bytes, L.total, m, W->n, W->k);
+        uint16_t *xb = (uint16_t *)((((uintptr_t)scratch + 255) & ~(uintptr_t)255) + L.xb);
+        if (!(flags & MK_CUDA_LIN_REUSE_X)) {
+            int st = mk_cuda_to_bf16_launch(ctx, x, (size_t)m * W->k, xb, err);
+            if (st) return st;
+        }
+        return mk_cuda_gemv_bf16_am(ctx, W, xb, m, y, round_bf16, am, err);
+    }
+    int st = mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, flags, W, x, m, y, round_bf16, scratch, scratch_bytes, err);
+    if (st) return st;
+    return mk_cuda_argmax_rows(ctx, y, m, W->n, am, err);
+}
+
 extern "C" int mk_cuda_linear(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, float *y,
                               int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err) {
     return mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, 0, W, x, m, y, round_bf16, scratch, scratch_bytes,

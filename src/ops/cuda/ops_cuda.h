@@ -155,6 +155,9 @@ typedef struct {
     int head_tiles;        /* 1: the model uploads its bf16 head in slab tiles (mk_cuda_bf16_tiles; the same
                             * bits); default 1 (H100, session 39: the head's GEMV 339 us against 352 alone, the
                             * engine's greedy step 0.931-0.941 ms against 0.951-0.956); MINKE_CUDA_HEAD_TILES */
+    int head_argmax;       /* 1: mk_cuda_linear_argmax takes the argmax inside the head's GEMV where it can
+                            * (mk_cuda_gemv_bf16_am; the same logits and picks); default 0 (not yet measured);
+                            * MINKE_CUDA_HEAD_ARGMAX */
     int dq_pipe;           /* 1: FP8_DQ GEMVs (wo_a) of at most 8 rows without split-K run k_gemv_dq_pipe,
                             * pipelined as k_gemv_fp8_pipe (the same bits); default 0 (not yet measured);
                             * MINKE_CUDA_DQ_PIPE */
@@ -485,6 +488,13 @@ int mk_cuda_linear(mk_cuda_ctx *ctx, const mk_wmat *W, const float *x, int m, fl
 int mk_cuda_linear_ex(mk_cuda_ctx *ctx, mk_cuda_kernel kern, int flags, const mk_wmat *W,
                       const float *x, int m, float *y, int round_bf16, void *scratch,
                       size_t scratch_bytes, mk_err *err);
+/* mk_cuda_linear_ex (MK_CUDA_K_AUTO) then mk_cuda_argmax_rows of y's m rows into am: the same y and am.
+ * With the tuning head_argmax, where mk_cuda_gemv_bf16_am applies (bf16 weights on the warp-pipelined
+ * GEMV or in slab tiles, m <= 8), in one launch: no argmax kernel after the GEMV. */
+int mk_cuda_linear_argmax(mk_cuda_ctx *ctx, int flags, const mk_wmat *W, const float *x, int m, float *y,
+                          int round_bf16, int32_t *am, void *scratch, size_t scratch_bytes, mk_err *err);
+/* Whether that one launch applies to W at m rows under the current tuning's plans (not head_argmax). */
+int mk_cuda_gemv_bf16_am_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, int m);
 /* Name of the kernel `kern` resolves to for W and m (for logs and benchmarks). */
 const char *mk_cuda_linear_kernel_name(const mk_cuda_ctx *ctx, mk_cuda_kernel kern,
                                        const mk_wmat *W, int m);
