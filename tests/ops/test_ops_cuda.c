@@ -269,13 +269,11 @@ static void test_linear(mk_wkind kind, int n, int k, int m, int round, mk_cuda_k
     int same = memcmp(y1, y, sizeof(float) * m * n) == 0;
     fetch(y1, dy3, sizeof(float) * m * n);
     same = same && memcmp(y1, y, sizeof(float) * m * n) == 0;
-    if (kind == MK_W_BF16 || kind == MK_W_FP8_DQ) { /* the other bf16_pipe / dq_pipe setting (the head's
-                                                     * warp-pipelined GEMV, wo_a's pipelined one): the same bits */
+    if (kind == MK_W_BF16) { /* the other bf16_pipe setting (the head's warp-pipelined GEMV): the same bits */
         mk_cuda_tuning t0, t;
         mk_cuda_ctx_get_tuning(ctx, &t0);
         t = t0;
-        if (kind == MK_W_BF16) t.bf16_pipe = !t0.bf16_pipe;
-        else t.dq_pipe = !t0.dq_pipe;
+        t.bf16_pipe = !t0.bf16_pipe;
         mk_cuda_ctx_set_tuning(ctx, &t);
         CK(mk_cuda_memset(ctx, dy3, 0xff, sizeof(float) * m * n, &err_));
         CK(mk_cuda_linear_ex(ctx, kern, 0, &Wd, dx, m, dy3, round, ds, sb, &err_));
@@ -986,20 +984,6 @@ static void test_linear_grouped(int G, int gn, int k, int m) {
     CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx, m, dy, 1, ds, sb, &err_));
     fetch(y, dy, sizeof(float) * m * N);
     int same = 1;
-    if (m <= 8) { /* the other dq_pipe setting (the pipelined GEMV): the same bits */
-        mk_cuda_tuning t0, t;
-        mk_cuda_ctx_get_tuning(ctx, &t0);
-        t = t0;
-        t.dq_pipe = !t0.dq_pipe;
-        mk_cuda_ctx_set_tuning(ctx, &t);
-        float *yc = xmalloc(sizeof(float) * m * N);
-        CK(mk_cuda_memset(ctx, dy, 0xff, sizeof(float) * m * N, &err_));
-        CK(mk_cuda_linear_grouped(ctx, &Wd, G, dx, m, dy, 1, ds, sb, &err_));
-        fetch(yc, dy, sizeof(float) * m * N);
-        same = !memcmp(yc, y, sizeof(float) * m * N);
-        mk_cuda_ctx_set_tuning(ctx, &t0);
-        free(yc);
-    }
     if (m > 8) { /* the row-invariant GEMM (forced) = the GEMV's chunks of 8 */
         mk_cuda_tuning t0, t;
         mk_cuda_ctx_get_tuning(ctx, &t0);
@@ -3694,8 +3678,6 @@ int main(int argc, char **argv) {
         test_linear_multi(3, kx, n3, 1024, 2); /* kinds differ: one call each */
     }
     test_linear_grouped(8, 1024, 4096, 1); /* V4-Flash's wo_a, decode */
-    test_linear_grouped(8, 1024, 4096, 5); /* decode of 5 rows (both dq_pipe settings) */
-    test_linear_grouped(4, 256, 512, 3);
     test_linear_grouped_rope(8, 1024, 4096, 1, 512, 64); /* V4-Flash: 64 heads of 512, rope 64 */
     {
         const int n1[1] = {300}, n2[2] = {37, 0}, n3[3] = {1, 129, 640};

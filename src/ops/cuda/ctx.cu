@@ -159,7 +159,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.fp4_tiles = env_switch("MINKE_CUDA_FP4_TILES", 1);
     /* H100, session 39: greedy step through the engine 0.931-0.941 ms against 0.951-0.956 in rows, same call */
     ctx->tune.head_tiles = env_switch("MINKE_CUDA_HEAD_TILES", 1);
-    ctx->tune.dq_pipe = env_switch("MINKE_CUDA_DQ_PIPE", 0);
     ctx->tune.head_argmax = env_switch("MINKE_CUDA_HEAD_ARGMAX", 0);
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
@@ -413,7 +412,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.hc_probe = ctx->tune.hc_probe != 0;
     ctx->tune.fp4_tiles = ctx->tune.fp4_tiles != 0;
     ctx->tune.head_tiles = ctx->tune.head_tiles != 0;
-    ctx->tune.dq_pipe = ctx->tune.dq_pipe != 0;
     ctx->tune.head_argmax = ctx->tune.head_argmax != 0;
     ctx->tune.attn_f16 = ctx->tune.attn_f16 != 0;
 }

@@ -2009,96 +2009,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_dq(const uint8_t *__restrict__ 
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
-/* k_gemv_dq for at most 8 rows without split-K, pipelined as k_gemv_fp8_pipe (tuning dq_pipe): a
- * block of nw warps serves the slabs blockIdx.y, + gridDim.y, ...; each warp walks its k range of
- * each slab (plan_for's, as in k_gemv_dq) in items of two 128-blocks with two items of weights in
- * flight (gemv_pipe2), across slab boundaries. Each 128-block gets k_gemv_dq's f16 MMAs and its
- * fmaf, in k order; the warps' sums are added in warp order: the same bits. Grouped (gn > 0) as
- * k_gemv_dq: slab n0 reads x columns [(n0 / gn) k, ...). */
-__global__ void __launch_bounds__(256, 2) k_gemv_dq_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
-                                                         const uint16_t *__restrict__ xh, const float *__restrict__ sx,
-                                                         int m, int n, int k, int per, float *__restrict__ y, int round,
-                                                         int xs, int gn) {
-    mk_d_pdl_launch_dependents();
-    __shared__ float red[GEMV_MAXW * 32 * 4];
-    __shared__ float tile[8 * 16];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int nb = k >> 7, xnb = xs >> 7, ns = n >> 4;
-    const int kb0 = warp * per, kb1 = min(nb, kb0 + per);
-    const int ng = (per + 1) >> 1; /* items per slab */
-    const int nsl = ((int)blockIdx.y < ns) ? (ns - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y : 0;
-    const int total = nsl * ng;
-    const bool xcol = g < m;
-    const int c0 = 2 * t, c1 = 2 * t + 1;
-    const bool v0 = c0 < m, v1 = c1 < m;
-    auto load = [&](fp8_item &it, int i) {
-        const int n0 = ((int)blockIdx.y + (i / ng) * (int)gridDim.y) * 16, kb = kb0 + 2 * (i % ng);
-        const uint8_t *w0 = W + (size_t)(n0 + g) * k + t * 16, *w1 = w0 + (size_t)8 * k;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            if (kb + u < kb1) {
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    const size_t off = (size_t)(kb + u) * 128 + s * 64;
-                    it.a[u][s][0] = mk_d_ld_stream(w0 + off);
-                    it.a[u][s][1] = mk_d_ld_stream(w1 + off);
-                }
-                it.sb[u] = mk_d_e8m0(S[(size_t)(n0 >> 7) * nb + kb + u]);
-            }
-        }
-    };
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto comp = [&](const fp8_item &it, int i) {
-        const int n0 = ((int)blockIdx.y + (i / ng) * (int)gridDim.y) * 16, kb = kb0 + 2 * (i % ng);
-        const int gi = gn ? n0 / gn : 0; /* the group's columns of x */
-        const uint8_t *xr = (const uint8_t *)(xh + (size_t)(xcol ? g : 0) * xs + (size_t)gi * k) + t * 32;
-        const float *sx0 = sx + (size_t)(v0 ? c0 : 0) * xnb + (size_t)gi * nb;
-        const float *sx1 = sx + (size_t)(v1 ? c1 : 0) * xnb + (size_t)gi * nb;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            if (kb + u < kb1) {
-                uint4 b[2][2];
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    const size_t off = (size_t)(kb + u) * 256 + s * 128; /* bytes of f16 */
-                    b[s][0] = xcol ? mk_d_ld16(xr + off) : make_uint4(0, 0, 0, 0);
-                    b[s][1] = xcol ? mk_d_ld16(xr + off + 16) : make_uint4(0, 0, 0, 0);
-                }
-                const float f0 = v0 ? sx0[kb + u] * it.sb[u] : 0.0f, f1 = v1 ? sx1[kb + u] * it.sb[u] : 0.0f;
-                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const uint32_t wg = u4_word(it.a[u][s][0], j), wg8 = u4_word(it.a[u][s][1], j);
-                        const uint4 &bb = b[s][j >> 1];
-                        const uint32_t bx = (j & 1) ? bb.z : bb.x, by = (j & 1) ? bb.w : bb.y;
-                        mk_d_mma_f16(c, mk_d_e4m3x2_to_f16x2(wg & 0xffff), mk_d_e4m3x2_to_f16x2(wg8 & 0xffff),
-                                     mk_d_e4m3x2_to_f16x2(wg >> 16), mk_d_e4m3x2_to_f16x2(wg8 >> 16), bx, by);
-                    }
-                }
-                acc[0] = fmaf(c[0], f0, acc[0]);
-                acc[1] = fmaf(c[1], f1, acc[1]);
-                acc[2] = fmaf(c[2], f0, acc[2]);
-                acc[3] = fmaf(c[3], f1, acc[3]);
-            }
-        }
-        if (i % ng == ng - 1) { /* the slab's last item: warp-order sum, store, next slab from zero */
-            gemv_reduce<4>(acc, red);
-            if (warp == 0) {
-                if (v0) tile[c0 * 16 + g] = acc[0], tile[c0 * 16 + g + 8] = acc[2];
-                if (v1) tile[c1 * 16 + g] = acc[1], tile[c1 * 16 + g + 8] = acc[3];
-            }
-            __syncthreads();
-            gemv_finish_at(tile, m, n, n0, y, round, NULL, NULL, 1, 0, 0); /* one split: the store */
-            __syncthreads(); /* red and tile are reused by the next slab */
-            acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-        }
-    };
-    gemv_pipe2<fp8_item>(total, load, comp);
-}
-
 /* k_gemv_dq's bits for many rows, arranged as k_gemm_fp8_ri (8 warps x 16 rows, 8 J activation
  * rows per block, the f16 activations' 128-blocks (256 bytes a row) staged in shared memory by
  * cp.async and shared by the warps, each warp's k walk split into the GEMV's warp ranges, added in
@@ -2211,13 +2121,6 @@ int mk_cuda_gemv_dq(mk_cuda_ctx *ctx, const mk_wmat *W, int G, const uint16_t *x
                               y, round, G * k, gn, ctx->tune.ri_l2_pf),
                   err, "cuda: fp8_dq row-invariant gemm launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq row-invariant gemm launch");
-        return MK_OK;
-    }
-    if (p.splits == 1 && m <= 8 && ctx->tune.dq_pipe) { /* decode: the pipelined GEMV, the same bits */
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, n / 16, p.nw), 1), p.nw * 32, k_gemv_dq_pipe,
-                              (const uint8_t *)W->w, W->scale, xh, sx, m, n, k, p.per, y, round, G * k, gn),
-                  err, "cuda: fp8_dq gemv (pipelined) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8_dq gemv (pipelined) launch");
         return MK_OK;
     }
     dim3 grid((m + 7) / 8, n / 16, p.splits);

@@ -158,9 +158,6 @@ typedef struct {
     int head_argmax;       /* 1: mk_cuda_linear_argmax takes the argmax inside the head's GEMV where it can
                             * (mk_cuda_gemv_bf16_am; the same logits and picks); default 0 (not yet measured);
                             * MINKE_CUDA_HEAD_ARGMAX */
-    int dq_pipe;           /* 1: FP8_DQ GEMVs (wo_a) of at most 8 rows without split-K run k_gemv_dq_pipe,
-                            * pipelined as k_gemv_fp8_pipe (the same bits); default 0 (not yet measured);
-                            * MINKE_CUDA_DQ_PIPE */
     int fp4_tiles;         /* 1: the routed experts' FP4 weights and scales are uploaded in slab tiles
                             * (mk_cuda_fp4_expert_layout: a slab's 16 rows one 1 KB run per 128-block)
                             * and every expert kernel reads them there; the same bits. Default 1. H100,
