@@ -238,11 +238,16 @@ int dsv4_cuda_create(mk_cuda_ctx *ctx, const dsv4_model *m, dsv4_cuda **out, mk_
     if (!rc) rc = up(g, m->embed, 2 * (size_t)c->vocab * d, (const void **)&g->embed, err);
     if (!rc) rc = up(g, m->norm, 2 * (size_t)d, (const void **)&g->norm, err);
     if (!rc) rc = upw(g, &m->head, &g->head, err);
-    { /* the tuning's head_tiles: the head in slab tiles (its GEMVs read them; the same bits) */
+    { /* the tuning's head_tiles: the head in slab tiles (its GEMVs read them; the same bits); where the
+       * context records no more tiled matrices (MK_ENOTSUP, nothing moved), it stays in rows */
         mk_cuda_tuning tu;
         mk_cuda_ctx_get_tuning(ctx, &tu);
-        if (!rc && tu.head_tiles && g->head.kind == MK_W_BF16 && g->head.n % 16 == 0 && g->head.k % 128 == 0)
-            rc = mk_cuda_bf16_tiles(ctx, &g->head, err);
+        if (!rc && tu.head_tiles && g->head.kind == MK_W_BF16 && g->head.n % 16 == 0 && g->head.k % 128 == 0) {
+            mk_err e2 = {0};
+            rc = mk_cuda_bf16_tiles(ctx, &g->head, &e2);
+            if (rc == MK_ENOTSUP) rc = MK_OK;
+            else if (rc) *err = e2;
+        }
     }
     if (!rc) rc = up(g, m->hc_head_fn, sizeof(float) * (size_t)hc * hc * d, (const void **)&g->hc_head_fn, err);
     if (!rc) rc = up(g, m->hc_head_base, sizeof(float) * hc, (const void **)&g->hc_head_base, err);
