@@ -1791,51 +1791,47 @@ __global__ void __launch_bounds__(256, 1)
     if (active) ri_store<J>(tot, y, n, n0, r0, mt, round);
 }
 
+/* k_gemv_bf16_wpipe over W (tl: in slab tiles; am: with the rows' argmax, mk_cuda_gemv_bf16_am) and
+ * k_gemm_bf16_ri<8> (per: the GEMV plan's steps a warp range), as mk_cuda_gemv_bf16 launches them. */
+static int bf16_wpipe_launch(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y, int round, int tl,
+                             int32_t *am, mk_err *err) {
+    const int slabs = W->n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
+    const int nwarps = slabs < wave ? slabs : wave;
+    MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb, m,
+                          W->n, W->k, y, round, nwarps, tl, am, am ? ctx->am_v : (float *)NULL,
+                          am ? ctx->am_i : (int *)NULL, am ? ctx->am_n : (unsigned *)NULL),
+              err, "cuda: bf16 gemv (warps pipelined) launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (warps pipelined) launch");
+    return MK_OK;
+}
+
+static int bf16_ri_launch(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y, int round, int per,
+                          int tl, mk_err *err) {
+    dim3 grid((m + 63) / 64, (W->n / 16 + 7) / 8, 1);
+    MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, W->n, W->k, per, y, round, tl),
+              err, "cuda: bf16 row-invariant gemm launch");
+    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
+    return MK_OK;
+}
+
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
     if (m < 1 || n % 16 || n / 16 > 65535 || k % 32)
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 32 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
-    if (mk_cuda_bf16_tiled(ctx, W)) { /* slab tiles: one MMA chain over the whole k per slab (the head's plan) */
-        if (m > 8) {
-            dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
-            MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, k / 32, y,
-                                  round, 1),
-                      err, "cuda: bf16 row-invariant gemm (slab tiles) launch");
-            if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm (slab tiles) launch");
-            return MK_OK;
-        }
-        const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
-        const int nwarps = slabs < wave ? slabs : wave;
-        MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
-                              m, n, k, y, round, nwarps, 1, (int32_t *)NULL, (float *)NULL, (int *)NULL,
-                              (unsigned *)NULL),
-                  err, "cuda: bf16 gemv (slab tiles) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (slab tiles) launch");
-        return MK_OK;
-    }
+    const int tl = mk_cuda_bf16_tiled(ctx, W);
+    if (tl) /* slab tiles: one MMA chain over the whole k per slab (the head's plan) */
+        return m > 8 ? bf16_ri_launch(ctx, W, xb, m, y, round, k / 32, 1, err)
+                     : bf16_wpipe_launch(ctx, W, xb, m, y, round, 1, NULL, err);
     gemv_plan p = plan_for(ctx, n / 16, k / 32);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
-    if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) { /* the row-invariant GEMM: the same bits */
-        dim3 grid((m + 63) / 64, (n / 16 + 7) / 8, 1);
-        MK_CU_TRY(gemv_launch(ctx, grid, 256, k_gemm_bf16_ri<8>, (const uint16_t *)W->w, xb, m, n, k, p.per, y, round, 0),
-                  err, "cuda: bf16 row-invariant gemm launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 row-invariant gemm launch");
-        return MK_OK;
-    }
-    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) { /* the head: warps pipelined, same bits */
-        const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
-        const int nwarps = slabs < wave ? slabs : wave;
-        MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb,
-                              m, n, k, y, round, nwarps, 0, (int32_t *)NULL, (float *)NULL, (int *)NULL,
-                              (unsigned *)NULL),
-                  err, "cuda: bf16 gemv (warps pipelined) launch");
-        if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv (warps pipelined) launch");
-        return MK_OK;
-    }
+    if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) /* the row-invariant GEMM: the same bits */
+        return bf16_ri_launch(ctx, W, xb, m, y, round, p.per, 0, err);
+    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) /* the head: warps pipelined, same bits */
+        return bf16_wpipe_launch(ctx, W, xb, m, y, round, 0, NULL, err);
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
@@ -1857,14 +1853,7 @@ int mk_cuda_gemv_bf16_am(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb,
     if (!mk_cuda_gemv_bf16_am_ok(ctx, W, m))
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv with argmax: needs the warp-pipelined GEMV's plan and at most %d "
                        "rows (m %d, n %d, k %d)", MK_CUDA_AM_ROWS, m, W->n, W->k);
-    const int n = W->n, k = W->k, tl = mk_cuda_bf16_tiled(ctx, W);
-    const int slabs = n / 16, wave = (ctx->caps.sm_count > 0 ? ctx->caps.sm_count : 1) * 16;
-    const int nwarps = slabs < wave ? slabs : wave;
-    MK_CU_TRY(gemv_launch(ctx, dim3((unsigned)((nwarps + 7) / 8)), 256, k_gemv_bf16_wpipe, (const uint16_t *)W->w, xb, m,
-                          n, k, y, round, nwarps, tl, am, ctx->am_v, ctx->am_i, ctx->am_n),
-              err, "cuda: bf16 gemv with argmax launch");
-    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: bf16 gemv with argmax launch");
-    return MK_OK;
+    return bf16_wpipe_launch(ctx, W, xb, m, y, round, mk_cuda_bf16_tiled(ctx, W), am, err);
 }
 
 int mk_cuda_gemv_bf16_multi_ok(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W) {
