@@ -1836,11 +1836,12 @@ static int head(gcall *C, const float *h, const float *fn, const float *scale, c
                                   w->lin_bytes, err));
     else
         TRY(lin(C, &C->g->head, w->xl, n, w->logits, 0, err));
-    /* adjusted tokens first (bias, penalties, masked stop tokens: mk_sampler_model_step), in place */
+    /* adjusted tokens (bias, penalties, masked stop tokens: mk_sampler_model_step), in place, then the
+     * greedy pieces' argmax of the adjusted rows */
     if (any_adj) TRY(mk_cuda_adjust_rows(ctx, w->logits, n, c->vocab, w->draw, w->adj, err));
+    if (any_greedy && any_adj) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
     /* pieces with a draw: the sampler's token instead (rows without a draw, inv_t 0 in w->draw, keep
      * theirs) */
-    if (any_greedy && any_adj) TRY(mk_cuda_argmax_rows(ctx, w->logits, n, c->vocab, w->am, err));
     if (any_draw) TRY(mk_cuda_sample_rows(ctx, w->logits, n, c->vocab, w->draw, w->sws, w->am, err));
     return C->no_sync ? MK_OK : head_collect(C, err);
 }

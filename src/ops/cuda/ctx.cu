@@ -157,7 +157,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     ctx->tune.moe_fast_step = env_switch("MINKE_CUDA_MOE_FAST_STEP", 1);
     /* H100, session 35: greedy step 0.995-0.998 ms against 1.005-1.010 in rows, same calls (the same tokens) */
     ctx->tune.fp4_tiles = env_switch("MINKE_CUDA_FP4_TILES", 1);
-    /* H100, session 39: greedy step through the engine 0.931-0.941 ms against 0.951-0.956 in rows, same call */
+    /* H100, session 39: greedy step through the engine 0.931-0.941 ms against 0.949-0.956 in rows, same call */
     ctx->tune.head_tiles = env_switch("MINKE_CUDA_HEAD_TILES", 1);
     ctx->tune.head_argmax = env_switch("MINKE_CUDA_HEAD_ARGMAX", 0);
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
@@ -260,7 +260,7 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->am_n, sizeof(unsigned));
     if (e == cudaSuccess) e = cudaMemset(ctx->am_n, 0, sizeof(unsigned));
     if (e != cudaSuccess) {
-        st = mk_cuda_fail(err, e, "cuda: split-K counters");
+        st = mk_cuda_fail(err, e, "cuda: split-K counters and argmax buffers");
         goto fail;
     }
 #if MK_HAVE_CUBLAS

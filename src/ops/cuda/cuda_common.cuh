@@ -374,10 +374,6 @@ __device__ __forceinline__ void mk_d_l2_prefetch_block(const void *p, size_t byt
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + off));
 }
 
-/* The routed experts' FP4 layout (mk_cuda_fp4_expert_layout, ops_cuda.h): where row `row`'s 128-block 0
- * starts in W [n, k / 2 bytes] and its 4 scale bytes in S [n, k / 32], in rows (tl 0) or slab tiles
- * (tl 1); 128-block kb of the row is MK_FP4_WKB(tl) * kb bytes further (its scales MK_FP4_SKB(tl) * kb).
- * A slab's 16 rows take 16 * k / 2 bytes (8 k) and 16 * k / 32 scale bytes (k / 2) either way. */
 /* The sampler's greedy rule: NaN counts as -inf, +inf as FLT_MAX, the largest value wins, the
  * lowest id among equal values; -1 when every value is -inf (or NaN). A candidate (v, i) beats
  * (bv, bi) when v > bv, or v == bv and i < bi; -inf values never become candidates. */
@@ -400,6 +396,10 @@ __device__ __forceinline__ const uint8_t *mk_d_bf16_row(const uint16_t *W, int r
     return tl ? b + (size_t)(row >> 4) * ((size_t)k * 32) + (size_t)(row & 15) * 64 : b + (size_t)row * ((size_t)k * 2);
 }
 
+/* The routed experts' FP4 layout (mk_cuda_fp4_expert_layout, ops_cuda.h): where row `row`'s 128-block 0
+ * starts in W [n, k / 2 bytes] and its 4 scale bytes in S [n, k / 32], in rows (tl 0) or slab tiles
+ * (tl 1); 128-block kb of the row is MK_FP4_WKB(tl) * kb bytes further (its scales MK_FP4_SKB(tl) * kb).
+ * A slab's 16 rows take 16 * k / 2 bytes (8 k) and 16 * k / 32 scale bytes (k / 2) either way. */
 #define MK_FP4_WKB(tl) ((tl) ? 1024 : 64)
 #define MK_FP4_SKB(tl) ((tl) ? 64 : 4)
 __device__ __forceinline__ const uint8_t *mk_d_fp4_w(const uint8_t *W, int row, int k, int tl) {

@@ -1615,15 +1615,6 @@ __global__ void __launch_bounds__(256, 2) k_gemv_bf16(const bf16_set M, const ui
     gemv_finish(tile, m, n, n0, y, round, ws, counters);
 }
 
-/* k_gemv_bf16 for plans of one warp per slab (the head: nw 1, the whole k in one MMA chain), with the
- * warps independent and pipelined (tuning bf16_pipe): a grid of one wave of warps, warp w serving
- * slabs w, w + W, ... (W warps in all); each walks its slabs' k in items of BP_U 32-k steps and keeps
- * two items of weights in flight, loading item i + 2 as soon as item i is computed, across slab
- * boundaries, so its loads never stop for a slab's end, a barrier or a block's exit. A slab's MMA
- * chain is k_gemv_bf16's (steps in order from zero; U only groups the loads) and its C fragment is
- * stored from the lanes' registers (gemv_out): the same bits. At most 8 activation rows (one chunk).
- * H100 (session 26): the head adds 351.8 us to a greedy step in the graph (~3.0 TB/s) against 358.9 with
- * k_gemv_bf16's 8080 one-warp blocks. */
 /* The end of k_gemv_bf16_wpipe's fused argmax: the lanes' best candidates of rows c0 = 2t / c1 = 2t + 1
  * (mk_d_am_take's rule, a total order: any visiting order gives the same winner) taken over the lanes of
  * each t, then over the block's warps into am_v / am_i [row][block]; the last block to arrive (am_n)
@@ -1668,6 +1659,16 @@ __device__ __forceinline__ void bf16_argmax_end(int m, float bv0, int bi0, float
     if (threadIdx.x == 0) *am_n = 0u;
 }
 
+/* k_gemv_bf16 for plans of one warp per slab (the head: nw 1, the whole k in one MMA chain), with the
+ * warps independent and pipelined (tuning bf16_pipe): a grid of one wave of warps, warp w serving
+ * slabs w, w + W, ... (W warps in all); each walks its slabs' k in items of BP_U 32-k steps and keeps
+ * two items of weights in flight, loading item i + 2 as soon as item i is computed, across slab
+ * boundaries, so its loads never stop for a slab's end, a barrier or a block's exit. A slab's MMA
+ * chain is k_gemv_bf16's (steps in order from zero; U only groups the loads) and its C fragment is
+ * stored from the lanes' registers (gemv_out): the same bits. At most 8 activation rows (one chunk).
+ * tl: W in slab tiles (mk_cuda_bf16_tiles); am (mk_cuda_gemv_bf16_am): each row's argmax as well, from the
+ * values stored (bf16_argmax_end). H100 (session 26): the head adds 351.8 us to a greedy step in the graph
+ * (~3.0 TB/s) against 358.9 with k_gemv_bf16's 8080 one-warp blocks. */
 #define BP_U 4
 struct bf16_item {
     uint4 a[BP_U][2]; /* [step][row half] */
@@ -1814,6 +1815,16 @@ static int bf16_ri_launch(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb
     return MK_OK;
 }
 
+/* Whether mk_cuda_gemv_bf16 runs W at m rows on k_gemv_bf16_wpipe: in slab tiles up to 8 rows, in rows
+ * (tuning bf16_pipe) where the plan gives a slab one warp and no split, and the row-invariant GEMM does
+ * not take the launch. */
+static int bf16_takes_wpipe(const mk_cuda_ctx *ctx, const mk_wmat *W, int m) {
+    if (m < 1 || m > 8) return 0;
+    if (mk_cuda_bf16_tiled(ctx, W)) return 1;
+    const gemv_plan p = plan_for(ctx, W->n / 16, W->k / 32);
+    return ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && !(W->k % 128 == 0 && ri_tiles_for(ctx, m, W->n / 16) > 1);
+}
+
 int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y,
                       int round, float *ws, mk_err *err) {
     int n = W->n, k = W->k;
@@ -1821,17 +1832,16 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
         return mk_fail(err, MK_ENOTSUP, "cuda: bf16 gemv: needs m >= 1, n %% 16 == 0 (n <= 1048560), k %% 32 == 0 "
                        "(m %d, n %d, k %d)", m, n, k);
     const int tl = mk_cuda_bf16_tiled(ctx, W);
-    if (tl) /* slab tiles: one MMA chain over the whole k per slab (the head's plan) */
-        return m > 8 ? bf16_ri_launch(ctx, W, xb, m, y, round, k / 32, 1, err)
-                     : bf16_wpipe_launch(ctx, W, xb, m, y, round, 1, NULL, err);
+    if (bf16_takes_wpipe(ctx, W, m)) /* the head: warps pipelined, same bits */
+        return bf16_wpipe_launch(ctx, W, xb, m, y, round, tl, NULL, err);
+    if (tl) /* slab tiles beyond 8 rows: one MMA chain over the whole k per slab (the head's plan) */
+        return bf16_ri_launch(ctx, W, xb, m, y, round, k / 32, 1, err);
     gemv_plan p = plan_for(ctx, n / 16, k / 32);
     if (p.splits > 1 && !ws) return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K needs a workspace");
     if (p.splits > 1 && m > 8)
         return mk_fail(err, MK_EINVAL, "cuda: bf16 gemv: split-K takes at most 8 rows per launch (m %d)", m);
     if (p.splits == 1 && k % 128 == 0 && ri_tiles_for(ctx, m, n / 16) > 1) /* the row-invariant GEMM: the same bits */
         return bf16_ri_launch(ctx, W, xb, m, y, round, p.per, 0, err);
-    if (ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && m <= 8) /* the head: warps pipelined, same bits */
-        return bf16_wpipe_launch(ctx, W, xb, m, y, round, 0, NULL, err);
     dim3 grid((m + 7) / 8, n / 16, p.splits);
     bf16_set M = {};
     M.W[0] = (const uint16_t *)W->w, M.y[0] = y, M.n[0] = n, M.round[0] = round, M.s0[1] = n / 16, M.count = 1;
@@ -1842,10 +1852,8 @@ int mk_cuda_gemv_bf16(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, in
 }
 
 extern "C" int mk_cuda_gemv_bf16_am_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, int m) {
-    if (W->kind != MK_W_BF16 || m < 1 || m > MK_CUDA_AM_ROWS || W->n % 16 || W->k % 32 || !ctx->am_n) return 0;
-    if (mk_cuda_bf16_tiled(ctx, W)) return 1;
-    const gemv_plan p = plan_for(ctx, W->n / 16, W->k / 32);
-    return ctx->tune.bf16_pipe && p.nw == 1 && p.splits == 1 && !(W->k % 128 == 0 && ri_tiles_for(ctx, m, W->n / 16) > 1);
+    return W->kind == MK_W_BF16 && m <= MK_CUDA_AM_ROWS && W->n % 16 == 0 && W->k % 32 == 0 && ctx->am_n &&
+           bf16_takes_wpipe(ctx, W, m);
 }
 
 int mk_cuda_gemv_bf16_am(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t *xb, int m, float *y, int round,
