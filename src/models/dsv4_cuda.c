@@ -1432,23 +1432,14 @@ static int attention(gcall *C, int layer, const glayer *L, const float *x, int x
     mk_cuda_actq aqb;
     const int qb = lin_in_q(C, &L->wq_b, &aqb) && (r != 4 || (L->idx_wq_b.kind == L->wq_b.kind &&
                                                                L->idx_wq_b.k == L->wq_b.k));
-    /* the tuning's qnorm_fuse (batch-1 decode, nothing hooked): the norm and quantization inside wq_b's
-     * GEMV, the same bits; qr is then left unnormalized (nothing else reads it) */
-    const mk_wmat *wqb2 = r == 4 ? &L->idx_wq_b : NULL;
-    if (qb && !C->hk && mk_cuda_linear_norm_ok(ctx, &L->wq_b, wqb2, R)) {
-        TRY(mk_cuda_linear_norm(ctx, &L->wq_b, wqb2, w->qr, R, L->q_norm, c->norm_eps, w->q, r == 4 ? w->iq : NULL, 1,
-                                err));
-    } else {
-        if (qb) TRY(mk_cuda_rmsnorm_quant(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, &aqb, err));
-        else TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
-        TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
-        const int fq = MK_CUDA_LIN_ROW_INVARIANT | (qb ? MK_CUDA_LIN_REUSE_X : 0);
-        if (r == 4)
-            TRY(mk_cuda_linear_pair(ctx, fq, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin, w->lin_bytes,
-                                    err));
-        else
-            TRY(lin_f(C, fq, &L->wq_b, w->qr, R, w->q, 1, err));
-    }
+    if (qb) TRY(mk_cuda_rmsnorm_quant(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, &aqb, err));
+    else TRY(mk_cuda_rmsnorm(ctx, w->qr, R, c->q_lora, L->q_norm, c->norm_eps, w->qr, err));
+    TRY(dumpv(C, w->qr, R, c->q_lora, 0, err, "L%d.attn.qr", layer));
+    const int fq = MK_CUDA_LIN_ROW_INVARIANT | (qb ? MK_CUDA_LIN_REUSE_X : 0);
+    if (r == 4)
+        TRY(mk_cuda_linear_pair(ctx, fq, &L->wq_b, &L->idx_wq_b, w->qr, R, w->q, w->iq, 1, w->lin, w->lin_bytes, err));
+    else
+        TRY(lin_f(C, fq, &L->wq_b, w->qr, R, w->q, 1, err));
     { /* the lane: the compressors' projections, then wo_a and wo_b, while q / kv are prepared and the
        * indexer, the compressors and the sparse attention run */
         const mk_wmat *W[7];

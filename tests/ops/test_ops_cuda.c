@@ -846,82 +846,6 @@ static void test_linear_pair(mk_wkind k1, int n1, mk_wkind k2, int n2, int k, in
     free(x), free(ref), free(scr), free(ha1), free(ha2), free(hb1), free(hb2);
 }
 
-/* q's norm inside wq_b's GEMV (mk_cuda_linear_norm, tuning qnorm_fuse) = mk_cuda_rmsnorm_quant into the
- * linear's scratch then mk_cuda_linear_pair / mk_cuda_linear_ex with the input reused, bit for bit, for
- * one row of k (W1 [n1, k], W2 [n2, k] when n2 > 0); x is left as it was. zero_blk: one 128-block of x
- * all zero (its scale from the floor). With the tuning off the call refuses and launches nothing.
- * want_ok: whether the fused path must apply to this shape (-1: where the pair is one launch). */
-static void test_linear_norm(int n1, int n2, int k, int zero_blk, int want_ok) {
-    mk_wmat Ah, Bh, Ad, Bd;
-    make_weights(&Ah, MK_W_FP8, n1, k);
-    if (n2) make_weights(&Bh, MK_W_FP8, n2, k);
-    CK(mk_cuda_wmat_upload(ctx, &Ah, &Ad, &err_));
-    if (n2) CK(mk_cuda_wmat_upload(ctx, &Bh, &Bd, &err_));
-    const mk_wmat *B = n2 ? &Bd : NULL;
-    float *x = xmalloc(sizeof(float) * k);
-    fill_act(x, (size_t)k, 3.0f);
-    if (zero_blk && k >= 256) memset(x + 128, 0, sizeof(float) * 128);
-    uint16_t *wh = xmalloc(sizeof(uint16_t) * k);
-    for (int i = 0; i < k; i++) wh[i] = mk_f32_to_bf16(1.0f + 0.2f * rnd_n());
-    uint16_t *dw = dup_dev(wh, sizeof(uint16_t) * k);
-    float *x1 = dup_dev(x, sizeof(float) * k), *x2 = dup_dev(x, sizeof(float) * k);
-    const int nn2 = n2 ? n2 : 1;
-    float *a1 = poisoned_dev(sizeof(float) * n1), *b1 = poisoned_dev(sizeof(float) * nn2);
-    float *a2 = poisoned_dev(sizeof(float) * n1), *b2 = poisoned_dev(sizeof(float) * nn2);
-    size_t sb = n2 ? mk_cuda_linear_pair_scratch(ctx, &Ad, &Bd, 1) : mk_cuda_linear_scratch(ctx, &Ad, 1);
-    void *ds = poisoned_dev(sb);
-    mk_cuda_actq aq;
-    CK(mk_cuda_linear_xq(ctx, &Ad, 1, ds, sb, &aq.q, &aq.sa, &aq.perm, &err_));
-    const float eps = 1e-6f;
-    const int F = MK_CUDA_LIN_ROW_INVARIANT | MK_CUDA_LIN_REUSE_X;
-    CK(mk_cuda_rmsnorm_quant(ctx, x1, 1, k, dw, eps, x1, &aq, &err_));
-    if (n2) CK(mk_cuda_linear_pair(ctx, F, &Ad, &Bd, x1, 1, a1, b1, 1, ds, sb, &err_));
-    else CK(mk_cuda_linear_ex(ctx, MK_CUDA_K_AUTO, F, &Ad, x1, 1, a1, 1, ds, sb, &err_));
-    mk_cuda_tuning def, t;
-    mk_cuda_ctx_get_tuning(ctx, &def);
-    t = def;
-    t.qnorm_fuse = 0;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    mk_err e2 = {0};
-    const int refused = !mk_cuda_linear_norm_ok(ctx, &Ad, B, 1) &&
-                        mk_cuda_linear_norm(ctx, &Ad, B, x2, 1, dw, eps, a2, b2, 1, &e2) == MK_ENOTSUP;
-    t.qnorm_fuse = 1;
-    mk_cuda_ctx_set_tuning(ctx, &t);
-    const int ok = mk_cuda_linear_norm_ok(ctx, &Ad, B, 1);
-    if (want_ok < 0) want_ok = mk_cuda_linear_pair_one_launch(ctx, MK_CUDA_LIN_ROW_INVARIANT, &Ad, &Bd, 1);
-    float *ha1 = xmalloc(sizeof(float) * n1), *ha2 = xmalloc(sizeof(float) * n1);
-    float *hb1 = xmalloc(sizeof(float) * nn2), *hb2 = xmalloc(sizeof(float) * nn2);
-    float *hx = xmalloc(sizeof(float) * k);
-    CK(mk_cuda_ctx_sync(ctx, &err_));
-    fetch(ha2, a2, sizeof(float) * n1); /* still poisoned: nothing was launched while refused */
-    const int untouched = refused && isnan(ha2[0]) && isnan(ha2[n1 - 1]);
-    int same = 0;
-    if (ok) {
-        CK(mk_cuda_linear_norm(ctx, &Ad, B, x2, 1, dw, eps, a2, b2, 1, &err_));
-        fetch(ha1, a1, sizeof(float) * n1), fetch(ha2, a2, sizeof(float) * n1);
-        fetch(hb1, b1, sizeof(float) * nn2), fetch(hb2, b2, sizeof(float) * nn2);
-        fetch(hx, x2, sizeof(float) * k);
-        same = !memcmp(ha1, ha2, sizeof(float) * n1) && (!n2 || !memcmp(hb1, hb2, sizeof(float) * n2)) &&
-               !memcmp(hx, x, sizeof(float) * k);
-    }
-    mk_cuda_ctx_set_tuning(ctx, &def);
-    const int pass = ok == want_ok && untouched && (!ok || same);
-    char shape[96];
-    snprintf(shape, sizeof shape, "n%d%s%d k%d%s", n1, n2 ? " + n" : "", n2, k, zero_blk ? " zero block" : "");
-    n_checks++;
-    if (!pass) n_fail++;
-    printf("| %-40s | %-26s | applies %d (want %d); off: refused, nothing written %d; on: = rmsnorm_quant then the "
-           "linear(s), bit for bit, x untouched %d: %s |\n",
-           "linear with its input's norm", shape, ok, want_ok, untouched, same, pass ? "PASS" : "FAIL");
-    mk_cuda_wmat_free(ctx, &Ad);
-    if (n2) mk_cuda_wmat_free(ctx, &Bd);
-    void *dev[] = {dw, x1, x2, a1, b1, a2, b2, ds};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) mk_cuda_free(ctx, dev[i]);
-    free((void *)Ah.w), free((void *)Ah.scale);
-    if (n2) free((void *)Bh.w), free((void *)Bh.scale);
-    free(x), free(wh), free(ha1), free(ha2), free(hb1), free(hb2), free(hx);
-}
-
 /* wo_a's input prepared by the decode attention's epilogue (mk_cuda_sparse_attn_f16, tuning attn_f16, then
  * mk_cuda_linear_grouped_prepared) = the attention then mk_cuda_linear_grouped_rope, bit for bit: o (left
  * rotated) and wo_a's y; T tokens of H heads of D (ns[t] rows each, positions pos), wo_a of G groups of gn.
@@ -3741,12 +3665,6 @@ int main(int argc, char **argv) {
     test_linear_pair(MK_W_FP8, 2048, MK_W_FP8, 2048, 4096, 5);
     test_linear_pair(MK_W_FP8, 1024, MK_W_FP8, 512, 4096, 20); /* chunks of 8 */
     test_linear_pair(MK_W_FP8, 4096, MK_W_FP8, 512, 1024, 1);  /* plans differ: two launches */
-    test_linear_norm(32768, 0, 1024, 0, 1);    /* V4-Flash's wq_b over q_lora */
-    test_linear_norm(32768, 8192, 1024, 1, -1); /* with the indexer's wq_b (one launch only where the plans agree) */
-    test_linear_norm(4096, 4096, 1024, 1, 1);   /* a pair in one launch; a zero 128-block */
-    test_linear_norm(4096, 0, 2048, 0, 1);
-    test_linear_norm(2048, 0, 512, 1, 1);
-    test_linear_norm(1024, 0, 4096, 0, 0); /* k beyond the block's staging: refused */
     test_linear_pair(MK_W_FP8, 512, MK_W_BF16, 256, 1024, 3);  /* kinds differ */
     test_linear_pair(MK_W_BF16, 512, MK_W_BF16, 256, 4096, 3); /* bf16: the second reuses the first's converted x */
     { /* the DeepSeek-V4 CSA layer's bf16 projections of x: indexer compressor, indexer weights, compressor */

@@ -160,7 +160,6 @@ extern "C" int mk_cuda_ctx_create(int device, mk_cuda_ctx **out, mk_err *err) {
     /* H100, session 39: greedy step through the engine 0.931-0.941 ms against 0.949-0.956 in rows, same call */
     ctx->tune.head_tiles = env_switch("MINKE_CUDA_HEAD_TILES", 1);
     ctx->tune.head_argmax = env_switch("MINKE_CUDA_HEAD_ARGMAX", 0);
-    ctx->tune.qnorm_fuse = env_switch("MINKE_CUDA_QNORM_FUSE", 0);
     ctx->tune.moe_occ = getenv("MINKE_CUDA_MOE_OCC") && atoi(getenv("MINKE_CUDA_MOE_OCC")) == 2 ? 2 : 3;
     ctx->tune.moe_pf = env_switch("MINKE_CUDA_MOE_PF", 0);
     ctx->tune.bf16_pipe = env_switch("MINKE_CUDA_BF16_PIPE", 1);
@@ -414,7 +413,6 @@ extern "C" void mk_cuda_ctx_set_tuning(mk_cuda_ctx *ctx, const mk_cuda_tuning *t
     ctx->tune.fp4_tiles = ctx->tune.fp4_tiles != 0;
     ctx->tune.head_tiles = ctx->tune.head_tiles != 0;
     ctx->tune.head_argmax = ctx->tune.head_argmax != 0;
-    ctx->tune.qnorm_fuse = ctx->tune.qnorm_fuse != 0;
     ctx->tune.attn_f16 = ctx->tune.attn_f16 != 0;
 }
 

@@ -501,12 +501,6 @@ int mk_cuda_gemv_fp8(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, cons
 int mk_cuda_gemv_fp8_pair_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2);
 int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const uint8_t *xq, const float *sa,
                           int m, float *y, float *y2, int round, float *ws, mk_err *err);
-/* One row x's RMSNorm (weights nw, eps) and act_quant (perm) computed inside its FP8 GEMV (pair) by every
- * block (k_gemv_fp8_pipe<true>): y and y2 exactly as mk_cuda_rmsnorm_quant then mk_cuda_gemv_fp8_pair give
- * them; x is neither normalized in place nor quantized into memory. _nq_ok: whether it applies. */
-int mk_cuda_gemv_fp8_nq_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, int m);
-int mk_cuda_gemv_fp8_pair_nq(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const float *x,
-                             const uint16_t *nw, float eps, int perm, float *y, float *y2, int round, mk_err *err);
 int mk_cuda_gemv_fp4(mk_cuda_ctx *ctx, const mk_wmat *W, const uint8_t *xq, const float *sa, int m,
                      float *y, int round, float *ws, mk_err *err);
 /* Up to MK_CUDA_MULTI bf16 matrices of the same k and launch plan (no split-K) over xb in one launch. */
@@ -538,12 +532,6 @@ int mk_cuda_gemm_bf16_cublas(mk_cuda_ctx *ctx, const mk_wmat *W, const uint16_t 
 
 /* RMSNorm's 1 / sqrt(mean + eps) from each thread's sum of squares ss (double): warp trees, the
  * warps in order, by the whole block (every thread gets the same value). */
-/* The RMSNorm scale from the row's sum of squares (in double): every kernel that normalizes a row
- * ends with these operations, so the scale's bits depend only on the sum's. */
-__device__ __forceinline__ float mk_d_rms_of_total(double tot, int d, float eps) {
-    float var = (float)(tot / d);
-    return 1.0f / sqrtf(__fadd_rn(var, eps));
-}
 __device__ __forceinline__ float mk_d_rms_scale(double ss, int d, float eps) {
     __shared__ double part[32];
     ss = mk_d_warp_sum_d(ss);
@@ -551,7 +539,8 @@ __device__ __forceinline__ float mk_d_rms_scale(double ss, int d, float eps) {
     __syncthreads();
     double tot = 0.0;
     for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += part[i];
-    return mk_d_rms_of_total(tot, d, eps);
+    float var = (float)(tot / d);
+    return 1.0f / sqrtf(__fadd_rn(var, eps));
 }
 
 /* The butterflies of basic.c's Hadamard transform over hs [n] (shared memory, n a power of two),

@@ -282,13 +282,12 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8(const uint8_t *__restrict__
  * activations and computes). The first two are requested before the PDL wait: weights do not depend
  * on the previous kernel. (Requesting them after it, or only one before it, measured slower: H100,
  * session 27: the kernel before finishes sooner, the GEMV later.) */
-template <typename Item, typename L, typename C, typename P>
-__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp, P &&after_wait) {
+template <typename Item, typename L, typename C>
+__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp) {
     Item A, B;
     if (total > 0) load(A, 0);
     if (total > 1) load(B, 1);
     mk_d_pdl_wait(); /* the weights of two items are on their way; now the activations */
-    after_wait();
     for (int i = 0; i < total; i += 2) {
         comp(A, i);
         if (i + 2 < total) load(A, i + 2);
@@ -296,10 +295,6 @@ __device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp, P &&afte
         comp(B, i + 1);
         if (i + 3 < total) load(B, i + 3);
     }
-}
-template <typename Item, typename L, typename C>
-__device__ __forceinline__ void gemv_pipe2(int total, L &load, C &comp) {
-    gemv_pipe2<Item>(total, load, comp, [] {});
 }
 
 /* The FP8 GEMV for at most 8 rows, pipelined (tuning gemv_pipe): a block of nw warps serves the
@@ -314,87 +309,15 @@ struct fp8_item {
     float sb[2];
 };
 
-/* The decode FP8 GEMV's input computed by each of its blocks (tuning qnorm_fuse; k_gemv_fp8_pipe<true>):
- * the RMSNorm of one row x of k values (norm weights w, eps) and its act_quant (perm), as
- * k_rmsnorm_quant computes them with T = mk_cuda_rmsnorm_threads(k) threads: the same bits. */
-#define NQ_MAXK 2048
-struct fp8_nq {
-    const float *x;
-    const uint16_t *w;
-    float eps;
-    int perm, T;
-};
-template <bool NQ> struct nq_smem {
-    float v[NQ_MAXK];    /* x, then the normalized row (bf16 values) */
-    uint16_t w[NQ_MAXK]; /* the norm weights (read before the PDL wait) */
-    uint8_t q[NQ_MAXK];  /* the quantized row (act_quant's bytes at their places) */
-    float s[NQ_MAXK / 128];
-    double part[32];
-};
-template <> struct nq_smem<false> { /* the plain kernel: no input of its own */
-    float v[1];
-    uint16_t w[1];
-    uint8_t q[16];
-    float s[1];
-    double part[1];
-};
-
-/* mk_d_rmsnorm_quant_row's bytes and scales by a block of NT = blockDim.x threads (T % NT == 0, NT % 32 == 0,
- * k % 128 == 0, k <= 4 T): thread t plays k_rmsnorm_quant's threads t + NT j (j < T / NT), whose warp
- * (t >> 5) + (NT / 32) j sits on the same lane, so each of its sums of squares, warp trees and the warps'
- * sum in order are k_rmsnorm_quant's; the normalization is elementwise and a 128-block's maximum is
- * exact in any order. Ends with a barrier. */
-template <typename SM> __device__ __forceinline__ void nq_row(const fp8_nq &nq, int k, SM &sm) {
-    const int NT = blockDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwp = NT >> 5;
-#pragma unroll 4
-    for (int i = 4 * tid; i < k; i += 4 * NT) *(float4 *)(sm.v + i) = *(const float4 *)(nq.x + i);
-    __syncthreads();
-    for (int v = tid; v < nq.T; v += NT) { /* k_rmsnorm_quant's thread v (warp (v >> 5), lane v & 31) */
-        double ss = 0.0;
-        for (int i = v; i < k; i += nq.T) ss += (double)sm.v[i] * sm.v[i];
-        ss = mk_d_warp_sum_d(ss);
-        if (lane == 0) sm.part[v >> 5] = ss;
-    }
-    __syncthreads();
-    double tot = 0.0;
-    for (int i = 0; i < (nq.T >> 5); i++) tot += sm.part[i];
-    const float rs = mk_d_rms_of_total(tot, k, nq.eps);
-    for (int i = tid; i < k; i += NT) {
-        float t = __fmul_rn(sm.v[i], rs);
-        if (nq.w) t = __fmul_rn(mk_d_bf16(sm.w[i]), t);
-        sm.v[i] = mk_d_bf16r(t);
-    }
-    __syncthreads();
-    for (int b = warp; b < (k >> 7); b += nwp) { /* 128-block b: mk_d_quant_row's scale and bytes */
-        float v[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) v[j] = sm.v[b * 128 + 32 * j + lane];
-        /* NaN only where all 128 are (fmaxf passes over NaN), as mk_d_quant_row's */
-        const float a = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        const float sc = mk_d_act_scale(mk_d_warp_max(a));
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int i = b * 128 + 32 * j + lane;
-            sm.q[mk_d_act_pos(i, nq.perm)] = mk_d_act_byte(v[j], sc);
-        }
-        if (lane == 0) sm.s[b] = sc;
-    }
-    __syncthreads();
-}
-
-template <bool NQ>
 __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restrict__ W, const uint8_t *__restrict__ S,
                                                           const uint8_t *__restrict__ xq, const float *__restrict__ sa,
                                                           int m, int n, int k, int per, float *__restrict__ y,
                                                           int round, const uint8_t *__restrict__ W2,
                                                           const uint8_t *__restrict__ S2, int n2,
-                                                          float *__restrict__ y2, fp8_nq nq) {
+                                                          float *__restrict__ y2) {
     mk_d_pdl_launch_dependents();
     __shared__ float red[GEMV_MAXW * 32 * 4];
     __shared__ float tile[8 * 16];
-    __shared__ __align__(16) nq_smem<NQ> nqs;
-    if (NQ) /* the norm weights do not depend on the previous kernel */
-        for (int i = threadIdx.x; i < k; i += blockDim.x) nqs.w[i] = nq.w ? nq.w[i] : 0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int nb = k >> 7, s1 = n >> 4, ns = s1 + (n2 >> 4);
@@ -436,11 +359,8 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
                 uint4 b[2];
 #pragma unroll
                 for (int s = 0; s < 2; s++)
-                    b[s] = !xcol ? make_uint4(0, 0, 0, 0)
-                           : NQ  ? *(const uint4 *)(nqs.q + (size_t)(kb + u) * 128 + s * 64 + t * 16)
-                                 : mk_d_ld16(xr + (size_t)(kb + u) * 128 + s * 64);
-                const float sa0v = NQ ? nqs.s[kb + u] : sa0[kb + u];
-                const float f0 = v0 ? sa0v * it.sb[u] : 0.0f, f1 = v1 ? sa1[kb + u] * it.sb[u] : 0.0f;
+                    b[s] = xcol ? mk_d_ld16(xr + (size_t)(kb + u) * 128 + s * 64) : make_uint4(0, 0, 0, 0);
+                const float f0 = v0 ? sa0[kb + u] * it.sb[u] : 0.0f, f1 = v1 ? sa1[kb + u] * it.sb[u] : 0.0f;
                 float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
@@ -470,12 +390,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv_fp8_pipe(const uint8_t *__restr
             acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
         }
     };
-    if (NQ) /* one row (m 1): the block computes it after the wait, before its first item */
-        gemv_pipe2<fp8_item>(total, load, comp, [&] {
-            if (total > 0) nq_row(nq, k, nqs);
-        });
-    else
-        gemv_pipe2<fp8_item>(total, load, comp);
+    gemv_pipe2<fp8_item>(total, load, comp);
 }
 
 /* ---- the FP8 GEMV's bits for many rows: the row-invariant GEMM (prefill, large batches) ------- */
@@ -715,10 +630,10 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
         return MK_OK;
     }
     if (p.splits == 1 && m <= 8 && ctx->tune.gemv_pipe) { /* decode: the pipelined GEMV, the same bits */
-        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe<false>,
+        MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe,
                               (const uint8_t *)W->w, W->scale, xq, sa, m, n, k, p.per, y, round,
                               W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, fp8_nq{}),
+                              W2 ? W2->scale : (const uint8_t *)NULL, n2, y2),
                   err, "cuda: fp8 gemv launch");
         if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv (pipelined) launch");
         return MK_OK;
@@ -733,35 +648,6 @@ int mk_cuda_gemv_fp8_pair(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2,
                           n2, y2),
               err, "cuda: fp8 gemv launch");
     if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv launch");
-    return MK_OK;
-}
-
-/* The RMSNorm and act_quant of one row fused into its FP8 GEMV (pair) (tuning qnorm_fuse): whether
- * mk_cuda_gemv_fp8_pair would run one row through the pipelined GEMV, and each of its blocks can play
- * k_rmsnorm_quant's threads (mk_cuda_rmsnorm_threads(k), a multiple of the block's). */
-int mk_cuda_gemv_fp8_nq_ok(const mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, int m) {
-    if (m != 1 || !ctx->tune.gemv_pipe || W->kind != MK_W_FP8 || W->k % 128 || W->k > NQ_MAXK || W->n % 16 ||
-        (W2 && !mk_cuda_gemv_fp8_pair_ok(ctx, W, W2)))
-        return 0;
-    const gemv_plan p = plan_for(ctx, W->n / 16, W->k / 128);
-    const int T = mk_cuda_rmsnorm_threads(W->k), NT = p.nw * 32;
-    return p.splits == 1 && T % 128 == 0 && W->k <= 4 * T && T % NT == 0 && T / 32 <= 32;
-}
-
-int mk_cuda_gemv_fp8_pair_nq(mk_cuda_ctx *ctx, const mk_wmat *W, const mk_wmat *W2, const float *x,
-                             const uint16_t *nw, float eps, int perm, float *y, float *y2, int round, mk_err *err) {
-    if (!mk_cuda_gemv_fp8_nq_ok(ctx, W, W2, 1) || ((uintptr_t)x & 15))
-        return mk_fail(err, MK_ENOTSUP, "cuda: fp8 gemv with its input's norm: not for [%d, %d]%s", W->n, W->k,
-                       ((uintptr_t)x & 15) ? " (x not 16-byte aligned)" : "");
-    const int n = W->n, k = W->k, n2 = W2 ? W2->n : 0;
-    const gemv_plan p = plan_for(ctx, n / 16, k / 128);
-    const fp8_nq nq = {x, nw, eps, perm, mk_cuda_rmsnorm_threads(k)};
-    MK_CU_TRY(gemv_launch(ctx, dim3(1, pipe_grid(ctx, (n + n2) / 16, p.nw), 1), p.nw * 32, k_gemv_fp8_pipe<true>,
-                          (const uint8_t *)W->w, W->scale, (const uint8_t *)NULL, (const float *)NULL, 1, n, k, p.per,
-                          y, round, W2 ? (const uint8_t *)W2->w : (const uint8_t *)NULL,
-                          W2 ? W2->scale : (const uint8_t *)NULL, n2, y2, nq),
-              err, "cuda: fp8 gemv with its input's norm launch");
-    if (ctx->trace_on) mk_cuda_trace_mark(ctx, "cuda: fp8 gemv with its input's norm (pipelined) launch");
     return MK_OK;
 }
 

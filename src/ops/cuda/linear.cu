@@ -294,22 +294,6 @@ extern "C" int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W
     return MK_OK;
 }
 
-extern "C" int mk_cuda_linear_norm_ok(const mk_cuda_ctx *ctx, const mk_wmat *W1, const mk_wmat *W2, int m) {
-    const int F = MK_CUDA_LIN_ROW_INVARIANT;
-    if (!ctx->tune.qnorm_fuse || m != 1 || !W1 || !W1->w || !W1->scale || (W2 && (!W2->w || !W2->scale))) return 0;
-    if (resolve(ctx, MK_CUDA_K_AUTO, W1, m, F) != MK_CUDA_K_GEMV) return 0; /* linear_ex's GEMV */
-    if (W2 && !mk_cuda_linear_pair_one_launch(ctx, F, W1, W2, m)) return 0;  /* linear_pair's one launch */
-    return mk_cuda_gemv_fp8_nq_ok(ctx, W1, W2, m);                           /* its pipelined GEMV */
-}
-
-extern "C" int mk_cuda_linear_norm(mk_cuda_ctx *ctx, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
-                                   const uint16_t *nw, float eps, float *y1, float *y2, int round_bf16, mk_err *err) {
-    if (!mk_cuda_linear_norm_ok(ctx, W1, W2, m) || !x || !y1 || (W2 && !y2))
-        return mk_fail(err, MK_ENOTSUP, "cuda: linear with its input's norm: not for this matrix, row count (%d) or "
-                       "tuning (qnorm_fuse %d)", m, ctx->tune.qnorm_fuse);
-    return mk_cuda_gemv_fp8_pair_nq(ctx, W1, W2, x, nw, eps, 0, y1, y2, round_bf16, err);
-}
-
 /* ---- several linears over one input (the compressors' and the indexer's bf16 projections of x) --- */
 
 extern "C" size_t mk_cuda_linear_multi_scratch(const mk_cuda_ctx *ctx, int count, const mk_wmat *const *W, int m) {

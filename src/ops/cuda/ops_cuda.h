@@ -159,9 +159,6 @@ typedef struct {
                             * (mk_cuda_gemv_bf16_am; the same logits and picks); default 0 (timed only alongside a
                             * slower switch, session 39);
                             * MINKE_CUDA_HEAD_ARGMAX */
-    int qnorm_fuse;        /* 1: the model runs q's norm inside wq_b's GEMV (and the indexer's wq_b's) in
-                            * batch-1 decode (mk_cuda_linear_norm: no k_rmsnorm_quant launch; the same
-                            * bits); default 0 (not yet timed); MINKE_CUDA_QNORM_FUSE */
     int fp4_tiles;         /* 1: the routed experts' FP4 weights and scales are uploaded in slab tiles
                             * (mk_cuda_fp4_expert_layout: a slab's 16 rows one 1 KB run per 128-block)
                             * and every expert kernel reads them there; the same bits. Default 1. H100,
@@ -420,17 +417,6 @@ size_t mk_cuda_linear_pair_scratch(const mk_cuda_ctx *ctx, const mk_wmat *W1, co
 int mk_cuda_linear_pair_one_launch(const mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, int m);
 int mk_cuda_linear_pair(mk_cuda_ctx *ctx, int flags, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
                         float *y1, float *y2, int round_bf16, void *scratch, size_t scratch_bytes, mk_err *err);
-/* The RMSNorm of x (one row of W1->k, weights nw, eps: mk_cuda_rmsnorm_quant's) and y1 = xn W1^T
- * (and y2 = xn W2^T where W2) in one launch (tuning qnorm_fuse): every block of the FP8 GEMV computes
- * the row's norm and quantization itself after its wait, so no kernel runs between the one that
- * writes x and the GEMV. y1 / y2 are bit for bit those of mk_cuda_rmsnorm_quant into the linear's
- * scratch then mk_cuda_linear_pair / mk_cuda_linear_ex with MK_CUDA_LIN_ROW_INVARIANT |
- * MK_CUDA_LIN_REUSE_X; x itself is left as it is (nothing writes the normalized row or its bytes).
- * _ok: whether it applies (the tuning on, m 1, FP8 weights on the pipelined GEMV, a k whose norm a
- * block can play); the call refuses otherwise (MK_ENOTSUP, nothing launched). */
-int mk_cuda_linear_norm_ok(const mk_cuda_ctx *ctx, const mk_wmat *W1, const mk_wmat *W2, int m);
-int mk_cuda_linear_norm(mk_cuda_ctx *ctx, const mk_wmat *W1, const mk_wmat *W2, const float *x, int m,
-                        const uint16_t *nw, float eps, float *y1, float *y2, int round_bf16, mk_err *err);
 /* y[i] = x W[i]^T for up to MK_CUDA_MULTI linears over the same x (the same flags; round[i]: bf16
  * outputs): one conversion and one launch where all are bf16 GEMVs with the same k and launch plan,
  * else one call each (each reusing the first's prepared input where the kinds and k agree); every
