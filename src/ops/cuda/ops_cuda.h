@@ -156,9 +156,9 @@ typedef struct {
                             * bits); default 1 (H100, session 39: the head's GEMV 339 us against 352 alone, the
                             * engine's greedy step 0.931-0.941 ms against 0.949-0.956); MINKE_CUDA_HEAD_TILES */
     int head_argmax;       /* 1: mk_cuda_linear_argmax takes the argmax inside the head's GEMV where it can
-                            * (mk_cuda_gemv_bf16_am; the same logits and picks); default 0 (timed only alongside a
-                            * slower switch, session 39);
-                            * MINKE_CUDA_HEAD_ARGMAX */
+                            * (mk_cuda_gemv_bf16_am; the same logits and picks); default 1 (H100, session 40:
+                            * the engine's greedy step 0.929-0.939 ms against 0.932-0.941, same call);
+                            * MINKE_CUDA_HEAD_ARGMAX=0: the argmax kernel after the head */
     int fp4_tiles;         /* 1: the routed experts' FP4 weights and scales are uploaded in slab tiles
                             * (mk_cuda_fp4_expert_layout: a slab's 16 rows one 1 KB run per 128-block)
                             * and every expert kernel reads them there; the same bits. Default 1. H100,
